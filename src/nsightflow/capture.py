@@ -1,0 +1,153 @@
+"""Run the profilers: argv lists only, logs kept, outputs atomic, empty captures diagnosed.
+
+Each function is what one workflow rule does; all are usable from a notebook too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from nsightflow import ncu, nsys
+from nsightflow.select import select_kernels
+
+
+class ToolError(RuntimeError):
+    """A profiler failed; the message names the command, the cause and the log."""
+
+
+def harness_argv(spec: str, args: dict, domain: str, warmup: int, python: str | None = None) -> list[str]:
+    """The program the profilers launch: the harness running the workload under NVTX."""
+    return [python or sys.executable, "-m", "nsightflow.harness", "--callable", spec,
+            "--args", json.dumps(args, sort_keys=True), "--domain", domain, "--warmup", str(warmup)]
+
+
+def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, check: bool = True) -> tuple[str, int]:
+    """Run ``argv`` (never through a shell), append its output to ``log``; return (output, exit code).
+
+    With ``check`` a non-zero exit raises ToolError with the output's last lines.
+    """
+    if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
+        raise ToolError(f"{argv[0]!r} not found on PATH: install it or set its path under `tools:` in the config")
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        _append(log, argv, out + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
+        raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
+    _append(log, argv, proc.stdout + f"\n[nsightflow] exit code {proc.returncode}\n")
+    if check and proc.returncode != 0:
+        tail = "\n".join(proc.stdout.strip().splitlines()[-10:])
+        raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}; log: {log}\n{tail}")
+    return proc.stdout, proc.returncode
+
+
+def _append(log: str | Path, argv: list[str], text: str) -> None:
+    with open(log, "a") as fh:
+        fh.write("$ " + " ".join(argv) + "\n" + text)
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Move a finished output into place, so a killed run never leaves a complete-looking file."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, final)
+
+
+def timeline(nsys_bin: str, program: list[str], rep: str | Path, log: str | Path, timeout_s: float | None) -> None:
+    """nsys profile → ``rep`` (.nsys-rep)."""
+    rep = Path(rep)
+    tmp_base = rep.with_name(rep.stem + ".tmp")
+    run_tool(nsys.profile_argv(nsys_bin, tmp_base, program), log, timeout_s)
+    produced = Path(str(tmp_base) + ".nsys-rep")
+    if not produced.exists():
+        raise ToolError(f"nsys wrote no .nsys-rep (only a .qdstrm?): its importer may lack libdw.so.1; log: {log}")
+    _publish(produced, rep)
+
+
+def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str | Path, log: str | Path) -> None:
+    """nsys stats CSVs into ``out_dir`` (nvtx_sum.csv, ...) and the SQLite export to ``sqlite_out``."""
+    rep, out_dir = Path(rep), Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copy(rep, tmp / "timeline.nsys-rep")  # stats writes its .sqlite beside the report
+    run_tool(nsys.stats_argv(nsys_bin, tmp / "timeline.nsys-rep", tmp / "stats"), log)
+    for report in nsys.STATS_REPORTS:
+        src = tmp / f"stats_{report}.csv"
+        if not src.exists():
+            raise ToolError(f"nsys stats wrote no {src.name}; log: {log}")
+        os.replace(src, tmp / f"{report}.csv")
+    os.replace(tmp / "timeline.sqlite", Path(sqlite_out))
+    (tmp / "timeline.nsys-rep").unlink()
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(tmp, out_dir)
+
+
+def selection(stats_dir: str | Path, sqlite: str | Path, top_n: int | None, coverage: float | None,
+              sample_steps: list, selected_csv: str | Path, plans_dir: str | Path) -> list[ncu.CapturePlan]:
+    """Pick kernels per stage and write one capture plan (JSON) per ncu run."""
+    kernels = nsys.kernel_table(Path(stats_dir) / "nvtx_kern_sum.csv")
+    if kernels.empty:
+        raise ValueError(f"{stats_dir}: the timeline has no kernels inside NVTX ranges; does the workload "
+                         "run its stages inside nvtx ranges and launch GPU kernels there?")
+    selected = select_kernels(kernels, top_n, coverage)
+    plans = ncu.plan_captures(nsys.launch_sequence(sqlite), selected, sample_steps)
+    plans_dir = Path(plans_dir)
+    tmp = plans_dir.with_name(plans_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for plan in plans:
+        (tmp / f"{plan.capture_id}.json").write_text(json.dumps(asdict(plan), indent=1))
+    selected.to_csv(Path(selected_csv), index=False)
+    shutil.rmtree(plans_dir, ignore_errors=True)
+    os.replace(tmp, plans_dir)
+    return plans
+
+
+def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: str | Path, cmd_json: str | Path,
+                log: str | Path, *,
+                metrics: list[str], sections: list[str], replay_mode: str, clock_control: str,
+                cache_control: str, timeout_s: float | None, stats_dir: str | Path | None = None) -> None:
+    """One targeted ncu run of a plan → ``rep`` (.ncu-rep); fails with a diagnosis when nothing was profiled."""
+    plan = json.loads(Path(plan_json).read_text())
+    rep = Path(rep)
+    tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
+    expr = ncu.nvtx_include(plan["domain"], plan["stage"])
+    argv = ncu.capture_argv(ncu_bin, tmp_base, program, nvtx_expr=expr, kernels=plan["kernels"],
+                            launch_skip=plan["launch_skip"], launch_count=plan["launch_count"],
+                            metrics=metrics, sections=sections, replay_mode=replay_mode,
+                            clock_control=clock_control, cache_control=cache_control)
+    seen = []
+    if stats_dir:
+        st = nsys.stage_table(Path(stats_dir) / "nvtx_sum.csv")
+        seen = [f"{d}:{s}" for d, s in zip(st["domain"], st["stage"])]
+    what = f"stage {plan['stage']!r} steps {plan['steps']} with --nvtx-include {expr!r}"
+    out, rc = run_tool(argv, log, timeout_s, check=False)
+    ncu.check_capture(out, rc, what=what, ranges_seen=seen)
+    produced = Path(str(tmp_base) + ".ncu-rep")
+    if not produced.exists():
+        raise ToolError(f"ncu wrote no report for {what}; log: {log}")
+    Path(cmd_json).write_text(json.dumps({"argv": argv, "capture_id": plan["capture_id"]}, indent=1))
+    _publish(produced, rep)
+
+
+def ncu_export(ncu_bin: str, rep: str | Path, csv_out: str | Path, log: str | Path) -> None:
+    """``ncu --import --page raw --csv --print-units base`` → ``csv_out`` (checked to parse)."""
+    argv = ncu.export_argv(ncu_bin, rep)
+    if shutil.which(ncu_bin) is None and not Path(ncu_bin).exists():
+        raise ToolError(f"{ncu_bin!r} not found on PATH: install it or set its path under `tools:` in the config")
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _append(log, argv, proc.stderr + f"\n[nsightflow] exit code {proc.returncode}\n")
+    if proc.returncode != 0:
+        raise ToolError(f"ncu --import failed with {proc.returncode}; log: {log}")
+    ncu.parse_raw_csv(proc.stdout)  # raises on an empty or malformed export
+    tmp = Path(str(csv_out) + ".tmp")
+    tmp.write_text(proc.stdout)
+    _publish(tmp, Path(csv_out))

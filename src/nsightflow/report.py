@@ -1,0 +1,124 @@
+"""One self-contained HTML report: config, tool versions, stage and kernel tables, roofline, commands."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+
+import pandas as pd
+
+
+def roofline_png(kernels: pd.DataFrame, pk: dict, title: str) -> bytes:
+    """Log-log roofline: DRAM and compute roofs, one point per captured kernel (intensity vs achieved rate)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = kernels.dropna(subset=["arithmetic_intensity", "achieved_flops_per_s"])
+    pts = pts[(pts["arithmetic_intensity"] > 0) & (pts["achieved_flops_per_s"] > 0)]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    lo = min([0.01] + list(pts["arithmetic_intensity"] / 3))
+    hi = max([1e4] + list(pts["arithmetic_intensity"] * 3))
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    if math.isfinite(pk.get("compute", float("nan"))) and math.isfinite(pk.get("dram", float("nan"))):
+        ax.plot(xs, [min(pk["compute"], x * pk["dram"]) for x in xs], color="black", lw=1.5,
+                label=f"roof: {pk['compute'] / 1e12:.0f} TFLOP/s, {pk['dram'] / 1e12:.2f} TB/s")
+    for stage, g in pts.groupby("stage"):
+        ax.scatter(g["arithmetic_intensity"], g["achieved_flops_per_s"], s=18 + 60 * g["share"], label=stage, alpha=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
+    ax.set_ylabel("achieved FLOP/s (timeline time)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else ""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "—"
+        if abs(v) >= 1e6 or (0 < abs(v) < 1e-3):
+            return f"{v:.4g}"
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:,.1f}"
+    return str(v)
+
+
+def table(df: pd.DataFrame, columns: dict[str, str]) -> str:
+    """An HTML table of ``columns`` (source -> header); every cell HTML-escaped (C++ templates)."""
+    cols = [c for c in columns if c in df.columns]
+    head = "".join(f"<th>{html.escape(columns[c])}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r[c]))}</td>" for c in cols) + "</tr>"
+                   for _, r in df.iterrows())
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+STAGE_COLUMNS = {
+    "stage": "stage", "range_instances": "ranges", "wall_ms": "wall ms (NVTX range)", "gpu_busy_ms": "GPU busy ms (kernels)",
+    "busy_over_wall": "busy / wall", "coverage": "captured share of GPU time", "flops_measured": "FLOPs (ncu, scaled)",
+    "flops_analytic": "FLOPs (FlopCounterMode)", "flops_analytic_causal": "FLOPs (analytic, causal-adjusted)",
+    "mfu_wall": "MFU on wall", "mfu_busy": "MFU on busy", "dram_bytes_measured": "DRAM bytes (ncu, scaled)",
+    "dram_bw_util_busy": "DRAM BW util on busy", "dram_bw_util_wall": "DRAM BW util on wall", "diverges": "wall ≫ busy",
+}
+KERNEL_COLUMNS = {
+    "stage": "stage", "rank": "#", "kernel": "kernel (demangled, from nsys)", "instances": "launches", "total_ns": "GPU ns (timeline)",
+    "share": "share of stage", "sampled_launches": "sampled", "flops_per_launch": "FLOPs / launch",
+    "dram_bytes_per_launch": "DRAM B / launch", "l2_bytes_per_launch": "L2 B / launch", "l1_bytes_per_launch": "L1 B / launch",
+    "arithmetic_intensity": "FLOP / DRAM B", "achieved_flops_per_s": "FLOP/s", "compute_utilisation": "of compute peak",
+    "dram_utilisation": "of DRAM peak",
+}
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:12px;margin:1em 0}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}td:nth-child(3){text-align:left;max-width:520px;word-break:break-all}
+th{background:#f3f3f3}pre{background:#f7f7f7;padding:8px;font-size:11px;white-space:pre-wrap;word-break:break-all}.warn{color:#a40}"""
+
+
+def render(runs: list[dict], title: str = "nsightflow report") -> str:
+    """The whole report. Each run: run_id, stages, kernels (DataFrames), peaks, config, versions,
+    commands (list of {what, argv}), notes (list of str)."""
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    for run in runs:
+        rid = html.escape(run["run_id"])
+        pk = run["peaks"]
+        parts.append(f"<h2 id='{rid}'>Run {rid}</h2>")
+        parts.append("<h3>Stages</h3>" + table(run["stages"], STAGE_COLUMNS))
+        for note in run.get("notes", []):
+            parts.append(f"<p class='warn'>{html.escape(note)}</p>")
+        parts.append("<h3>Peaks</h3><ul>"
+                     f"<li>compute ({html.escape(str(pk.get('precision')))}): {_fmt(pk.get('compute', float('nan')) / 1e12)} TFLOP/s "
+                     f"— {html.escape(str(pk.get('compute_source')))}</li>"
+                     f"<li>DRAM: {_fmt(pk.get('dram', float('nan')) / 1e12)} TB/s — {html.escape(str(pk.get('dram_source')))}</li>")
+        if "datasheet_source" in pk:
+            parts.append(f"<li>datasheet, for comparison: {_fmt(pk.get('datasheet_compute', float('nan')) / 1e12)} TFLOP/s, "
+                         f"{_fmt(pk.get('datasheet_dram', float('nan')) / 1e12)} TB/s — {html.escape(pk['datasheet_source'])}</li>")
+        parts.append("</ul>")
+        png = roofline_png(run["kernels"], pk, f"roofline: {run['run_id']}")
+        parts.append("<h3>Roofline (captured kernels)</h3>"
+                     f"<img alt='roofline' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+        parts.append("<h3>Top kernels</h3>" + table(run["kernels"], KERNEL_COLUMNS))
+        parts.append("<h3>Configuration and tool versions</h3><pre>"
+                     + html.escape(json.dumps({"config": run.get("config"), "versions": run.get("versions")},
+                                              indent=2, default=str)) + "</pre>")
+        parts.append("<h3>Profiler commands behind these numbers</h3>")
+        for cmd in run.get("commands", []):
+            parts.append(f"<p>{html.escape(cmd['what'])}</p><pre>{html.escape(_quote(cmd['argv']))}</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _quote(argv: list[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(str(a)) for a in argv)

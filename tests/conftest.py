@@ -1,0 +1,56 @@
+"""Shared test helpers: fixture paths, a temporary copy of the workflow, GPU-tier skipping."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+
+
+def gpu_available() -> bool:
+    """A CUDA GPU visible to torch and both Nsight tools on PATH: the GPU test host."""
+    if not (shutil.which("nsys") and shutil.which("ncu")):
+        return False
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU with nsys and ncu on PATH (the GPU test host)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def copy_workflow(dest: Path) -> Path:
+    """Copy the tracked workflow files (what a fresh clone has) into ``dest``."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           stdout=subprocess.PIPE, text=True, check=True).stdout.split()
+    for rel in files:
+        if rel.startswith("tests/data/") or not (ROOT / rel).is_file():
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target)
+    return dest
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the real Snakemake in ``workdir`` as a subprocess."""
+    proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
+    return proc

@@ -1,0 +1,13 @@
+rule analytic_flops:
+    output:
+        "results/{run}/analytic_flops.json",
+    params:
+        program=program,
+    log:
+        "results/{run}/logs/analytic_flops.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    resources:
+        gpu=1,
+    script:
+        "../scripts/analytic_flops.py"

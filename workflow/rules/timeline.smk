@@ -1,0 +1,33 @@
+rule timeline:
+    output:
+        rep="results/{run}/timeline/timeline.nsys-rep",
+        manifest="results/{run}/timeline/manifest.json",
+    params:
+        program=program,
+        nsys=config["tools"]["nsys"],
+        ncu=config["tools"]["ncu"],
+        timeout_s=config["nsys"]["timeout_s"],
+    log:
+        "results/{run}/logs/timeline.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    resources:
+        gpu=1,
+    script:
+        "../scripts/timeline.py"
+
+
+rule nsys_stats:
+    input:
+        rep="results/{run}/timeline/timeline.nsys-rep",
+    output:
+        stats=directory("results/{run}/timeline/stats"),
+        sqlite="results/{run}/timeline/timeline.sqlite",
+    params:
+        nsys=config["tools"]["nsys"],
+    log:
+        "results/{run}/logs/nsys_stats.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    script:
+        "../scripts/nsys_stats.py"
