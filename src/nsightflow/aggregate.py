@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from nsightflow import metrics, ncu, nsys
+from nsightflow.select import select_kernels
 
 
 def tool_version(binary: str) -> str:
@@ -47,7 +48,10 @@ def aggregate_run(stats_dir: str | Path, sqlite: str | Path, selected_csv: str |
                    if "device__attribute_display_name" in r.columns and len(r)), None) or nsys.gpu_name(sqlite)
     pk = metrics.peaks(results, device, dtype)
     analytic = json.loads(Path(flops_json).read_text())["stages"]
-    ksum = metrics.kernel_summary(results, selected, pk)
+    # Every kernel of each stage, ranked by time: captured ones get counts, the rest stay empty.
+    ranked = select_kernels(kernels, None, 1.0)
+    ranked["selected"] = ranked.set_index(["stage", "kernel"]).index.isin(selected.set_index(["stage", "kernel"]).index)
+    ksum = metrics.kernel_summary(results, ranked, pk)
     ssum = metrics.stage_summary(kernels, ksum, stages, analytic, pk, divergence)
     notes = []
     for _, s in ssum.iterrows():

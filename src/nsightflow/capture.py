@@ -91,14 +91,24 @@ def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str |
 
 
 def selection(stats_dir: str | Path, sqlite: str | Path, top_n: int | None, coverage: float | None,
-              sample_steps: list, selected_csv: str | Path, plans_dir: str | Path) -> list[ncu.CapturePlan]:
-    """Pick kernels per stage and write one capture plan (JSON) per ncu run."""
+              sample_steps: list, selected_csv: str | Path, plans_dir: str | Path,
+              kernel_filter: bool = False) -> list[ncu.CapturePlan]:
+    """Pick kernels per stage and write one capture plan (JSON) per ncu run.
+
+    With ``kernel_filter`` a capture takes only the selected kernels (an ncu kernel-name
+    alternation); without it, every launch of the sampled stage steps. On ncu 2025.3.1 the
+    alternation did not match cuBLASLt's nvjet GEMMs (each matched alone), so the filter is opt-in.
+    """
     kernels = nsys.kernel_table(Path(stats_dir) / "nvtx_kern_sum.csv")
     if kernels.empty:
         raise ValueError(f"{stats_dir}: the timeline has no kernels inside NVTX ranges; does the workload "
                          "run its stages inside nvtx ranges and launch GPU kernels there?")
     selected = select_kernels(kernels, top_n, coverage)
-    plans = ncu.plan_captures(nsys.launch_sequence(sqlite), selected, sample_steps)
+    to_capture = selected if kernel_filter else select_kernels(kernels, None, 1.0)
+    plans = ncu.plan_captures(nsys.launch_sequence(sqlite), to_capture, sample_steps)
+    if not kernel_filter:
+        for plan in plans:
+            plan.kernels = []
     plans_dir = Path(plans_dir)
     tmp = plans_dir.with_name(plans_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -120,7 +130,7 @@ def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: st
     rep = Path(rep)
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
     expr = ncu.nvtx_include(plan["domain"], plan["stage"])
-    argv = ncu.capture_argv(ncu_bin, tmp_base, program, nvtx_expr=expr, kernels=plan["kernels"],
+    argv = ncu.capture_argv(ncu_bin, tmp_base, program, nvtx_expr=expr, kernels=plan["kernels"] or None,
                             launch_skip=plan["launch_skip"], launch_count=plan["launch_count"],
                             metrics=metrics, sections=sections, replay_mode=replay_mode,
                             clock_control=clock_control, cache_control=cache_control)

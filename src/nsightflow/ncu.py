@@ -136,7 +136,7 @@ class CapturePlan:
     domain: str
     stage: str
     steps: list[int]
-    kernels: list[str]
+    kernels: list[str]  # the kernel-name filter; empty: every launch in the stage step
     launch_skip: int
     launch_count: int
     expected: list[dict] = field(default_factory=list)  # timeline launches it should profile, in order

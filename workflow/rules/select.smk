@@ -9,6 +9,7 @@ checkpoint select_kernels:
         top_n=config["select"]["top_n"],
         coverage=config["select"]["coverage"],
         sample_steps=config["ncu"]["sample_steps"],
+        kernel_filter=config["ncu"]["kernel_filter"],
     log:
         "results/{run}/logs/select.log",
     conda:
