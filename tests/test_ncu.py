@@ -1,0 +1,119 @@
+"""ncu filters, sampling plans and raw-CSV parsing, on real exports from the GPU host."""
+
+import csv
+import json
+import re
+
+import pytest
+
+from conftest import DATA
+from nsightflow import ncu, nsys
+from nsightflow.select import select_kernels
+
+D = DATA / "h200_tinyllm"
+
+
+def test_nvtx_include_forms_seen_to_work_on_the_gpu_host():
+    # Both forms profiled kernels with ncu 2025.3.1 on the H200 (see ../shared/gpu-host and at_range.raw.csv).
+    assert ncu.nvtx_include("nsightflow", "decode") == "nsightflow@decode/"
+    assert ncu.nvtx_include("LLM", "LLM@prefill") == r"regex:LLM@^LLM\x40prefill$/"
+    assert ncu.nvtx_include("", "a b") == r"regex:^a b$/"
+    assert ncu.nvtx_include("d", "x/y(z)") == r"regex:d@^x\x2fy\(z\)$/"
+    with pytest.raises(ncu.CaptureError, match="domain"):
+        ncu.nvtx_include("my dom", "r")
+
+
+def test_kernel_name_filter_matches_exactly_the_nsys_names():
+    names = [r["Kernel Name"] for r in csv.DictReader((D / "stats" / "nvtx_kern_sum.csv").open())]
+    chosen, others = names[:5], set(names[5:]) - set(names[:5])
+    value = ncu.kernel_name_filter(chosen)
+    assert value.startswith("regex:")
+    rx = re.compile(value[len("regex:"):])
+    assert all(rx.fullmatch(n) for n in chosen)
+    assert not any(rx.fullmatch(n) for n in others)
+
+
+def test_resolve_steps():
+    assert ncu.resolve_steps(["first", "middle", "last"], 8) == [0, 3, 7]
+    assert ncu.resolve_steps(["every:3"], 8) == [0, 3, 6]
+    assert ncu.resolve_steps([5, "first"], 8) == [0, 5]
+    with pytest.raises(ValueError, match="outside"):
+        ncu.resolve_steps([8], 8)
+    with pytest.raises(ValueError, match="every:K"):
+        ncu.resolve_steps(["sometimes"], 8)
+
+
+def test_plan_skips_whole_steps_of_launches():
+    kernels = nsys.kernel_table(D / "stats" / "nvtx_kern_sum.csv")
+    seq = nsys.launch_sequence(D / "timeline.sqlite")
+    rows = [r for r in csv.DictReader((D / "stats" / "nvtx_kern_sum.csv").open()) if r["NVTX Range"] == "nsightflow:decode"]
+    per_step = sum(int(r["Kern Inst"]) for r in rows) // 8  # 136
+    plans = {p.capture_id: p for p in ncu.plan_captures(seq, select_kernels(kernels, None, 1.0), ["first", "middle", "last"])}
+    assert set(plans) == {"prefill", "decode.step0", "decode.step3", "decode.step7"}
+    assert (plans["decode.step3"].launch_skip, plans["decode.step3"].launch_count) == (3 * per_step, per_step)
+    assert (plans["decode.step7"].launch_skip, plans["decode.step7"].launch_count) == (7 * per_step, per_step)
+    assert plans["prefill"].launch_skip == 0
+    # The committed plan the GPU host ran agrees with a fresh one.
+    ran = json.loads((D / "plans" / "decode.step3.json").read_text())
+    assert (ran["launch_skip"], ran["launch_count"]) == (3 * per_step, per_step)
+    # With a kernel filter, only matching launches are counted.
+    top = select_kernels(kernels, 2, None)
+    filt = {p.capture_id: p for p in ncu.plan_captures(seq, top, ["last"])}
+    dec_top = top[top.stage == "decode"]["kernel"]
+    expected = sum(int(r["Kern Inst"]) for r in rows if r["Kernel Name"] in set(dec_top)) // 8
+    assert filt["decode.step7"].launch_count == expected
+    assert filt["decode.step7"].launch_skip == 7 * expected
+
+
+def test_parse_raw_csv_real_export():
+    df, units = ncu.parse_raw_csv(D / "decode.step3.raw.csv")
+    raw = list(csv.reader((D / "decode.step3.raw.csv").open()))
+    assert len(df) == len(raw) - 2 == 136
+    assert units["gpu__time_duration.sum"] == "ns"
+    col = raw[0].index("dram__bytes_read.sum")
+    assert df["dram__bytes_read.sum"].tolist() == [float(r[col].replace(",", "")) for r in raw[2:]]
+    assert df["dram__bytes.sum.peak_sustained"].iloc[0] == 1504.0  # printed "1,504"
+    # The harness marks each decode step with its index as the NVTX payload.
+    assert set(df["nvtx_range"]) == {"decode"} and set(df["nvtx_payload"]) == {3}
+    assert set(df["nvtx_domain"]) == {"nsightflow"}
+
+
+def test_parse_nvtx_with_at_sign_range():
+    df, _ = ncu.parse_raw_csv(D / "at_range.raw.csv")
+    assert set(df["nvtx_domain"]) == {"LLM"}
+    assert set(df["nvtx_range"]) == {"LLM@prefill"}
+    assert sorted(set(df["nvtx_payload"])) == [0, 1]
+
+
+def test_parse_raw_csv_rejects_bad_input(tmp_path):
+    good = (D / "decode.step3.raw.csv").read_text().splitlines()
+    (tmp_path / "trunc.csv").write_text("\n".join(good[:3] + [good[3][: len(good[3]) // 2]]) + "\n")
+    with pytest.raises(ValueError, match="truncated"):
+        ncu.parse_raw_csv(tmp_path / "trunc.csv")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(ValueError, match="not an ncu raw CSV"):
+        ncu.parse_raw_csv(tmp_path / "empty.csv")
+    (tmp_path / "other.csv").write_text((D / "stats" / "nvtx_sum.csv").read_text())
+    with pytest.raises(ValueError, match="--page raw --csv"):
+        ncu.parse_raw_csv(tmp_path / "other.csv")
+
+
+def test_check_capture_diagnoses_real_failures():
+    empty = (D / "ncu_no_kernels.log").read_text()
+    with pytest.raises(ncu.CaptureError) as err:
+        ncu.check_capture(empty, 0, what="stage 'decode'", ranges_seen=["nsightflow:decode", "nsightflow:prefill"])
+    assert "No kernels were profiled" in str(err.value) and "nsightflow:decode, nsightflow:prefill" in str(err.value)
+    refused = (D / "ncu_range_replay_decode.log").read_text()
+    with pytest.raises(ncu.CaptureError, match="app-range"):
+        ncu.check_capture(refused, 9, what="decode", ranges_seen=[])
+    ncu.check_capture("==PROF== Profiling \"k\": 100%\n", 0, what="x", ranges_seen=[])
+
+
+def test_capture_argv_is_a_list_with_names_intact():
+    name = "a\"b;$(rm -rf x)\n@/ c"
+    argv = ncu.capture_argv("ncu", "out/c", ["python", "-m", "m"], nvtx_expr=ncu.nvtx_include("", name),
+                            kernels=[name], launch_skip=3, launch_count=2, metrics=["m1", "m2"])
+    assert argv[argv.index("--launch-skip") + 1] == "3" and argv[argv.index("--launch-count") + 1] == "2"
+    assert "--clock-control=none" in argv and argv[-3:] == ["python", "-m", "m"]
+    rx = re.compile(argv[argv.index("--kernel-name") + 1][len("regex:"):])
+    assert rx.fullmatch(name)

@@ -1,0 +1,81 @@
+"""nsys readers on a real timeline of the default workload (H200), checked against the raw files."""
+
+import csv
+import sqlite3
+
+from conftest import DATA
+from nsightflow import nsys
+
+D = DATA / "h200_tinyllm"
+
+
+def _kern_rows():
+    return list(csv.DictReader((D / "stats" / "nvtx_kern_sum.csv").open()))
+
+
+def test_kernel_table_totals_match_csv():
+    table = nsys.kernel_table(D / "stats" / "nvtx_kern_sum.csv")
+    for label, stage in (("nsightflow:prefill", "prefill"), ("nsightflow:decode", "decode")):
+        rows = [r for r in _kern_rows() if r["NVTX Range"] == label]
+        got = table[table.stage == stage]
+        assert len(got) == len(rows)
+        assert got["total_ns"].sum() == sum(float(r["Total Time (ns)"]) for r in rows)
+        assert got["instances"].sum() == sum(int(r["Kern Inst"]) for r in rows)
+    assert set(table["domain"]) == {"nsightflow"}
+    # Kernels outside any range (the warm-up) are not a stage.
+    assert set(table["stage"]) == {"prefill", "decode"}
+
+
+def test_launches_per_step_is_instances_over_ranges():
+    table = nsys.kernel_table(D / "stats" / "nvtx_kern_sum.csv")
+    dec = table[table.stage == "decode"]
+    assert (dec["range_instances"] == 8).all()
+    assert (dec["launches_per_range"] == dec["instances"] / 8).all()
+
+
+def test_stage_table_reads_wall_time():
+    stages = nsys.stage_table(D / "stats" / "nvtx_sum.csv").set_index("stage")
+    rows = {r["Range"]: r for r in csv.DictReader((D / "stats" / "nvtx_sum.csv").open())}
+    assert stages.loc["decode", "wall_ns"] == float(rows["nsightflow:decode"]["Total Time (ns)"])
+    assert stages.loc["decode", "range_instances"] == 8
+    assert stages.loc["prefill", "range_instances"] == 1
+
+
+def test_launch_sequence_agrees_with_nsys_own_projection():
+    seq = nsys.launch_sequence(D / "timeline.sqlite")
+    rows = _kern_rows()
+    for label, stage in (("nsightflow:prefill", "prefill"), ("nsightflow:decode", "decode")):
+        expect_n = sum(int(r["Kern Inst"]) for r in rows if r["NVTX Range"] == label)
+        expect_ns = sum(float(r["Total Time (ns)"]) for r in rows if r["NVTX Range"] == label)
+        got = seq[seq.stage == stage]
+        assert len(got) == expect_n
+        assert got["duration_ns"].sum() == expect_ns
+    # Each decode range carries its step index as the NVTX payload.
+    dec = seq[seq.stage == "decode"]
+    assert sorted(dec["step"].unique()) == list(range(8))
+    assert (dec.groupby("step").size() == 136).all()
+    assert (dec["step"] == dec["range_index"]).all()
+
+
+def test_launch_sequence_grid_block_from_sqlite():
+    seq = nsys.launch_sequence(D / "timeline.sqlite")
+    con = sqlite3.connect(D / "timeline.sqlite")
+    first = seq[seq.stage == "prefill"].iloc[0]
+    row = con.execute("SELECT gridX, gridY, gridZ, blockX, blockY, blockZ FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                      "WHERE start = ?", (int(first["start"]),)).fetchone()
+    assert first["grid"] == f"({row[0]}, {row[1]}, {row[2]})"
+    assert first["block"] == f"({row[3]}, {row[4]}, {row[5]})"
+
+
+def test_gpu_name_and_commands():
+    assert nsys.gpu_name(D / "timeline.sqlite") == "NVIDIA H200"
+    argv = nsys.stats_argv("nsys", "t.nsys-rep", "out/stats")
+    assert argv[:2] == ["nsys", "stats"] and argv[-1] == "t.nsys-rep"
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--report"] == list(nsys.STATS_REPORTS)
+    prof = nsys.profile_argv("nsys", "out/t", ["python", "-c", "print('$(x); y')"])
+    assert "--trace=cuda,nvtx" in prof and prof[-3:] == ["python", "-c", "print('$(x); y')"]
+
+
+def test_split_range():
+    assert nsys.split_range("LLM:LLM@prefill") == ("LLM", "LLM@prefill")
+    assert nsys.split_range("prefill") == ("", "prefill")

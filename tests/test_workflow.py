@@ -1,0 +1,40 @@
+"""The real Snakemake on a temporary copy of the workflow: lint, DAG, config validation, report escaping."""
+
+import pandas as pd
+import yaml
+
+from conftest import copy_workflow, snakemake
+from nsightflow import report
+
+
+def test_lint_is_clean(tmp_path):
+    wf = copy_workflow(tmp_path)
+    out = snakemake(wf, "--lint", check=False).stdout
+    assert "Lints for" not in out, out
+
+
+def test_dry_run_plans_the_pipeline(tmp_path):
+    wf = copy_workflow(tmp_path)
+    out = snakemake(wf, "-n", "--cores", "1", "results/report.html").stdout
+    for rule in ("timeline", "nsys_stats", "analytic_flops", "select_kernels", "aggregate", "report"):
+        assert rule in out
+
+
+def test_bad_config_names_the_key(tmp_path):
+    wf = copy_workflow(tmp_path)
+    cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    cfg["select"]["top_n"] = 0
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = snakemake(wf, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0 and "top_n" in proc.stdout
+
+
+def test_report_escapes_kernel_names():
+    kernels = pd.DataFrame([{"stage": "prefill", "rank": 1, "kernel": "void k<(int)4, a&b>(T1)", "instances": 1,
+                             "total_ns": 10.0, "share": 1.0, "arithmetic_intensity": 2.0,
+                             "achieved_flops_per_s": 1e12}])
+    stages = pd.DataFrame([{"stage": "prefill", "wall_ms": 1.0}])
+    pk = {"compute": 1e15, "dram": 4e12, "precision": "bf16", "compute_source": "test", "dram_source": "test"}
+    html = report.render([{"run_id": "r<1>", "kernels": kernels, "stages": stages, "peaks": pk, "notes": []}])
+    assert "void k&lt;(int)4, a&amp;b&gt;(T1)" in html and "<(int)4" not in html
+    assert "r&lt;1&gt;" in html and "data:image/png;base64," in html
