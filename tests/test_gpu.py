@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest

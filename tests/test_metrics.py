@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from conftest import DATA
-from nsightflow import aggregate, metrics, ncu, nsys
+from nsightflow import aggregate, metrics, ncu
 
 D = DATA / "h200_tinyllm"
 

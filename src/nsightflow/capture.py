@@ -13,7 +13,6 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import pandas as pd
 
 from nsightflow import ncu, nsys
 from nsightflow.select import select_kernels

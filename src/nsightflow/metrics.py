@@ -139,7 +139,6 @@ def kernel_summary(matched: pd.DataFrame, selected: pd.DataFrame, pk: dict) -> p
     """Per (stage, kernel): timeline time and instances, per-launch counts from ncu, intensity, share of peak."""
     per_launch = matched.groupby(["stage", "kernel"], as_index=False).agg(
         sampled_launches=("ncu_id", "size"), flops_per_launch=("flops", "mean"),
-        tensor_flops_per_launch=("flops_tensor_bf16", "mean"),
         dram_bytes_per_launch=("dram_bytes", "mean"), l2_bytes_per_launch=("l2_bytes", "mean"),
         l1_bytes_per_launch=("l1_bytes", "mean"), ncu_duration_ns=("duration_ns", "mean"))
     out = selected.merge(per_launch, on=["stage", "kernel"], how="left")

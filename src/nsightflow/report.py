@@ -72,7 +72,7 @@ STAGE_COLUMNS = {
     "dram_bw_util_busy": "DRAM BW util on busy", "dram_bw_util_wall": "DRAM BW util on wall", "diverges": "wall ≫ busy",
 }
 KERNEL_COLUMNS = {
-    "stage": "stage", "rank": "#", "kernel": "kernel (demangled, from nsys)", "instances": "launches", "total_ns": "GPU ns (timeline)",
+    "stage": "stage", "rank": "#", "selected": "top-N", "kernel": "kernel (demangled, from nsys)", "instances": "launches", "total_ns": "GPU ns (timeline)",
     "share": "share of stage", "sampled_launches": "sampled", "flops_per_launch": "FLOPs / launch",
     "dram_bytes_per_launch": "DRAM B / launch", "l2_bytes_per_launch": "L2 B / launch", "l1_bytes_per_launch": "L1 B / launch",
     "arithmetic_intensity": "FLOP / DRAM B", "achieved_flops_per_s": "FLOP/s", "compute_utilisation": "of compute peak",
@@ -80,7 +80,7 @@ KERNEL_COLUMNS = {
 }
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:12px;margin:1em 0}
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}td:nth-child(3){text-align:left;max-width:520px;word-break:break-all}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}td:nth-child(4){text-align:left;max-width:520px;word-break:break-all}
 th{background:#f3f3f3}pre{background:#f7f7f7;padding:8px;font-size:11px;white-space:pre-wrap;word-break:break-all}.warn{color:#a40}"""
 
 
