@@ -38,7 +38,8 @@ def test_every_capture_profiled_kernels(run_dir):
     for export in exports:
         df, _ = ncu.parse_raw_csv(export)
         plan = json.loads((run_dir / "tinyllm" / "plans" / export.name.replace(".raw.csv", ".json")).read_text())
-        print(f"{export.name}: {len(df)} results, plan {plan['launch_count']}")
+        print(f"{export.name}: {len(df)} results, plan {plan['launch_count']}, kernel filter {len(plan['kernels'])} names")
+        assert plan["kernels"], "the default config filters captures to the selected kernels"
         assert len(df) >= 1
         assert len(df) == plan["launch_count"]
 
@@ -62,6 +63,7 @@ def test_prefill_flops_match_flop_counter(run_dir):
         assert stages.loc[stage, "mfu_busy"] > 0 and stages.loc[stage, "mfu_wall"] > 0
         print(f"{stage}: wall {stages.loc[stage, 'wall_ms']:.3f} ms, busy {stages.loc[stage, 'gpu_busy_ms']:.3f} ms, "
               f"MFU wall {stages.loc[stage, 'mfu_wall']:.2%}, busy {stages.loc[stage, 'mfu_busy']:.2%}, "
+              f"HFU busy {stages.loc[stage, 'hfu_busy']:.2%}, executed/model {stages.loc[stage, 'executed_over_model']:.2f}, "
               f"DRAM BW util busy {stages.loc[stage, 'dram_bw_util_busy']:.2%}, coverage {stages.loc[stage, 'coverage']:.1%}")
 
 

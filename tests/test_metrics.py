@@ -81,11 +81,19 @@ def test_stage_numbers_scale_samples_with_timeline_counts():
     assert st.loc["prefill", "flops_measured"] == pytest.approx(pre_flops, rel=1e-9)
     busy = sum(float(r["Total Time (ns)"]) for r in csv.DictReader((D / "stats" / "nvtx_kern_sum.csv").open())
                if r["NVTX Range"] == "nsightflow:prefill") * 1e-9
-    assert st.loc["prefill", "mfu_busy"] == pytest.approx(pre_flops / (busy * pk["compute"]), rel=1e-9)
+    model = json.loads((D / "analytic_flops.json").read_text())["stages"]
+    # HFU: the FLOPs the GPU executed; MFU: the model's FLOPs (causal-adjusted); both on timeline time.
+    assert st.loc["prefill", "hfu_busy"] == pytest.approx(pre_flops / (busy * pk["compute"]), rel=1e-9)
+    assert st.loc["prefill", "mfu_busy"] == pytest.approx(
+        model["prefill"]["flops_causal_adjusted"] / (busy * pk["compute"]), rel=1e-9)
     # Decode: every step launches the same kernels, so scaling step 3 to all launches is 8 x step 3.
     dec_flops = _all_flops(D / "decode.step3.raw.csv")
     assert st.loc["decode", "flops_measured"] == pytest.approx(8 * dec_flops, rel=1e-9)
     assert st.loc["decode", "coverage"] == 1.0 and st.loc["prefill", "coverage"] == 1.0
+    # Decode's 4-token steps run on padded tensor-core tiles: executed FLOPs far above the model's, explained.
+    ratio = 8 * dec_flops / model["decode"]["flops"]
+    assert st.loc["decode", "executed_over_model"] == pytest.approx(ratio, rel=1e-9) and ratio > 3
+    assert any(n.startswith("decode: the GPU executed 3.56x the model's FLOPs") for n in agg["notes"])
     # Prefill measured within 5% of FlopCounterMode once causal attention is accounted for.
     assert abs(st.loc["prefill", "flops_measured"] / st.loc["prefill", "flops_analytic_causal"] - 1) < 0.05
     # Wall time far above GPU busy time (CPU-bound dispatch at this size) is flagged.

@@ -3,6 +3,7 @@
 import csv
 import json
 import re
+import sqlite3
 
 import pytest
 
@@ -63,6 +64,15 @@ def test_plan_skips_whole_steps_of_launches():
     expected = sum(int(r["Kern Inst"]) for r in rows if r["Kernel Name"] in set(dec_top)) // 8
     assert filt["decode.step7"].launch_count == expected
     assert filt["decode.step7"].launch_skip == 7 * expected
+    # The filter names the kernels by their mangled names, read here straight from the SQLite export.
+    con = sqlite3.connect(D / "timeline.sqlite")
+    mangled_of = dict(con.execute("SELECT d.value, m.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                                  "JOIN StringIds d ON d.id = k.demangledName JOIN StringIds m ON m.id = k.mangledName"))
+    assert filt["decode.step7"].kernels == sorted(mangled_of[k] for k in dec_top)
+    rx = re.compile(ncu.kernel_name_filter(filt["decode.step7"].kernels)[len("regex:"):])
+    assert {m for m in mangled_of.values() if rx.fullmatch(m)} == {mangled_of[k] for k in dec_top}
+    argv = ncu.capture_argv("ncu", "out", ["prog"], nvtx_expr="nsightflow@decode/", kernels=filt["decode.step7"].kernels)
+    assert argv[argv.index("--kernel-name-base") + 1] == "mangled"
 
 
 def test_parse_raw_csv_real_export():

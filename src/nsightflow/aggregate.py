@@ -62,10 +62,7 @@ def aggregate_run(stats_dir: str | Path, sqlite: str | Path, selected_csv: str |
             notes.append(f"{s['stage']}: GPU busy time is {s['busy_over_wall']:.0%} of the range's wall time: the GPU "
                          "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
                          "measures the program, MFU on busy time the kernels.")
-        a, c, m = s["flops_analytic"], s["flops_analytic_causal"], s["flops_measured"]
-        if np.isfinite(a) and np.isfinite(c) and a != c:
-            notes.append(f"{s['stage']}: FlopCounterMode counts causal attention as full ({a:.4g}); only the "
-                         f"unmasked part is computed ({c:.4g} after adjusting); measured {m:.4g}.")
+        notes += flop_notes(s)
     sampled = results.groupby("stage")["step"].apply(lambda x: sorted(set(int(v) for v in x))).to_dict()
     for stage, steps in sampled.items():
         n = int(stages.loc[stages["stage"] == stage, "range_instances"].iloc[0])
@@ -73,6 +70,26 @@ def aggregate_run(stats_dir: str | Path, sqlite: str | Path, selected_csv: str |
             notes.append(f"{stage}: counts sampled from steps {steps} of {n} and scaled to all launches "
                          "with the timeline's instance counts.")
     return {"kernels": ksum, "stages": ssum, "peaks": pk, "notes": notes, "results": results}
+
+
+def flop_notes(s: pd.Series) -> list[str]:
+    """Explain where a stage's measured (executed) FLOPs and its model FLOPs differ for a structural reason."""
+    a, c, m, r = s["flops_analytic"], s["flops_analytic_causal"], s["flops_measured"], s["executed_over_model"]
+    notes = []
+    if np.isfinite(a) and np.isfinite(c) and a != c:
+        notes.append(f"{s['stage']}: FlopCounterMode counts causal attention as full ({a:.4g}); only the "
+                     f"unmasked part is computed ({c:.4g} after adjusting); measured {m:.4g}.")
+    if np.isfinite(r) and r > 1.2:
+        notes.append(f"{s['stage']}: the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU). Tensor-core "
+                     "instructions work on fixed tiles (Hopper wgmma: 64 rows, N of 8 or more; flash-attention "
+                     "kernels: blocks of 16-128 queries and keys), so a small dimension such as the few tokens of "
+                     "a decode step is padded and the padding is counted; the kernel table's FLOPs per launch "
+                     "show which kernels do it.")
+    elif np.isfinite(r) and r < 0.8 and s["coverage"] >= 0.999:
+        notes.append(f"{s['stage']}: ncu counted {r:.2f}x the model's FLOPs although every kernel was captured: "
+                     "part of the work runs on pipes the default metrics do not count (e.g. integer or FP8 "
+                     "without its metric), or FlopCounterMode over-counts an operator.")
+    return notes
 
 
 def write_run(agg: dict, kernels_csv: str | Path, stages_csv: str | Path, summary_json: str | Path) -> None:

@@ -91,12 +91,11 @@ def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str |
 
 def selection(stats_dir: str | Path, sqlite: str | Path, top_n: int | None, coverage: float | None,
               sample_steps: list, selected_csv: str | Path, plans_dir: str | Path,
-              kernel_filter: bool = False) -> list[ncu.CapturePlan]:
+              kernel_filter: bool = True) -> list[ncu.CapturePlan]:
     """Pick kernels per stage and write one capture plan (JSON) per ncu run.
 
-    With ``kernel_filter`` a capture takes only the selected kernels (an ncu kernel-name
-    alternation); without it, every launch of the sampled stage steps. On ncu 2025.3.1 the
-    alternation did not match cuBLASLt's nvjet GEMMs (each matched alone), so the filter is opt-in.
+    With ``kernel_filter`` a capture takes only the selected kernels (an ncu alternation of
+    their mangled names); without it, every launch of the sampled stage steps.
     """
     kernels = nsys.kernel_table(Path(stats_dir) / "nvtx_kern_sum.csv")
     if kernels.empty:

@@ -155,9 +155,20 @@ def kernel_summary(matched: pd.DataFrame, selected: pd.DataFrame, pk: dict) -> p
     return out
 
 
+def _util(amount: float, seconds: float, peak: float) -> float:
+    """amount / (seconds × peak): a utilisation, NaN where any part is missing or zero."""
+    if not (seconds and peak) or not np.isfinite(amount) or not np.isfinite(peak):
+        return np.nan
+    return amount / (seconds * peak)
+
+
 def stage_summary(kernels: pd.DataFrame, ksum: pd.DataFrame, stages: pd.DataFrame, analytic: dict,
                   pk: dict, divergence: float = 0.5) -> pd.DataFrame:
-    """Per stage: wall and GPU busy time (timeline), FLOPs and bytes (ncu, scaled), MFU on each time.
+    """Per stage: wall and GPU busy time (timeline), FLOPs and bytes (ncu, scaled), utilisation on each time.
+
+    MFU divides the model's FLOPs (FlopCounterMode, causal-adjusted) by time × peak; HFU divides
+    the FLOPs the hardware executed (ncu counters), which include tile padding and recomputation.
+    Both use measured times; their ratio (``executed_over_model``) shows wasted tensor work.
 
     ``kernels`` is the timeline's full per-stage kernel table (for busy time), ``ksum`` the
     captured kernels (kernel_summary), ``analytic`` the harness' FlopCounterMode counts.
@@ -172,6 +183,7 @@ def stage_summary(kernels: pd.DataFrame, ksum: pd.DataFrame, stages: pd.DataFram
         flops = float(cap["flops"].sum()) if len(cap) else np.nan
         dram = float(cap["dram_bytes"].sum()) if len(cap) else np.nan
         an = analytic.get(name, {})
+        model = an.get("flops_causal_adjusted", an.get("flops", np.nan))
         wall_s, busy_s = st["wall_ns"] * 1e-9, busy_ns * 1e-9
         row = {
             "stage": name, "range_instances": int(st["range_instances"]),
@@ -180,11 +192,12 @@ def stage_summary(kernels: pd.DataFrame, ksum: pd.DataFrame, stages: pd.DataFram
             "coverage": covered_ns / busy_ns if busy_ns else np.nan,
             "flops_measured": flops, "flops_analytic": an.get("flops", np.nan),
             "flops_analytic_causal": an.get("flops_causal_adjusted", np.nan),
+            "executed_over_model": flops / model if model else np.nan,
             "dram_bytes_measured": dram,
-            "mfu_wall": flops / (wall_s * pk["compute"]) if wall_s else np.nan,
-            "mfu_busy": flops / (busy_s * pk["compute"]) if busy_s else np.nan,
-            "dram_bw_util_busy": dram / (busy_s * pk["dram"]) if busy_s else np.nan,
-            "dram_bw_util_wall": dram / (wall_s * pk["dram"]) if wall_s else np.nan,
+            "mfu_wall": _util(model, wall_s, pk["compute"]), "mfu_busy": _util(model, busy_s, pk["compute"]),
+            "hfu_wall": _util(flops, wall_s, pk["compute"]), "hfu_busy": _util(flops, busy_s, pk["compute"]),
+            "dram_bw_util_busy": _util(dram, busy_s, pk["dram"]),
+            "dram_bw_util_wall": _util(dram, wall_s, pk["dram"]),
         }
         row["busy_over_wall"] = busy_ns / st["wall_ns"] if st["wall_ns"] else np.nan
         row["diverges"] = bool(row["busy_over_wall"] < divergence)

@@ -4,8 +4,10 @@ Findings this module is built on (ncu 2025.3.1, see ../shared/gpu-host/README.md
 - ``--nvtx-include "D@R/"`` splits at the first ``@``: a range name containing ``@`` must go
   through ``regex:D@...`` with the ``@`` written as ``\\x40``.
 - ``--launch-skip/--launch-count`` count only launches that pass the NVTX and kernel filters.
-- ncu prints shortened kernel names (``at::native::`` and ``(int)`` casts dropped), but
-  ``--kernel-name-base demangled`` matches against the full name nsys records.
+- ncu prints shortened kernel names (``at::native::`` and ``(int)`` casts dropped). An alternation
+  of nsys's demangled names under ``--kernel-name-base demangled`` missed cuBLASLt's ``nvjet_*``
+  GEMMs, so the kernel filter matches the mangled (linker) names that nsys also records: they are
+  unique per template instantiation, plain identifiers, and the same in both tools.
 - "No kernels were profiled" exits 0: only the output tells.
 """
 
@@ -101,7 +103,7 @@ def nvtx_include(domain: str, name: str) -> str:
 
 
 def kernel_name_filter(names: list[str]) -> str:
-    """``--kernel-name`` value matching exactly these demangled names (use with --kernel-name-base demangled)."""
+    """``--kernel-name`` value matching exactly these names (mangled names, with --kernel-name-base mangled)."""
     if not names:
         raise ValueError("kernel_name_filter needs at least one kernel name")
     return "regex:^(" + "|".join(escape_regex(n) for n in sorted(set(names))) + ")$"
@@ -136,7 +138,7 @@ class CapturePlan:
     domain: str
     stage: str
     steps: list[int]
-    kernels: list[str]  # the kernel-name filter; empty: every launch in the stage step
+    kernels: list[str]  # mangled names for the kernel filter; empty: every launch in the stage step
     launch_skip: int
     launch_count: int
     expected: list[dict] = field(default_factory=list)  # timeline launches it should profile, in order
@@ -152,9 +154,9 @@ def plan_captures(launches: pd.DataFrame, selected: pd.DataFrame, sample_steps: 
     """
     plans: list[CapturePlan] = []
     for (domain, stage), sel in selected.groupby(["domain", "stage"], sort=True):
-        names = set(sel["kernel"])
         seq = launches[(launches["domain"] == domain) & (launches["stage"] == stage)]
-        match = seq[seq["kernel"].isin(names)].sort_values(["range_index", "seq"])
+        match = seq[seq["kernel"].isin(set(sel["kernel"]))].sort_values(["range_index", "seq"])
+        names = set(match["mangled"])
         n_ranges = int(seq["range_index"].max()) + 1 if len(seq) else 0
         if n_ranges == 0 or match.empty:
             continue
@@ -188,7 +190,7 @@ def capture_argv(ncu: str, out_base: str | Path, program: list[str], *, nvtx_exp
     if nvtx_expr:
         argv += ["--nvtx-include", nvtx_expr]
     if kernels and replay_mode in ("kernel", "application"):
-        argv += ["--kernel-name-base", "demangled", "--kernel-name", kernel_name_filter(kernels)]
+        argv += ["--kernel-name-base", "mangled", "--kernel-name", kernel_name_filter(kernels)]
     if launch_skip:
         argv += ["--launch-skip", str(launch_skip)]
     if launch_count is not None:
@@ -231,7 +233,7 @@ def check_capture(log_text: str, returncode: int, *, what: str, ranges_seen: lis
         lines.append(f"NVTX ranges the timeline saw (domain:name): {seen}")
         lines.append("likely fixes: the range must be push/pop (nvtx.annotate) in the domain named; a range name "
                      "with '@' needs the regex form nsightflow builds; the program must synchronize before the "
-                     "range ends; the kernel-name filter must match the demangled names nsys recorded.")
+                     "range ends; the kernel-name filter must match the mangled names nsys recorded.")
     tail = "\n".join(log_text.strip().splitlines()[-15:])
     raise CaptureError("\n".join(lines) + f"\n--- last lines of ncu output ---\n{tail}")
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 STATS_REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum")
+LAUNCH_COLUMNS = ["domain", "stage", "step", "range_index", "kernel", "mangled", "grid", "block", "start", "end",
+                  "duration_ns", "seq"]
 
 
 def profile_argv(nsys: str, out_base: str | Path, program: list[str], trace: str = "cuda,nvtx") -> list[str]:
@@ -109,10 +111,11 @@ ranges AS (
 )
 SELECT r.domain, r.name AS stage, r.payload, r.start AS range_start, r."end" AS range_end,
        k.start, k."end", k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
-       dn.value AS kernel, rt.start AS launch_start
+       dn.value AS kernel, COALESCE(mn.value, dn.value) AS mangled, rt.start AS launch_start
 FROM CUPTI_ACTIVITY_KIND_KERNEL k
 JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
 JOIN StringIds dn ON dn.id = k.demangledName
+LEFT JOIN StringIds mn ON mn.id = k.mangledName
 JOIN ranges r ON rt.start >= r.start AND rt."end" <= r."end"
      AND (r.eventType = 60 OR rt.globalTid = r.globalTid)
 ORDER BY rt.start
@@ -124,8 +127,9 @@ def launch_sequence(sqlite_path: str | Path) -> pd.DataFrame:
 
     A kernel belongs to the innermost range whose CPU interval contains its launch call on
     the same thread (what nsys' own projection does for push/pop ranges). Columns: domain,
-    stage, step (the range's payload, else its instance index), range_index, kernel, grid,
-    block, start, end, duration_ns, seq (launch index within the range).
+    stage, step (the range's payload, else its instance index), range_index, kernel (demangled,
+    as nsys stats prints it), mangled (the linker name ncu's kernel filter matches exactly),
+    grid, block, start, end, duration_ns, seq (launch index within the range).
     """
     path = Path(sqlite_path)
     if not path.exists():
@@ -133,8 +137,7 @@ def launch_sequence(sqlite_path: str | Path) -> pd.DataFrame:
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
         df = pd.read_sql_query(_LAUNCHES_SQL, con)
     if df.empty:
-        return pd.DataFrame(columns=["domain", "stage", "step", "range_index", "kernel", "grid", "block",
-                                     "start", "end", "duration_ns", "seq"])
+        return pd.DataFrame(columns=LAUNCH_COLUMNS)
     # Innermost range: for a launch inside nested ranges keep the one that started last.
     df = df.sort_values(["launch_start", "range_start"]).drop_duplicates(["launch_start", "kernel"], keep="last")
     df["range_index"] = df.groupby(["domain", "stage"])["range_start"].rank(method="dense").astype(int) - 1
@@ -144,8 +147,7 @@ def launch_sequence(sqlite_path: str | Path) -> pd.DataFrame:
     df["duration_ns"] = df["end"] - df["start"]
     df = df.sort_values("launch_start", ignore_index=True)
     df["seq"] = df.groupby(["domain", "stage", "range_index"]).cumcount()
-    return df[["domain", "stage", "step", "range_index", "kernel", "grid", "block", "start", "end",
-               "duration_ns", "seq"]]
+    return df[LAUNCH_COLUMNS]
 
 
 def gpu_name(sqlite_path: str | Path) -> str | None:

@@ -68,7 +68,10 @@ STAGE_COLUMNS = {
     "stage": "stage", "range_instances": "ranges", "wall_ms": "wall ms (NVTX range)", "gpu_busy_ms": "GPU busy ms (kernels)",
     "busy_over_wall": "busy / wall", "coverage": "captured share of GPU time", "flops_measured": "FLOPs (ncu, scaled)",
     "flops_analytic": "FLOPs (FlopCounterMode)", "flops_analytic_causal": "FLOPs (analytic, causal-adjusted)",
-    "mfu_wall": "MFU on wall", "mfu_busy": "MFU on busy", "dram_bytes_measured": "DRAM bytes (ncu, scaled)",
+    "executed_over_model": "executed / model FLOPs",
+    "mfu_wall": "MFU on wall (model FLOPs)", "mfu_busy": "MFU on busy (model FLOPs)",
+    "hfu_wall": "HFU on wall (executed FLOPs)", "hfu_busy": "HFU on busy (executed FLOPs)",
+    "dram_bytes_measured": "DRAM bytes (ncu, scaled)",
     "dram_bw_util_busy": "DRAM BW util on busy", "dram_bw_util_wall": "DRAM BW util on wall", "diverges": "wall ≫ busy",
 }
 KERNEL_COLUMNS = {
