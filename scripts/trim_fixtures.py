@@ -1,6 +1,6 @@
 """Trim real GPU-host captures for tests/data: keep headers, units and rows; drop what tests never read.
 
-Usage: python scripts/trim_fixtures.py RESULTS_DIR/tinyllm EXPLORE_DIR tests/data/h200_tinyllm
+Usage: python scripts/trim_fixtures.py RESULTS_DIR/tinyllm OUT_DIR [EXPLORE_DIR]
 - ncu raw CSVs: drop device__attribute_* (but display_name), launch__*, nvlink__*, numa__*, profiler__* columns;
 - the nsys SQLite: keep only the tables nsightflow reads (NVTX, kernels, runtime calls, strings, GPU info).
 """
@@ -39,18 +39,26 @@ def trim_sqlite(src: Path, dst: Path) -> None:
 
 
 if __name__ == "__main__":
-    run, explore, out = map(Path, sys.argv[1:4])
+    # h200_tinyllm was made with EXPLORE_DIR (scripts/gpu_explore.sh) and captures prefill, decode.step3;
+    # h200_tinyllm_filtered with no EXPLORE_DIR and every capture of the run.
+    run, out = Path(sys.argv[1]), Path(sys.argv[2])
+    explore = Path(sys.argv[3]) if len(sys.argv) > 3 else None
     out.mkdir(parents=True, exist_ok=True)
     (out / "stats").mkdir(exist_ok=True)
     (out / "plans").mkdir(exist_ok=True)
     for f in (run / "timeline" / "stats").glob("*.csv"):
         shutil.copy(f, out / "stats" / f.name)
-    for cap in ("prefill", "decode.step3"):
+    caps = ("prefill", "decode.step3") if explore else sorted(
+        p.name.removesuffix(".raw.csv") for p in (run / "ncu").glob("*.raw.csv"))
+    for cap in caps:
         trim_csv(run / "ncu" / f"{cap}.raw.csv", out / f"{cap}.raw.csv")
         shutil.copy(run / "plans" / f"{cap}.json", out / "plans" / f"{cap}.json")
     for f in ("analytic_flops.json", "selected_kernels.csv"):
         shutil.copy(run / f, out / f)
-    trim_sqlite(explore / "timeline.sqlite" if not (run / "timeline" / "timeline.sqlite").exists()
-                else run / "timeline" / "timeline.sqlite", out / "timeline.sqlite")
-    trim_csv(explore / "at.raw.csv", out / "at_range.raw.csv")
-    shutil.copy(explore / "range_decode.log", out / "ncu_range_replay_decode.log")
+    sqlite = run / "timeline" / "timeline.sqlite"
+    trim_sqlite(sqlite if sqlite.exists() else explore / "timeline.sqlite", out / "timeline.sqlite")
+    if explore:
+        trim_csv(explore / "at.raw.csv", out / "at_range.raw.csv")
+        shutil.copy(explore / "range_decode.log", out / "ncu_range_replay_decode.log")
+    else:
+        shutil.copy(run / "timeline" / "manifest.json", out / "manifest.json")
