@@ -99,3 +99,38 @@ def test_stage_numbers_scale_samples_with_timeline_counts():
     # Wall time far above GPU busy time (CPU-bound dispatch at this size) is flagged.
     assert st.loc["decode", "diverges"] and st.loc["decode", "mfu_wall"] < st.loc["decode", "mfu_busy"]
     assert any("sampled from steps [3] of 8" in n for n in agg["notes"])
+
+
+def test_range_replay_results_are_refused_with_the_fix(tmp_path):
+    # A range-replay export has no Grid/Block columns (one row per range): derived here from the real
+    # prefill export by dropping them, since aggregation must refuse it rather than guess a join.
+    rows = list(csv.reader((D / "prefill.raw.csv").open()))
+    keep = [i for i, h in enumerate(rows[0]) if h not in ("Grid Size", "Block Size")]
+    export = tmp_path / "prefill.raw.csv"
+    with export.open("w", newline="") as fh:
+        csv.writer(fh, quoting=csv.QUOTE_ALL).writerows([[r[i] for i in keep] for r in rows])
+    with pytest.raises(ValueError, match="replay_mode"):
+        aggregate.aggregate_run(D / "stats", D / "timeline.sqlite", D / "selected_kernels.csv",
+                                [D / "plans" / "prefill.json"], [export], D / "analytic_flops.json", "bfloat16")
+
+
+def test_filtered_run_counts_only_the_selected_kernels():
+    # The default config's run on the H200: captures filtered to the selected kernels by mangled name.
+    F = DATA / "h200_tinyllm_filtered"
+    caps = ["decode.step0", "decode.step3", "decode.step7", "prefill"]
+    agg = aggregate.aggregate_run(F / "stats", F / "timeline.sqlite", F / "selected_kernels.csv",
+                                  [F / "plans" / f"{c}.json" for c in caps], [F / f"{c}.raw.csv" for c in caps],
+                                  F / "analytic_flops.json", "bfloat16")
+    st = agg["stages"].set_index("stage")
+    selected = list(csv.DictReader((F / "selected_kernels.csv").open()))
+    rows = list(csv.DictReader((F / "stats" / "nvtx_kern_sum.csv").open()))
+    for stage in ("prefill", "decode"):
+        chosen = {r["kernel"] for r in selected if r["stage"] == stage}
+        mine = [r for r in rows if r["NVTX Range"] == f"nsightflow:{stage}"]
+        covered = sum(float(r["Total Time (ns)"]) for r in mine if r["Kernel Name"] in chosen)
+        assert st.loc[stage, "coverage"] == pytest.approx(covered / sum(float(r["Total Time (ns)"]) for r in mine))
+        assert st.loc[stage, "captured_kernels"] == len(chosen)
+    assert st.loc["prefill", "flops_measured"] == pytest.approx(_all_flops(F / "prefill.raw.csv"), rel=1e-9)
+    # Decode: three sampled steps, each launching the same kernels; scaled to 8 steps.
+    dec = sum(_all_flops(F / f"{c}.raw.csv") for c in caps[:3])
+    assert st.loc["decode", "flops_measured"] == pytest.approx(dec * 8 / 3, rel=1e-9)

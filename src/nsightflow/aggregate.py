@@ -37,6 +37,10 @@ def aggregate_run(stats_dir: str | Path, sqlite: str | Path, selected_csv: str |
         if Path(export).stem.removesuffix(".raw") != plan["capture_id"]:
             raise ValueError(f"export {export} does not belong to plan {plan_path}")
         raw, _ = ncu.parse_raw_csv(Path(export))
+        if "Grid Size" not in raw.columns:
+            raise ValueError(f"{export}: one result per NVTX range (range or app-range replay), not per kernel; "
+                             "nsightflow's per-kernel join and scaling need kernel results: set ncu.replay_mode "
+                             "to 'kernel' (or 'application')")
         raws.append(raw)
         m = metrics.match_to_timeline(metrics.result_metrics(raw), plan["expected"], plan["capture_id"])
         m["stage"] = plan["stage"]
