@@ -1,4 +1,4 @@
-# nsightflow: nsys timeline -> top-N kernels -> targeted ncu captures -> raw CSV -> MFU/roofline -> report.
+# nsightflow: profile PyTorch workloads and report measured FLOPs, MFU, bandwidth and rooflines.
 # Run: snakemake --cores 1 results/report.html
 from snakemake.utils import min_version
 
@@ -9,11 +9,28 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/timeline.smk"
+
+
+# One backend per invocation (see config `profiler` and `captures`); each produces
+# results/<run>/{kernels.csv,stages.csv,summary.json,manifest.json} for the shared report.
+if BACKEND == "nsight":
+
+    include: "workflow/rules/timeline.smk"
+    include: "workflow/rules/select.smk"
+    include: "workflow/rules/ncu.smk"
+    include: "workflow/rules/aggregate.smk"
+
+elif BACKEND == "torch":
+
+    include: "workflow/rules/torch.smk"
+
+else:
+
+    include: "workflow/rules/captures.smk"
+
+
 include: "workflow/rules/flops.smk"
-include: "workflow/rules/select.smk"
-include: "workflow/rules/ncu.smk"
-include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/ceilings.smk"
 include: "workflow/rules/report.smk"
 
 

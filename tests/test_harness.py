@@ -51,3 +51,21 @@ def test_cli_reports_bad_callable_without_traceback():
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "importing module 'no_such_module_xyz'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_bytes_lower_bound_counts_each_tensor_once():
+    import torch
+
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    table, idx = torch.randn(100, 16), torch.tensor([1, 2, 3])
+
+    def step(_):
+        a @ b                        # reads 8x16 + 16x4, writes 8x4 (float32)
+        a.t()                        # a view: moves nothing
+        torch.nn.functional.embedding(idx, table)  # reads 3 rows of 16 and 3 int64 indices, writes 3x16
+
+    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage("s", step, repeats=2)])
+    got = harness.count_flops(wl)["stages"]["s"]
+    per_step = 4 * (8 * 16 + 16 * 4 + 8 * 4) + (4 * 3 * 16 + 8 * 3 + 4 * 3 * 16)
+    assert got["bytes_lower_bound"] == 2 * per_step
+    assert got["flops"] == 2 * 2 * 8 * 16 * 4

@@ -1,23 +1,29 @@
 """The real Snakemake on a temporary copy of the workflow: lint, DAG, config validation, report escaping."""
 
 import pandas as pd
+import pytest
 import yaml
 
-from conftest import copy_workflow, snakemake
+from conftest import DATA, copy_workflow, snakemake
 from nsightflow import report
 
 
-def test_lint_is_clean(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--config", "profiler=nsight"], ["--config", f"captures={DATA}"]])
+def test_lint_is_clean(tmp_path, extra):
     wf = copy_workflow(tmp_path)
-    out = snakemake(wf, "--lint", check=False).stdout
-    assert "Lints for" not in out, out
+    out = snakemake(wf, "--lint", *extra, check=False).stdout
+    assert "Lints for" not in out and "good condition" in out, out
 
 
-def test_dry_run_plans_the_pipeline(tmp_path):
+def test_dry_run_plans_each_backend(tmp_path):
     wf = copy_workflow(tmp_path)
-    out = snakemake(wf, "-n", "--cores", "1", "results/report.html").stdout
-    for rule in ("timeline", "nsys_stats", "analytic_flops", "select_kernels", "aggregate", "report"):
-        assert rule in out
+    out = snakemake(wf, "-n", "--cores", "1", "results/report.html", "--config", "profiler=nsight").stdout
+    for rule in ("timeline", "nsys_stats", "analytic_flops", "select_kernels", "ceilings", "aggregate", "report"):
+        assert f"rule {rule}:" in out or f"localrule {rule}:" in out or f"checkpoint {rule}:" in out, rule
+    out = snakemake(wf, "-n", "--cores", "1", "results/report.html", "--config", "profiler=torch").stdout
+    for rule in ("torch_profile", "analytic_flops", "ceilings", "aggregate_torch", "report"):
+        assert f"rule {rule}:" in out, rule
+    assert "rule timeline:" not in out
 
 
 def test_bad_config_names_the_key(tmp_path):

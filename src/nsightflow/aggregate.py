@@ -24,34 +24,90 @@ def tool_version(binary: str) -> str:
     return lines[-1] if lines else out.strip()
 
 
+def _kernel_results(raw: pd.DataFrame, export: str | Path) -> pd.DataFrame:
+    """Per-result metrics of one export; refuses per-range exports, which cannot be joined per kernel."""
+    if "Grid Size" not in raw.columns:
+        raise ValueError(f"{export}: one result per NVTX range (range or app-range replay), not per kernel; "
+                         "nsightflow's per-kernel join and scaling need kernel results: set ncu.replay_mode "
+                         "to 'kernel' (or 'application')")
+    return metrics.result_metrics(raw)
+
+
 def aggregate_run(stats_dir: str | Path, sqlite: str | Path, selected_csv: str | Path, plans: list[str | Path],
-                  exports: list[str | Path], flops_json: str | Path, dtype: str, divergence: float = 0.5) -> dict:
+                  exports: list[str | Path], flops_json: str | Path, dtype: str, divergence: float = 0.5,
+                  ceiling_json: str | Path | None = None) -> dict:
     """Per-kernel and per-stage tables for one run, plus peaks and notes on anything not measured."""
-    stats_dir = Path(stats_dir)
-    kernels = nsys.kernel_table(stats_dir / "nvtx_kern_sum.csv")
-    stages = nsys.stage_table(stats_dir / "nvtx_sum.csv")
-    selected = pd.read_csv(selected_csv)
     matched, raws = [], []
     for plan_path, export in zip(sorted(map(Path, plans)), sorted(map(Path, exports))):
         plan = json.loads(plan_path.read_text())
         if Path(export).stem.removesuffix(".raw") != plan["capture_id"]:
             raise ValueError(f"export {export} does not belong to plan {plan_path}")
         raw, _ = ncu.parse_raw_csv(Path(export))
-        if "Grid Size" not in raw.columns:
-            raise ValueError(f"{export}: one result per NVTX range (range or app-range replay), not per kernel; "
-                             "nsightflow's per-kernel join and scaling need kernel results: set ncu.replay_mode "
-                             "to 'kernel' (or 'application')")
         raws.append(raw)
-        m = metrics.match_to_timeline(metrics.result_metrics(raw), plan["expected"], plan["capture_id"])
+        m = metrics.match_to_timeline(_kernel_results(raw, export), plan["expected"], plan["capture_id"])
         m["stage"] = plan["stage"]
         matched.append(m)
     if not matched:
         raise ValueError("no ncu captures to aggregate: the selection planned none")
+    analytic = json.loads(Path(flops_json).read_text())["stages"]
+    ceiling = json.loads(Path(ceiling_json).read_text()) if ceiling_json else None
+    return summarise(Path(stats_dir), sqlite, pd.read_csv(selected_csv), matched, raws, analytic, dtype,
+                     divergence, ceiling)
+
+
+def aggregate_captures(imported: str | Path, divergence: float = 0.5) -> dict:
+    """Tables for captures made elsewhere (see nsightflow.captures): ncu results matched to the timeline
+    without capture plans; the dtype is the precision that did most of the tensor work."""
+    from nsightflow.captures import expected_launches
+
+    imported = Path(imported)
+    launches = nsys.launch_sequence(imported / "timeline.sqlite") if (imported / "timeline.sqlite").exists() else None
+    matched, raws = [], []
+    for export in sorted((imported / "ncu").glob("*.raw.csv")):
+        raw, _ = ncu.parse_raw_csv(export)
+        res = _kernel_results(raw, export)
+        expected, stage, steps = expected_launches(res, launches)
+        m = metrics.match_to_timeline(res, expected, export.name.removesuffix(".raw.csv"))
+        m["stage"] = stage
+        matched.append(m)
+        raws.append(raw)
+    flops = imported / "analytic_flops.json"
+    analytic = json.loads(flops.read_text())["stages"] if flops.exists() else {}
+    if not matched:
+        kernels = nsys.kernel_table(imported / "stats" / "nvtx_kern_sum.csv")
+        stages = nsys.stage_table(imported / "stats" / "nvtx_sum.csv")
+        ranked = select_kernels(kernels, None, 1.0).assign(selected=False)
+        ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
+        pk = metrics.peaks(pd.DataFrame(columns=["sm_hz", "dram_hz", "bf16_dense_per_cycle", "ffma_per_cycle",
+                                                 "dram_bytes_per_cycle"]), nsys.gpu_name(imported / "timeline.sqlite")
+                           if (imported / "timeline.sqlite").exists() else None, "bfloat16")
+        ssum = metrics.stage_summary(kernels, ranked, stages, analytic, pk, divergence)
+        return {"kernels": ranked, "stages": ssum, "peaks": pk, "results": pd.DataFrame(),
+                "notes": ["no ncu exports among the captures: times only, from the nsys timeline."]}
+    results = pd.concat(matched, ignore_index=True)
+    tensor = {p: results[f"flops_tensor_{p}"].sum() for p in metrics.DTYPE_BY_TENSOR_PRECISION}
+    dtype = metrics.DTYPE_BY_TENSOR_PRECISION[max(tensor, key=tensor.get)] if max(tensor.values()) > 0 else "float32"
+    selected = results[["stage", "kernel"]].drop_duplicates()
+    agg = summarise(imported / "stats", imported / "timeline.sqlite", selected, matched, raws, analytic, dtype,
+                    divergence, None)
+    agg["notes"].insert(0, f"analysis of existing captures: precision taken as {dtype} (most tensor-pipe FLOPs)"
+                        + ("" if analytic else "; no analytic_flops.json among them, so no model FLOPs and no MFU, "
+                           "only HFU from the counted FLOPs"))
+    return agg
+
+
+def summarise(stats_dir: Path, sqlite: str | Path, selected: pd.DataFrame, matched: list[pd.DataFrame],
+              raws: list[pd.DataFrame], analytic: dict, dtype: str, divergence: float,
+              ceiling: dict | None) -> dict:
+    """Kernel and stage tables from ncu results already joined to the timeline (shared by every ncu path)."""
+    kernels = nsys.kernel_table(stats_dir / "nvtx_kern_sum.csv")
+    stages = nsys.stage_table(stats_dir / "nvtx_sum.csv")
     results = pd.concat(matched, ignore_index=True)
     device = next((str(r["device__attribute_display_name"].iloc[0]) for r in raws
                    if "device__attribute_display_name" in r.columns and len(r)), None) or nsys.gpu_name(sqlite)
     pk = metrics.peaks(results, device, dtype)
-    analytic = json.loads(Path(flops_json).read_text())["stages"]
+    if ceiling:
+        pk = metrics.with_ceiling(pk, ceiling)
     # Every kernel of each stage, ranked by time: captured ones get counts, the rest stay empty.
     ranked = select_kernels(kernels, None, 1.0)
     ranked["selected"] = ranked.set_index(["stage", "kernel"]).index.isin(selected.set_index(["stage", "kernel"]).index)
@@ -61,7 +117,7 @@ def aggregate_run(stats_dir: str | Path, sqlite: str | Path, selected_csv: str |
     for _, s in ssum.iterrows():
         if s["coverage"] < 0.999:
             notes.append(f"{s['stage']}: FLOPs and bytes are counted for the captured kernels only, "
-                         f"{s['coverage']:.1%} of the stage's GPU time; the rest is not measured, so its MFU is a lower bound.")
+                         f"{s['coverage']:.1%} of the stage's GPU time; the rest is not measured, so its HFU is a lower bound.")
         if s["diverges"]:
             notes.append(f"{s['stage']}: GPU busy time is {s['busy_over_wall']:.0%} of the range's wall time: the GPU "
                          "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
@@ -74,6 +130,33 @@ def aggregate_run(stats_dir: str | Path, sqlite: str | Path, selected_csv: str |
             notes.append(f"{stage}: counts sampled from steps {steps} of {n} and scaled to all launches "
                          "with the timeline's instance counts.")
     return {"kernels": ksum, "stages": ssum, "peaks": pk, "notes": notes, "results": results}
+
+
+def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str | Path, ceiling_json: str | Path,
+                    dtype: str, top_n: int | None, coverage: float | None, kind: str,
+                    divergence: float = 0.5) -> dict:
+    """One run's tables from a torch.profiler trace: timeline times, analytic FLOPs and bytes, measured ceilings.
+
+    There are no hardware counters on this path: per-kernel FLOPs and bytes stay empty, and the
+    roofline is analytic, one point per stage.
+    """
+    ceiling = json.loads(Path(ceiling_json).read_text())
+    pk = metrics.ceiling_peaks(ceiling, dtype)
+    analytic = json.loads(Path(flops_json).read_text())["stages"]
+    ranked = select_kernels(kernels, None, 1.0)
+    chosen = select_kernels(kernels, top_n, coverage)
+    ranked["selected"] = ranked.set_index(["stage", "kernel"]).index.isin(chosen.set_index(["stage", "kernel"]).index)
+    ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
+    ssum = metrics.stage_summary(kernels, ranked, stages, analytic, pk, divergence)
+    what = "CUDA kernels (CUPTI)" if kind == "gpu" else "CPU operators (self time)"
+    notes = [f"torch.profiler backend: the kernel table lists {what}; there are no hardware counters on this path, "
+             "so FLOPs are FlopCounterMode's and bytes a lower bound (each operator's tensors touched once; "
+             "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage."]
+    for _, s in ssum.iterrows():
+        notes += flop_notes(s)
+        if s["diverges"]:
+            notes.append(f"{s['stage']}: busy time is {s['busy_over_wall']:.0%} of the range's wall time.")
+    return {"kernels": ranked, "stages": ssum, "peaks": pk, "notes": notes}
 
 
 def flop_notes(s: pd.Series) -> list[str]:
@@ -103,16 +186,17 @@ def write_run(agg: dict, kernels_csv: str | Path, stages_csv: str | Path, summar
 
 
 def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json, cmds: list, config: dict,
-             ncu_bin: str) -> dict:
-    """A run as report.render wants it, from the files aggregate wrote."""
+             ncu_bin: str, point: dict | None = None, backend: str = "nsight", backend_reason: str = "") -> dict:
+    """A run as report.render wants it, from the files its backend wrote."""
     summary = json.loads(Path(summary_json).read_text())
     manifest = json.loads(Path(manifest_json).read_text())
-    commands = [{"what": "Timeline (nsys)", "argv": manifest["nsys_argv"]}]
+    commands = list(manifest.get("commands", []))
     for p in sorted(map(Path, cmds)):
         cmd = json.loads(p.read_text())
         commands.append({"what": f"ncu capture {cmd['capture_id']}", "argv": cmd["argv"]})
         commands.append({"what": f"export {cmd['capture_id']}",
                          "argv": ncu.export_argv(ncu_bin, f"{cmd['capture_id']}.ncu-rep")})
     return {"run_id": run_id, "kernels": pd.read_csv(kernels_csv), "stages": pd.read_csv(stages_csv),
-            "peaks": summary["peaks"], "notes": summary["notes"], "config": config,
-            "versions": manifest.get("versions"), "commands": commands}
+            "peaks": summary["peaks"], "notes": summary["notes"], "config": config, "point": point or {},
+            "versions": manifest.get("versions"), "commands": commands, "backend": backend,
+            "backend_reason": backend_reason, "params": manifest.get("params", {})}

@@ -70,6 +70,31 @@ def timeline(nsys_bin: str, program: list[str], rep: str | Path, log: str | Path
     _publish(produced, rep)
 
 
+def write_manifest(harness_json: str | Path, manifest: str | Path, versions: dict, commands: list[dict]) -> dict:
+    """The run's manifest: the harness's record (args, params, environment) plus tool versions and commands."""
+    from nsightflow import __version__
+
+    data = json.loads(Path(harness_json).read_text())
+    env = data.get("environment", {})
+    data["versions"] = {**versions, "nsightflow": __version__,
+                        **{k: env.get(k) for k in ("torch", "cuda", "python", "device_name")}}
+    data["commands"] = commands
+    tmp = Path(str(manifest) + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    _publish(tmp, Path(manifest))
+    return data
+
+
+def torch_profile(program: list[str], trace: str | Path, manifest: str | Path, log: str | Path,
+                  timeout_s: float | None = None) -> None:
+    """The workload under torch.profiler → Chrome trace ``trace``, and the run's manifest."""
+    harness_json = Path(str(manifest) + ".harness.json")
+    argv = list(program) + ["--mode", "torch", "--trace", str(trace), "--out", str(harness_json)]
+    run_tool(argv, log, timeout_s)
+    write_manifest(harness_json, manifest, {}, [{"what": "torch.profiler run (harness)", "argv": argv}])
+    harness_json.unlink()
+
+
 def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str | Path, log: str | Path) -> None:
     """nsys stats CSVs into ``out_dir`` (nvtx_sum.csv, ...) and the SQLite export to ``sqlite_out``."""
     rep, out_dir = Path(rep), Path(out_dir)

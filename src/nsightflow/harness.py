@@ -122,6 +122,33 @@ def run_profiled(workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int =
     return _run_all(workload, annotate)
 
 
+def run_torch_profiled(workload: Workload, trace: Path, domain: str = DEFAULT_DOMAIN,
+                       warmup: int = 1) -> dict[str, list[float]]:
+    """Warm up, then run every stage step under torch.profiler inside ``record_function('domain:stage')``.
+
+    The trace (Chrome/Perfetto JSON) records operators on the CPU and, on a GPU, the CUDA kernels
+    through CUPTI; ``nsightflow.torchprof`` turns it into the same tables as the nsys path.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    for _ in range(warmup):
+        _run_all(workload, None)
+    activities = [ProfilerActivity.CPU]
+    if workload.device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+
+    def annotate(name: str, step: int):
+        return record_function(f"{domain}:{name}")
+
+    with profile(activities=activities) as prof:
+        times = _run_all(workload, annotate)
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    tmp = trace.with_name(trace.name + ".tmp")
+    prof.export_chrome_trace(str(tmp))
+    tmp.replace(trace)
+    return times
+
+
 def environment(workload: Workload) -> dict:
     """Versions and device facts for the run's manifest."""
     import torch
@@ -153,8 +180,51 @@ _SDPA_CAUSAL_ARG = {
 }
 
 
+_GATHER_OPS = {"embedding", "index_select", "gather", "take", "index", "embedding_bag"}
+
+
+def _moved_bytes(inputs: list, output, gathers: bool = False) -> int:
+    """Bytes an operator touches: each distinct input tensor once, plus new outputs.
+
+    Outputs that alias an input (views, in-place results) add nothing; a lookup (``gathers``)
+    reads only as many table bytes as it returns. Re-reads are not counted, so this is a lower
+    bound on what the operators must touch; DRAM traffic itself can be lower when an
+    intermediate stays in cache.
+    """
+    import torch
+
+    def tensors(x):
+        if isinstance(x, torch.Tensor):
+            yield x
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                yield from tensors(y)
+
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    ins = list(tensors(inputs))
+    outs = list(tensors(output))
+    if gathers and ins and outs:
+        # A lookup reads only the rows it returns, not the whole table.
+        table = ins[0]
+        seen.add((table.untyped_storage().data_ptr(), table.storage_offset()))
+        total += min(table.numel() * table.element_size(), sum(t.numel() * t.element_size() for t in outs))
+    in_storage = {t.untyped_storage().data_ptr() for t in ins if t.device.type != "meta"}
+    for t in ins:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        if key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+    for t in outs:
+        if t.untyped_storage().data_ptr() in in_storage:
+            continue  # a view or an in-place result: its bytes were counted as an input
+        total += t.numel() * t.element_size()
+    return total
+
+
 def count_flops(workload: Workload) -> dict:
-    """FLOPs per stage from torch.utils.flop_counter.FlopCounterMode, with causal attention noted.
+    """FLOPs per stage from torch.utils.flop_counter.FlopCounterMode, with causal attention noted,
+    and a lower bound on the bytes each stage's operators read and write.
 
     FlopCounterMode counts causal attention as full attention; the attention calls seen with
     ``is_causal`` are recorded so that the causal-adjusted count (only the unmasked half of
@@ -168,9 +238,14 @@ def count_flops(workload: Workload) -> dict:
         def __init__(self) -> None:
             super().__init__()
             self.calls: list[dict] = []
+            self.bytes = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if not getattr(func, "is_view", False):  # views move no data
+                self.bytes += _moved_bytes(list(args) + list(kwargs.values()), out,
+                                           gathers=func.overloadpacket.__name__ in _GATHER_OPS)
             name = func.overloadpacket.__name__
             if name in _SDPA_CAUSAL_ARG:
                 idx = _SDPA_CAUSAL_ARG[name]
@@ -180,7 +255,7 @@ def count_flops(workload: Workload) -> dict:
                 sk = k.shape[-2]
                 dv = args[2].shape[-1]
                 self.calls.append(dict(op=name, causal=bool(causal), b=b, h=h, sq=sq, sk=sk, d=d, dv=dv))
-            return func(*args, **kwargs)
+            return out
 
     workload.setup()
     out: dict = {"stages": {}}
@@ -188,6 +263,7 @@ def count_flops(workload: Workload) -> dict:
         total = 0
         attn_full = 0
         causal_saved = 0
+        moved = 0
         by_op: dict[str, int] = {}
         for step in range(stage.repeats):
             log = SdpaLog()
@@ -195,6 +271,7 @@ def count_flops(workload: Workload) -> dict:
             with counter, log, torch.no_grad():
                 stage.fn(step)
             total += counter.get_total_flops()
+            moved += log.bytes
             for op, n in counter.get_flop_counts().get("Global", {}).items():
                 key = str(op)
                 by_op[key] = by_op.get(key, 0) + int(n)
@@ -214,6 +291,7 @@ def count_flops(workload: Workload) -> dict:
             "attention_flops_full": int(attn_full),
             "causal_masked_flops": int(round(causal_saved)),
             "flops_causal_adjusted": int(round(total - causal_saved)),
+            "bytes_lower_bound": int(moved),
             "repeats": stage.repeats,
             "by_op": by_op,
         }
@@ -226,15 +304,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--args", default="{}", help="JSON object of keyword arguments for the callable")
     parser.add_argument("--domain", default=DEFAULT_DOMAIN)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--mode", choices=["profile", "flops"], default="profile")
+    parser.add_argument("--mode", choices=["profile", "torch", "flops"], default="profile",
+                        help="profile: NVTX ranges for nsys/ncu; torch: torch.profiler trace to --trace; flops: counts")
+    parser.add_argument("--trace", type=Path, help="Chrome trace path for --mode torch")
     parser.add_argument("--out", type=Path, help="write the run's JSON (manifest or FLOP counts) here")
     ns = parser.parse_args(argv)
     try:
         args = json.loads(ns.args)
         workload = build_workload(ns.spec, args)
         if ns.mode == "profile":
-            times = run_profiled(workload, ns.domain, ns.warmup)
-            result = {"stage_wall_s": times}
+            result = {"stage_wall_s": run_profiled(workload, ns.domain, ns.warmup)}
+        elif ns.mode == "torch":
+            if ns.trace is None:
+                parser.error("--mode torch needs --trace PATH")
+            result = {"stage_wall_s": run_torch_profiled(workload, ns.trace, ns.domain, ns.warmup)}
         else:
             result = count_flops(workload)
     except WorkloadError as exc:

@@ -35,6 +35,8 @@ DATASHEET = {
 
 # Which FLOP precision a workload dtype's matrix work runs at.
 DTYPE_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
+# Which workload dtype a tensor-pipe precision stands for (analysis of captures without a config).
+DTYPE_BY_TENSOR_PRECISION = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp64_tensor": "float64"}
 
 
 def _col(df: pd.DataFrame, name: str) -> pd.Series:
@@ -135,6 +137,31 @@ def peaks(results: pd.DataFrame, device_name: str | None, dtype: str) -> dict:
     return out
 
 
+def ceiling_peaks(ceiling: dict, dtype: str) -> dict:
+    """Peaks from the measured ceilings (torch backend: the only denominators a CPU has), datasheet beside."""
+    precision = DTYPE_PRECISION.get(dtype, dtype)
+    name = ceiling.get("device_name")
+    out = {"precision": precision, "device_name": name,
+           "compute": ceiling["matmul_flops_per_s"],
+           "compute_source": f"measured on {name}: {ceiling['method']['matmul']}",
+           "dram": ceiling["copy_bytes_per_s"], "dram_source": f"measured on {name}: {ceiling['method']['copy']}"}
+    if ceiling.get("dtype") != dtype:
+        out["compute_source"] += f" (ceiling dtype {ceiling.get('dtype')}, workload {dtype})"
+    sheet_key = next((k for k in DATASHEET if name and k in name), None)
+    if sheet_key:
+        sheet = DATASHEET[sheet_key]
+        out.update(datasheet_compute=sheet.get(precision, np.nan), datasheet_dram=sheet.get("dram", np.nan),
+                   datasheet_source=sheet["source"])
+    return out
+
+
+def with_ceiling(pk: dict, ceiling: dict) -> dict:
+    """Add the measured ceilings to ncu/datasheet peaks, as second denominators."""
+    return {**pk, "ceiling_compute": ceiling["matmul_flops_per_s"], "ceiling_dram": ceiling["copy_bytes_per_s"],
+            "ceiling_source": f"measured on {ceiling.get('device_name')}: {ceiling['method']['matmul']}; "
+                              f"{ceiling['method']['copy']}"}
+
+
 def kernel_summary(matched: pd.DataFrame, selected: pd.DataFrame, pk: dict) -> pd.DataFrame:
     """Per (stage, kernel): timeline time and instances, per-launch counts from ncu, intensity, share of peak."""
     per_launch = matched.groupby(["stage", "kernel"], as_index=False).agg(
@@ -177,7 +204,7 @@ def stage_summary(kernels: pd.DataFrame, ksum: pd.DataFrame, stages: pd.DataFram
     for _, st in stages.iterrows():
         name = st["stage"]
         allk = kernels[kernels["stage"] == name]
-        cap = ksum[(ksum["stage"] == name) & ksum["sampled_launches"].notna()]
+        cap = ksum[(ksum["stage"] == name) & ksum.get("sampled_launches", pd.Series(np.nan, index=ksum.index)).notna()]
         busy_ns = float(allk["total_ns"].sum())
         covered_ns = float(cap["total_ns"].sum())
         flops = float(cap["flops"].sum()) if len(cap) else np.nan
@@ -199,6 +226,13 @@ def stage_summary(kernels: pd.DataFrame, ksum: pd.DataFrame, stages: pd.DataFram
             "dram_bw_util_busy": _util(dram, busy_s, pk["dram"]),
             "dram_bw_util_wall": _util(dram, wall_s, pk["dram"]),
         }
+        row["bytes_analytic"] = an.get("bytes_lower_bound", np.nan)
+        row["bw_util_busy_model"] = _util(row["bytes_analytic"], busy_s, pk["dram"])
+        if "ceiling_compute" in pk:
+            row["mfu_busy_ceiling"] = _util(model, busy_s, pk["ceiling_compute"])
+            row["dram_bw_util_busy_ceiling"] = _util(dram, busy_s, pk["ceiling_dram"])
+        if "sampled_launches" not in ksum or ksum["sampled_launches"].isna().all():
+            row["coverage"] = np.nan  # no hardware counters on this path: nothing is "captured"
         row["busy_over_wall"] = busy_ns / st["wall_ns"] if st["wall_ns"] else np.nan
         row["diverges"] = bool(row["busy_over_wall"] < divergence)
         rows.append(row)

@@ -270,10 +270,41 @@ def _number(cell: str) -> float:
         return np.nan
 
 
-def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Parse ``ncu --import R --page raw --csv`` output: (one row per result, units per column).
+_PREFIX = {"n": -9, "u": -6, "m": -3, "": 0, "K": 3, "M": 6, "G": 9, "T": 12, "P": 15}  # powers of ten
+_UNIT_BASES = {"byte": 0, "second": 0, "ns": -9, "hz": 0, "inst": 0, "warp": 0, "cycle": 0,
+               "thread": 0, "sector": 0, "request": 0, "block": 0, "register": 0, "wavefront": 0}
 
-    Metric columns (names with ``__``) become floats with thousands separators removed and
+
+def _unit_exponent(unit: str) -> tuple[int, bool] | None:
+    """(power of ten to SI base units, is a plain time), exact integers; None when not understood."""
+    unit = unit.strip()
+    if unit in ("", "%"):
+        return 0, False
+    if "/" in unit:
+        num, _, den = unit.partition("/")
+        a, b = _unit_exponent(num), _unit_exponent(den)
+        return None if a is None or b is None else (a[0] - b[0], False)
+    for base in sorted(_UNIT_BASES, key=len, reverse=True):
+        prefix = unit[: len(unit) - len(base)]
+        if unit.lower().endswith(base) and prefix in _PREFIX:
+            return _PREFIX[prefix] + _UNIT_BASES[base], base in ("second", "ns")
+    return None
+
+
+def unit_factor(unit: str) -> tuple[float, bool] | None:
+    """(factor to SI base units, is a plain time) for an ncu unit such as 'Mbyte', 'usecond', 'Ghz', 'byte/cycle'.
+
+    ``None`` when the unit is not understood. Prefixes are decimal (K = 1e3), as ncu's auto units print.
+    """
+    exp = _unit_exponent(unit)
+    return None if exp is None else (10.0 ** exp[0], exp[1])
+
+
+def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Parse ``ncu --import R --page raw --csv`` output: (one row per result, units per column as printed).
+
+    Metric columns (names with ``__``) become floats in base units (bytes, ns, hz: auto-scaled
+    units such as ``Mbyte`` or ``usecond`` are converted) with thousands separators removed and
     ``n/a``/``no data`` as NaN; the NVTX push/pop column becomes ``nvtx_domain``,
     ``nvtx_range`` and ``nvtx_payload`` of the innermost range.
     """
@@ -293,7 +324,17 @@ def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
     columns = {}
     for i, col in enumerate(header):
         cells = [r[i] for r in body]
-        columns[col] = [_number(v) for v in cells] if "__" in col else cells
+        if "__" not in col:
+            columns[col] = cells
+            continue
+        # Auto units (no --print-units base) scale per column: bring every metric to bytes, ns, hz, ...
+        factor = unit_factor(units[i])
+        if factor is None:
+            raise ValueError(f"ncu raw CSV: column {col!r} has unit {units[i]!r}, which nsightflow does not know; "
+                             "export with: ncu --import R.ncu-rep --page raw --csv --print-units base")
+        exp = _unit_exponent(units[i])
+        scale = 10.0 ** (exp[0] + (9 if exp[1] else 0))  # plain times in ns
+        columns[col] = [_number(v) * scale for v in cells]
     nvtx_col = next((c for c in header if "Push/Pop_Range" in c), None)
     stacks = [parse_nvtx(v) for v in columns[nvtx_col]] if nvtx_col else [[] for _ in body]
     columns["nvtx_domain"] = [s[-1]["domain"] if s else None for s in stacks]

@@ -43,6 +43,16 @@ def roofline_png(kernels: pd.DataFrame, pk: dict, title: str) -> bytes:
     return buf.getvalue()
 
 
+def stage_points(stages: pd.DataFrame) -> pd.DataFrame:
+    """One roofline point per stage from analytic counts: model FLOPs / operator bytes, FLOPs / busy time."""
+    model = stages["flops_analytic_causal"].fillna(stages["flops_analytic"])
+    return pd.DataFrame({
+        "stage": stages["stage"], "share": 1.0,
+        "arithmetic_intensity": model / stages.get("bytes_analytic", pd.Series(float("nan"), index=stages.index)),
+        "achieved_flops_per_s": model / (stages["gpu_busy_ms"] * 1e-3),
+    })
+
+
 def _fmt(v) -> str:
     if isinstance(v, bool):
         return "yes" if v else ""
@@ -57,7 +67,7 @@ def _fmt(v) -> str:
 
 def table(df: pd.DataFrame, columns: dict[str, str]) -> str:
     """An HTML table of ``columns`` (source -> header); every cell HTML-escaped (C++ templates)."""
-    cols = [c for c in columns if c in df.columns]
+    cols = [c for c in columns if c in df.columns and not df[c].isna().all()]
     head = "".join(f"<th>{html.escape(columns[c])}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r[c]))}</td>" for c in cols) + "</tr>"
                    for _, r in df.iterrows())
@@ -65,14 +75,17 @@ def table(df: pd.DataFrame, columns: dict[str, str]) -> str:
 
 
 STAGE_COLUMNS = {
-    "stage": "stage", "range_instances": "ranges", "wall_ms": "wall ms (NVTX range)", "gpu_busy_ms": "GPU busy ms (kernels)",
+    "stage": "stage", "range_instances": "ranges", "wall_ms": "wall ms (NVTX range)", "gpu_busy_ms": "busy ms (kernels, or CPU operators)",
     "busy_over_wall": "busy / wall", "coverage": "captured share of GPU time", "flops_measured": "FLOPs (ncu, scaled)",
     "flops_analytic": "FLOPs (FlopCounterMode)", "flops_analytic_causal": "FLOPs (analytic, causal-adjusted)",
     "executed_over_model": "executed / model FLOPs",
     "mfu_wall": "MFU on wall (model FLOPs)", "mfu_busy": "MFU on busy (model FLOPs)",
     "hfu_wall": "HFU on wall (executed FLOPs)", "hfu_busy": "HFU on busy (executed FLOPs)",
     "dram_bytes_measured": "DRAM bytes (ncu, scaled)",
-    "dram_bw_util_busy": "DRAM BW util on busy", "dram_bw_util_wall": "DRAM BW util on wall", "diverges": "wall ≫ busy",
+    "dram_bw_util_busy": "DRAM BW util on busy", "dram_bw_util_wall": "DRAM BW util on wall",
+    "mfu_busy_ceiling": "MFU on busy vs measured ceiling", "dram_bw_util_busy_ceiling": "DRAM BW util on busy vs measured copy",
+    "bytes_analytic": "bytes touched (operators, lower bound)", "bw_util_busy_model": "BW util on busy (operator bytes)",
+    "diverges": "wall ≫ busy",
 }
 KERNEL_COLUMNS = {
     "stage": "stage", "rank": "#", "selected": "top-N", "kernel": "kernel (demangled, from nsys)", "instances": "launches", "total_ns": "GPU ns (timeline)",
@@ -96,6 +109,8 @@ def render(runs: list[dict], title: str = "nsightflow report") -> str:
         rid = html.escape(run["run_id"])
         pk = run["peaks"]
         parts.append(f"<h2 id='{rid}'>Run {rid}</h2>")
+        parts.append(f"<p>Backend: <b>{html.escape(str(run.get('backend', 'nsight')))}</b>"
+                     + (f" — {html.escape(run['backend_reason'])}" if run.get("backend_reason") else "") + "</p>")
         parts.append("<h3>Stages</h3>" + table(run["stages"], STAGE_COLUMNS))
         for note in run.get("notes", []):
             parts.append(f"<p class='warn'>{html.escape(note)}</p>")
@@ -103,13 +118,19 @@ def render(runs: list[dict], title: str = "nsightflow report") -> str:
                      f"<li>compute ({html.escape(str(pk.get('precision')))}): {_fmt(pk.get('compute', float('nan')) / 1e12)} TFLOP/s "
                      f"— {html.escape(str(pk.get('compute_source')))}</li>"
                      f"<li>DRAM: {_fmt(pk.get('dram', float('nan')) / 1e12)} TB/s — {html.escape(str(pk.get('dram_source')))}</li>")
+        if "ceiling_source" in pk:
+            parts.append(f"<li>measured ceilings: {_fmt(pk['ceiling_compute'] / 1e12)} TFLOP/s, "
+                         f"{_fmt(pk['ceiling_dram'] / 1e12)} TB/s — {html.escape(pk['ceiling_source'])}</li>")
         if "datasheet_source" in pk:
             parts.append(f"<li>datasheet, for comparison: {_fmt(pk.get('datasheet_compute', float('nan')) / 1e12)} TFLOP/s, "
                          f"{_fmt(pk.get('datasheet_dram', float('nan')) / 1e12)} TB/s — {html.escape(pk['datasheet_source'])}</li>")
         parts.append("</ul>")
-        png = roofline_png(run["kernels"], pk, f"roofline: {run['run_id']}")
-        parts.append("<h3>Roofline (captured kernels)</h3>"
-                     f"<img alt='roofline' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+        has_counters = "arithmetic_intensity" in run["kernels"] and run["kernels"]["arithmetic_intensity"].notna().any()
+        points = run["kernels"] if has_counters else stage_points(run["stages"])
+        png = roofline_png(points, pk, f"roofline: {run['run_id']}")
+        parts.append(("<h3>Roofline (captured kernels, ncu counters)</h3>" if has_counters else
+                      "<h3>Roofline (analytic, per stage: model FLOPs over operator bytes, on busy time)</h3>")
+                     + f"<img alt='roofline' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
         parts.append("<h3>Top kernels</h3>" + table(run["kernels"], KERNEL_COLUMNS))
         parts.append("<h3>Configuration and tool versions</h3><pre>"
                      + html.escape(json.dumps({"config": run.get("config"), "versions": run.get("versions")},

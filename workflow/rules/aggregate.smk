@@ -6,6 +6,7 @@ rule aggregate:
         plans=plan_files,
         exports=export_files,
         flops="results/{run}/analytic_flops.json",
+        ceiling=ceiling_file,
     output:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",

@@ -3,12 +3,15 @@ rule report:
         kernels=expand("results/{run}/kernels.csv", run=RUNS),
         stages=expand("results/{run}/stages.csv", run=RUNS),
         summaries=expand("results/{run}/summary.json", run=RUNS),
-        manifests=expand("results/{run}/timeline/manifest.json", run=RUNS),
+        manifests=expand("results/{run}/manifest.json", run=RUNS),
         cmds=all_cmd_files,
     output:
         "results/report.html",
     params:
-        runs=RUNS,
+        runs=list(RUNS),
+        points=[RUNS[r]["point"] for r in RUNS],
+        backend=BACKEND,
+        backend_reason=BACKEND_REASON,
         config=config,
         ncu=config["tools"]["ncu"],
     log:

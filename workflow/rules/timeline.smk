@@ -1,7 +1,7 @@
 rule timeline:
     output:
         rep="results/{run}/timeline/timeline.nsys-rep",
-        manifest="results/{run}/timeline/manifest.json",
+        manifest="results/{run}/manifest.json",
     params:
         program=program,
         nsys=config["tools"]["nsys"],

@@ -1,0 +1,65 @@
+"""Which profiler backend runs: Nsight (nsys + ncu on a CUDA GPU), torch.profiler, or captures made elsewhere."""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+BACKENDS = ("nsight", "torch", "auto")
+
+
+def _found(binary: str) -> bool:
+    return shutil.which(binary) is not None or Path(binary).is_file()
+
+
+def gpus() -> list[str]:
+    """GPU names nvidia-smi lists (empty without a driver or a GPU)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
+
+
+def resolve(requested: str, nsys: str, ncu: str, captures: str | None = None) -> tuple[str, str]:
+    """(backend, why). ``captures`` set means analysis of existing captures: no profiler runs."""
+    if captures:
+        return "captures", f"config 'captures' is set: analysing the captures in {captures}, running no profiler"
+    if requested not in BACKENDS:
+        raise ValueError(f"profiler {requested!r}: use one of {', '.join(BACKENDS)}")
+    if requested != "auto":
+        return requested, f"config 'profiler: {requested}'"
+    missing = [what for what, ok in (("no CUDA GPU (nvidia-smi lists none)", bool(gpus())),
+                                     (f"nsys not found ({nsys!r})", _found(nsys)),
+                                     (f"ncu not found ({ncu!r})", _found(ncu))) if not ok]
+    if not missing:
+        return "nsight", "profiler 'auto': a CUDA GPU, nsys and ncu are usable"
+    return "torch", "profiler 'auto' chose torch.profiler: " + "; ".join(missing)
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", text).strip("-") or "unknown"
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo, else what platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_label(backend: str) -> str:
+    """A folder-safe name of the device the workload runs on (measured ceilings are cached under it)."""
+    if backend == "captures":
+        return "none"
+    names = gpus()
+    return _slug(names[0]) if names else "cpu-" + _slug(cpu_name())

@@ -1,0 +1,217 @@
+"""Analysis of captures made elsewhere: recognise the files by content, normalise them, match ncu to nsys.
+
+A directory may hold nsys stats CSV exports, an nsys SQLite export, ncu raw CSV exports (with or
+without ``--print-units base``), nsightflow's own ``analytic_flops.json``, and binary reports
+(``.nsys-rep``/``.ncu-rep``, exported first when the tool is installed). Exports are recognised by
+what they contain, never by their names; binary reports by their suffix (their format is opaque).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+
+from nsightflow import ncu, nsys
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+NSYS_STATS_CMD = "nsys stats --report nvtx_sum --report nvtx_kern_sum --format csv -o PREFIX REPORT.nsys-rep"
+NSYS_SQLITE_CMD = "nsys export --type sqlite -o REPORT.sqlite REPORT.nsys-rep"
+NCU_EXPORT_CMD = "ncu --import REPORT.ncu-rep --page raw --csv --print-units base > REPORT.raw.csv"
+
+
+class CapturesError(ValueError):
+    """The captures directory lacks what the analysis needs; the message names the command that makes it."""
+
+
+def captures_run_id(directory: str) -> str:
+    """The run id of an analysed directory: ``captures/<folder name>``."""
+    name = re.sub(r"[^A-Za-z0-9_.+-]+", "-", Path(directory).resolve().name).strip("-") or "captures"
+    return f"captures/{name}"
+
+
+def _csv_header(text: str) -> list[str]:
+    for row in csv.reader(io.StringIO(text[:20000])):
+        if len(row) > 2:
+            return row
+    return []
+
+
+def classify(path: Path) -> str | None:
+    """What a file is, from its content: nvtx_sum, nvtx_kern_sum, cuda_gpu_kern_sum, sqlite, ncu_raw,
+    analytic_flops, torch_trace; nsys_rep / ncu_rep by suffix; None for anything else."""
+    if path.suffix == ".nsys-rep":
+        return "nsys_rep"
+    if path.suffix == ".ncu-rep":
+        return "ncu_rep"
+    with path.open("rb") as fh:
+        head = fh.read(16)
+    if head == SQLITE_MAGIC:
+        try:
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.Error:
+            return None
+        return "sqlite" if {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "StringIds"} <= tables else None
+    try:
+        text = path.read_text()
+    except (UnicodeDecodeError, OSError):
+        return None
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        if isinstance(data, dict) and "traceEvents" in data:
+            return "torch_trace"
+        if isinstance(data, dict) and isinstance(data.get("stages"), dict) and all(
+                isinstance(v, dict) and "flops" in v for v in data["stages"].values()):
+            return "analytic_flops"
+        return None
+    header = set(_csv_header(text))
+    if {"ID", "Kernel Name"} <= header and any("__" in h for h in header):
+        return "ncu_raw"
+    if {"NVTX Range", "Kern Inst", "Kernel Name", "Total Time (ns)"} <= header:
+        return "nvtx_kern_sum"
+    if {"Range", "Instances", "Total Time (ns)"} <= header:
+        return "nvtx_sum"
+    if {"Name", "Instances", "Total Time (ns)"} <= header:
+        return "cuda_gpu_kern_sum"
+    return None
+
+
+def _one(found: dict[str, list[Path]], kind: str) -> Path | None:
+    paths = found.get(kind, [])
+    if len(paths) > 1:
+        raise CapturesError(f"several {kind} files: {', '.join(map(str, paths))}; keep one capture per directory")
+    return paths[0] if paths else None
+
+
+def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = "nsys", ncu_bin: str = "ncu",
+                    log: str | Path | None = None) -> dict:
+    """Recognise and normalise a captures directory into ``out_dir``; returns the index of what was found.
+
+    Layout written: stats/{nvtx_sum,nvtx_kern_sum}.csv, timeline.sqlite, ncu/<n>.raw.csv,
+    analytic_flops.json (when given), index.json.
+    """
+    from nsightflow.capture import ToolError, run_tool, stats
+
+    directory, out_dir = Path(directory), Path(out_dir)
+    if not directory.is_dir():
+        raise CapturesError(f"captures directory {directory} does not exist")
+    found: dict[str, list[Path]] = {}
+    unknown = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        kind = classify(path)
+        (found.setdefault(kind, []) if kind else unknown).append(path)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "stats").mkdir(parents=True)
+    (tmp / "ncu").mkdir()
+    log = Path(log) if log else tmp / "import.log"
+
+    kern_sum, nvtx_sum, sqlite = _one(found, "nvtx_kern_sum"), _one(found, "nvtx_sum"), _one(found, "sqlite")
+    rep = _one(found, "nsys_rep")
+    if (kern_sum is None or nvtx_sum is None or sqlite is None) and rep is not None:
+        if shutil.which(nsys_bin) is None:
+            raise CapturesError(f"{rep} needs exporting and nsys is not installed here; on a machine with nsys run: "
+                                f"{NSYS_STATS_CMD} (it writes the SQLite export beside the report too)")
+        try:
+            stats(nsys_bin, rep, tmp / "exported", tmp / "timeline.sqlite", log)
+        except ToolError as exc:
+            raise CapturesError(f"exporting {rep} failed: {exc}") from exc
+        kern_sum, nvtx_sum = tmp / "exported" / "nvtx_kern_sum.csv", tmp / "exported" / "nvtx_sum.csv"
+        sqlite = tmp / "timeline.sqlite"
+    if kern_sum is None or nvtx_sum is None:
+        raise CapturesError(f"{directory}: no nsys stats CSV exports of nvtx_sum and nvtx_kern_sum were recognised "
+                            f"(files seen: {len(unknown) + sum(map(len, found.values()))}); make them with: {NSYS_STATS_CMD}")
+    shutil.copy(kern_sum, tmp / "stats" / "nvtx_kern_sum.csv")
+    shutil.copy(nvtx_sum, tmp / "stats" / "nvtx_sum.csv")
+    exports = list(found.get("ncu_raw", []))
+    for rep_path in found.get("ncu_rep", []):
+        if any(e.name.startswith(rep_path.name.removesuffix(".ncu-rep")) for e in exports):
+            continue
+        if shutil.which(ncu_bin) is None:
+            raise CapturesError(f"{rep_path} has no raw CSV export and ncu is not installed here; on a machine with "
+                                f"ncu run: {NCU_EXPORT_CMD.replace('REPORT', rep_path.name.removesuffix('.ncu-rep'))}")
+        out, _ = run_tool(ncu.export_argv(ncu_bin, rep_path), log)
+        made = tmp / f"{rep_path.name.removesuffix('.ncu-rep')}.exported.raw.csv"
+        made.write_text(out)
+        exports.append(made)
+    if exports and sqlite is None:
+        raise CapturesError(f"{directory}: ncu exports need the timeline's SQLite export to match launches to "
+                            f"stages and steps; make it with: {NSYS_SQLITE_CMD}")
+    if sqlite is not None and sqlite != tmp / "timeline.sqlite":
+        shutil.copy(sqlite, tmp / "timeline.sqlite")
+    for i, export in enumerate(sorted(exports)):
+        ncu.parse_raw_csv(export)  # fails here, naming the file, when an export is malformed
+        shutil.copy(export, tmp / "ncu" / f"{i:03d}.raw.csv")
+    flops = _one(found, "analytic_flops")
+    if flops:
+        shutil.copy(flops, tmp / "analytic_flops.json")
+    index = {"directory": str(directory.resolve()),
+             "recognised": {k: [str(p) for p in v] for k, v in found.items()},
+             "ignored": [str(p) for p in unknown],
+             "exports": [str(e) for e in sorted(exports)]}
+    (tmp / "index.json").write_text(json.dumps(index, indent=2))
+    shutil.rmtree(tmp / "exported", ignore_errors=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.replace(out_dir)
+    return index
+
+
+def _name_key(name: str) -> str:
+    """A kernel name with what differs between nsys's and ncu's demangling removed.
+
+    ncu drops casts such as ``(int)`` / ``(unsigned long)`` and the ``native::`` namespace that
+    nsys keeps; dropping every namespace qualifier and cast leaves a key both agree on.
+    """
+    name = re.sub(r"\((?:unsigned |signed )?(?:int|long|short|char|bool|long long)\)", "", name)
+    return re.sub(r"(?:\b[A-Za-z_]\w*|<unnamed>)::", "", name).replace(" ", "")
+
+
+def expected_launches(results: pd.DataFrame, launches: pd.DataFrame) -> tuple[list[dict], str, list[int]]:
+    """The timeline launch behind each ncu result of one export, found without a capture plan.
+
+    Results are grouped by the NVTX range and payload (step) ncu recorded; inside a step they are
+    an ordered subsequence of the timeline's launches, matched greedily on name key, grid and block.
+    Returns (expected rows in result order, stage, steps).
+    """
+    res = results.sort_values("ncu_id").reset_index(drop=True)
+    if res["nvtx_range"].isna().any():
+        raise CapturesError("an ncu export has results without an NVTX range: capture with --nvtx so that each "
+                            "result names its stage")
+    stages = set(res["nvtx_range"])
+    if len(stages) != 1:
+        raise CapturesError(f"an ncu export spans several NVTX ranges {sorted(stages)}: export one stage per file")
+    stage = stages.pop()
+    seq = launches[launches["stage"] == stage]
+    if seq.empty:
+        raise CapturesError(f"the timeline has no launches in NVTX range {stage!r} that an ncu export names")
+    out: list[dict] = []
+    steps: list[int] = []
+    for payload, group in res.groupby(res["nvtx_payload"].fillna(-1), sort=False):
+        step = int(payload)
+        cand = seq[seq["step"] == step] if step >= 0 else seq[seq["range_index"] == 0]
+        cand = cand.sort_values("seq").reset_index(drop=True)
+        keys = [(_name_key(k), g, b) for k, g, b in zip(cand["kernel"], cand["grid"], cand["block"])]
+        j = 0
+        for _, r in group.iterrows():
+            want = (_name_key(r["ncu_kernel"]), str(r["grid"]), str(r["block"]))
+            while j < len(keys) and keys[j] != want:
+                j += 1
+            if j == len(keys):
+                raise CapturesError(f"ncu result {int(r['ncu_id'])} ({r['ncu_kernel'][:80]} grid {r['grid']}) has no "
+                                    f"matching launch in {stage} step {step} of the timeline: were the nsys and ncu "
+                                    "captures made from the same program and configuration?")
+            out.append(cand.loc[j, ["kernel", "grid", "block", "step", "duration_ns"]].to_dict())
+            j += 1
+        steps.append(step if step >= 0 else 0)
+    return out, stage, sorted(set(steps))

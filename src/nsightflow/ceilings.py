@@ -1,0 +1,101 @@
+"""Measured ceilings: the matrix-multiply rate and copy bandwidth this device really reaches.
+
+Datasheet peaks are not reachable in practice, and a CPU has none worth quoting. Short
+microbenchmarks give achievable denominators for MFU and bandwidth utilisation, shown beside
+the datasheet or ncu peaks. Each takes the best of several timed repetitions after a warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from nsightflow.backend import cpu_name
+
+# Sizes: big enough to reach steady state, small enough to finish in seconds.
+SIZES = {"cuda": {"matmul_n": 8192, "copy_bytes": 1 << 30, "reps": 20},
+         "cpu": {"matmul_n": 1024, "copy_bytes": 1 << 27, "reps": 5}}
+
+
+def device_name(device: str) -> str:
+    """The device's name: the GPU's from CUDA, else the CPU model from /proc/cpuinfo or platform."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return cpu_name()
+
+
+def _timer(device: str):
+    import torch
+
+    def timed(fn) -> float:
+        if device.startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    return timed
+
+
+def measure(device: str, dtype: str, matmul_n: int | None = None, copy_bytes: int | None = None,
+            reps: int | None = None) -> dict:
+    """Best achieved matmul FLOP/s (2·n³ per n×n product, in ``dtype``) and copy bytes/s (read + write)."""
+    import torch
+
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    size = SIZES[kind]
+    n = matmul_n or size["matmul_n"]
+    nbytes = copy_bytes or size["copy_bytes"]
+    reps = reps or size["reps"]
+    torch_dtype = getattr(torch, dtype)
+    timed = _timer(device)
+    a = torch.randn(n, n, device=device).to(torch_dtype)
+    b = torch.randn(n, n, device=device).to(torch_dtype)
+    c = torch.empty(n, n, device=device, dtype=torch_dtype)
+    torch.matmul(a, b, out=c)  # warm-up: library handles, autotuning
+    mm = min(timed(lambda: torch.matmul(a, b, out=c)) for _ in range(reps))
+    src = torch.empty(nbytes // 4, device=device, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    cp = min(timed(lambda: dst.copy_(src)) for _ in range(reps))
+    return {
+        "device": device, "device_name": device_name(device), "dtype": dtype,
+        "matmul_flops_per_s": 2 * n**3 / mm, "copy_bytes_per_s": 2 * src.numel() * 4 / cp,
+        "method": {"matmul": f"best of {reps}: {n}x{n} @ {n}x{n} in {dtype}, 2*n^3 FLOPs",
+                   "copy": f"best of {reps}: copy of {src.numel() * 4} bytes, counted as read + write"},
+        "torch": torch.__version__,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Measure achievable matmul rate and copy bandwidth.")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--out", type=Path, required=True)
+    ns = parser.parse_args(argv)
+    device = ns.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    result = measure(device, ns.dtype)
+    tmp = ns.out.with_name(ns.out.name + ".tmp")
+    ns.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(ns.out)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

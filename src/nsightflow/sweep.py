@@ -1,0 +1,50 @@
+"""Sweep points from the config: each workload's ``sweep`` lists expand into runs with readable, stable ids."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+_ID_SAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+
+
+def _token(value) -> str:
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return _ID_SAFE.sub("-", text).strip("-") or "x"
+
+
+def run_id(name: str, point: dict) -> str:
+    """``name/key~value/...`` in the sweep's key order: readable, stable, one folder level per swept key."""
+    return "/".join([name] + [f"{k}~{_token(v)}" for k, v in point.items()])
+
+
+def points(sweep: dict, mode: str = "product") -> list[dict]:
+    """Sweep points: the cartesian product of the value lists, or (``zip``) their element-wise pairing."""
+    if not sweep:
+        return [{}]
+    keys = list(sweep)
+    lists = [v if isinstance(v, list) else [v] for v in sweep.values()]
+    if mode == "zip":
+        lengths = {len(v) for v in lists}
+        if len(lengths) != 1:
+            raise ValueError(f"sweep_mode zip needs lists of one length; got {dict(zip(keys, map(len, lists)))}")
+        combos = zip(*lists)
+    elif mode == "product":
+        combos = itertools.product(*lists)
+    else:
+        raise ValueError(f"sweep_mode {mode!r}: use 'product' or 'zip'")
+    return [dict(zip(keys, c)) for c in combos]
+
+
+def expand(workloads: list[dict]) -> dict[str, dict]:
+    """run id → {name, callable, args (base args updated with the point), point}; ids must be unique."""
+    runs: dict[str, dict] = {}
+    for w in workloads:
+        for point in points(w.get("sweep") or {}, w.get("sweep_mode", "product")):
+            rid = run_id(w["name"], point)
+            if rid in runs:
+                raise ValueError(f"two sweep points share the run id {rid!r}: give the workloads distinct names "
+                                 "or make the swept values distinct")
+            runs[rid] = {"name": w["name"], "callable": w["callable"],
+                         "args": {**(w.get("args") or {}), **point}, "point": point}
+    return runs

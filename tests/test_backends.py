@@ -1,0 +1,98 @@
+"""The real workflow without a GPU: the default config on the CPU (torch backend), and analysis of GPU captures."""
+
+import csv
+import json
+import math
+import shutil
+
+import pandas as pd
+import pytest
+
+from conftest import DATA, copy_workflow, snakemake
+
+F = DATA / "h200_tinyllm_filtered"
+SASS = {"fadd": 1, "fmul": 1, "ffma": 2, "dadd": 1, "dmul": 1, "dfma": 2, "hadd": 2, "hmul": 2, "hfma": 4}
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    wf = copy_workflow(tmp_path_factory.mktemp("cpu"))
+    snakemake(wf, "--cores", "2", "results/report.html")
+    return wf
+
+
+def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
+    st = pd.read_csv(cpu_run / "results" / "tinyllm" / "stages.csv").set_index("stage")
+    # The default decoder's matmuls (FlopCounterMode on the CPU counts matmuls, not the attention op):
+    b, t, d, f, v, n, steps = 4, 512, 1024, 2816, 32000, 4, 8
+
+    def matmuls(tokens):
+        return n * 2 * b * tokens * (d * 3 * d + d * d + d * 2 * f + f * d) + 2 * b * d * v
+
+    assert st.loc["prefill", "flops_analytic"] == matmuls(t)
+    assert st.loc["decode", "flops_analytic"] == steps * matmuls(1)
+    for stage in ("prefill", "decode"):
+        assert st.loc[stage, "wall_ms"] > 0 and st.loc[stage, "gpu_busy_ms"] > 0
+        assert st.loc[stage, "mfu_busy"] > 0 and st.loc[stage, "bytes_analytic"] > 0
+    html = (cpu_run / "results" / "report.html").read_text()
+    assert "Backend: <b>torch</b>" in html and "no CUDA GPU" in html
+    assert "<td>prefill</td>" in html and "<td>decode</td>" in html
+    trace = json.loads((cpu_run / "results" / "tinyllm" / "torch" / "trace.json").read_text())
+    assert any(e.get("name") == "nsightflow:decode" for e in trace["traceEvents"])
+    ceiling = json.loads(next((cpu_run / "results" / "ceilings").glob("*/bfloat16.json")).read_text())
+    mfu = st.loc["prefill", "flops_analytic"] / (st.loc["prefill", "gpu_busy_ms"] * 1e-3 * ceiling["matmul_flops_per_s"])
+    assert st.loc["prefill", "mfu_busy"] == pytest.approx(mfu)
+
+
+def _cells(path, metric):
+    rows = list(csv.reader(path.open()))
+    i = rows[0].index(metric)
+    return [float(r[i].replace(",", "")) for r in rows[2:]]
+
+
+def test_analysis_only_turns_gpu_captures_into_the_gpu_hosts_report(tmp_path):
+    wf = copy_workflow(tmp_path / "wf")
+    snakemake(wf, "--cores", "1", "results/report.html", "--config", f"captures={F}")
+    out = wf / "results" / "captures" / "h200_tinyllm_filtered"
+    st = pd.read_csv(out / "stages.csv").set_index("stage")
+    # Prefill FLOPs straight from the export's cells (tensor pipes + SASS, FMA = 2).
+    p = F / "prefill.raw.csv"
+    flops = sum(sum(_cells(p, f"sm__ops_path_tensor_src_{x}.sum")) for x in
+                ("bf16_dst_fp32", "fp16", "tf32_dst_fp32", "fp8", "fp64"))
+    flops += sum(k * sum(_cells(p, f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum")) for op, k in SASS.items())
+    assert st.loc["prefill", "flops_measured"] == pytest.approx(flops, rel=1e-12)
+    # Kernel times are the timeline's, from nvtx_kern_sum.
+    kern = pd.read_csv(out / "kernels.csv")
+    rows = [r for r in csv.DictReader((F / "stats" / "nvtx_kern_sum.csv").open())
+            if r["NVTX Range"].startswith("nsightflow:")]
+    assert len(rows) > 30
+    for r in rows:
+        stage = r["NVTX Range"].split(":", 1)[1]
+        row = kern[(kern["stage"] == stage) & (kern["kernel"] == r["Kernel Name"])]
+        assert float(row["total_ns"].iloc[0]) == float(r["Total Time (ns)"])
+    # The same numbers the GPU host's own run wrote (stages.csv saved from that run).
+    host = pd.read_csv(F / "gpu_host_stages.csv").set_index("stage")
+    for col in ("flops_measured", "dram_bytes_measured", "wall_ms", "gpu_busy_ms", "coverage", "mfu_busy", "hfu_busy",
+                "dram_bw_util_busy", "executed_over_model"):
+        for stage in ("prefill", "decode"):
+            assert math.isclose(st.loc[stage, col], host.loc[stage, col], rel_tol=1e-9), (stage, col)
+    html = (wf / "results" / "report.html").read_text()
+    assert "Backend: <b>captures</b>" in html and "nvjet_sm90" in html
+
+
+def test_missing_exports_name_the_command_that_makes_them(tmp_path):
+    wf = copy_workflow(tmp_path / "wf")
+    caps = tmp_path / "caps"
+    caps.mkdir()
+    shutil.copy(F / "prefill.raw.csv", caps / "a.csv")  # an ncu export alone: no timeline
+    proc = snakemake(wf, "--cores", "1", "results/report.html", "--config", f"captures={caps}", check=False)
+    assert proc.returncode != 0 and "nsys stats --report nvtx_sum --report nvtx_kern_sum" in proc.stdout
+    for f in ("nvtx_sum.csv", "nvtx_kern_sum.csv"):
+        shutil.copy(F / "stats" / f, caps / f"x_{f}")
+    proc = snakemake(wf, "--cores", "1", "results/report.html", "--config", f"captures={caps}", check=False)
+    assert proc.returncode != 0 and "nsys export --type sqlite" in proc.stdout
+    (caps / "a.csv").unlink()
+    (caps / "run.ncu-rep").write_bytes(b"")  # a report with no export, and no ncu on this machine
+    proc = snakemake(wf, "--cores", "1", "results/report.html", "--config", f"captures={caps}",
+                     "tools={ncu: /nonexistent/ncu}", check=False)
+    assert proc.returncode != 0 and "ncu --import run.ncu-rep --page raw --csv --print-units base" in proc.stdout

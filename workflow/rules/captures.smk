@@ -1,0 +1,33 @@
+rule import_captures:
+    input:
+        captures_files,
+    output:
+        directory("results/{run}/imported"),
+    params:
+        directory=config["captures"],
+        nsys=config["tools"]["nsys"],
+        ncu=config["tools"]["ncu"],
+    log:
+        "results/{run}/logs/import_captures.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    script:
+        "../scripts/import_captures.py"
+
+
+rule aggregate_captures:
+    input:
+        imported="results/{run}/imported",
+    output:
+        kernels="results/{run}/kernels.csv",
+        stages="results/{run}/stages.csv",
+        summary="results/{run}/summary.json",
+        manifest="results/{run}/manifest.json",
+    params:
+        divergence=config["report"]["divergence"],
+    log:
+        "results/{run}/logs/aggregate.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    script:
+        "../scripts/aggregate_captures.py"

@@ -1,0 +1,36 @@
+rule torch_profile:
+    output:
+        trace="results/{run}/torch/trace.json",
+        manifest="results/{run}/manifest.json",
+    params:
+        program=program,
+    log:
+        "results/{run}/logs/torch_profile.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    resources:
+        gpu=1,
+    script:
+        "../scripts/torch_profile.py"
+
+
+rule aggregate_torch:
+    input:
+        trace="results/{run}/torch/trace.json",
+        flops="results/{run}/analytic_flops.json",
+        ceiling=ceiling_file,
+    output:
+        kernels="results/{run}/kernels.csv",
+        stages="results/{run}/stages.csv",
+        summary="results/{run}/summary.json",
+    params:
+        dtype=workload_dtype,
+        top_n=config["select"]["top_n"],
+        coverage=config["select"]["coverage"],
+        divergence=config["report"]["divergence"],
+    log:
+        "results/{run}/logs/aggregate.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    script:
+        "../scripts/aggregate_torch.py"

@@ -1,0 +1,9 @@
+"""Rule import_captures: recognise a directory of captures by content and normalise it."""
+import json
+
+from nsightflow.captures import import_captures
+
+sm = snakemake  # noqa: F821
+index = import_captures(sm.params.directory, sm.output[0], sm.params.nsys, sm.params.ncu, sm.log[0])
+with open(sm.log[0], "a") as log:
+    log.write(json.dumps(index, indent=2) + "\n")
