@@ -37,6 +37,8 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
     html = (cpu_run / "results" / "report.html").read_text()
     assert "Backend: <b>torch</b>" in html and "no CUDA GPU" in html
     assert "<td>prefill</td>" in html and "<td>decode</td>" in html
+    page = (cpu_run / "results" / "tinyllm" / "report.html").read_text()
+    assert "aten::mm" in page and "Roofline (analytic, per stage" in page and "data:image/png;base64," in page
     trace = json.loads((cpu_run / "results" / "tinyllm" / "torch" / "trace.json").read_text())
     assert any(e.get("name") == "nsightflow:decode" for e in trace["traceEvents"])
     ceiling = json.loads(next((cpu_run / "results" / "ceilings").glob("*/bfloat16.json")).read_text())
@@ -77,7 +79,9 @@ def test_analysis_only_turns_gpu_captures_into_the_gpu_hosts_report(tmp_path):
         for stage in ("prefill", "decode"):
             assert math.isclose(st.loc[stage, col], host.loc[stage, col], rel_tol=1e-9), (stage, col)
     html = (wf / "results" / "report.html").read_text()
-    assert "Backend: <b>captures</b>" in html and "nvjet_sm90" in html
+    assert "Backend: <b>captures</b>" in html and "captures/h200_tinyllm_filtered/report.html" in html
+    page = (out / "report.html").read_text()
+    assert "nvjet_sm90" in page and "Roofline (captured kernels, ncu counters)" in page
 
 
 def test_missing_exports_name_the_command_that_makes_them(tmp_path):

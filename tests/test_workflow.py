@@ -41,6 +41,7 @@ def test_report_escapes_kernel_names():
                              "achieved_flops_per_s": 1e12}])
     stages = pd.DataFrame([{"stage": "prefill", "wall_ms": 1.0}])
     pk = {"compute": 1e15, "dram": 4e12, "precision": "bf16", "compute_source": "test", "dram_source": "test"}
-    html = report.render([{"run_id": "r<1>", "kernels": kernels, "stages": stages, "peaks": pk, "notes": []}])
+    html = report.render_run({"run_id": "r<1>", "kernels": kernels, "stages": stages, "peaks": pk, "notes": []},
+                             "nsight", "", {})
     assert "void k&lt;(int)4, a&amp;b&gt;(T1)" in html and "<(int)4" not in html
     assert "r&lt;1&gt;" in html and "data:image/png;base64," in html

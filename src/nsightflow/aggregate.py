@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -11,17 +10,6 @@ import pandas as pd
 
 from nsightflow import metrics, ncu, nsys
 from nsightflow.select import select_kernels
-
-
-def tool_version(binary: str) -> str:
-    """First version-looking line of ``binary --version``, or why there is none."""
-    try:
-        out = subprocess.run([binary, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unavailable ({exc.__class__.__name__})"
-    lines = [ln.strip() for ln in out.splitlines() if any(ch.isdigit() for ch in ln)]
-    return lines[-1] if lines else out.strip()
 
 
 def _kernel_results(raw: pd.DataFrame, export: str | Path) -> pd.DataFrame:
@@ -179,24 +167,29 @@ def flop_notes(s: pd.Series) -> list[str]:
     return notes
 
 
-def write_run(agg: dict, kernels_csv: str | Path, stages_csv: str | Path, summary_json: str | Path) -> None:
+def command_records(cmd_jsons: list[str | Path], ncu_bin: str) -> list[dict]:
+    """The ncu capture and export commands behind a run's numbers, from the capture rule's records."""
+    out = []
+    for p in sorted(map(Path, cmd_jsons)):
+        cmd = json.loads(p.read_text())
+        out.append({"what": f"ncu capture {cmd['capture_id']}", "argv": cmd["argv"]})
+        out.append({"what": f"export {cmd['capture_id']}", "argv": ncu.export_argv(ncu_bin, f"{cmd['capture_id']}.ncu-rep")})
+    return out
+
+
+def write_run(agg: dict, kernels_csv: str | Path, stages_csv: str | Path, summary_json: str | Path,
+              commands: list[dict] | None = None) -> None:
+    """The run's tables as CSV (for pandas and diffs) and its peaks, notes and commands as JSON."""
     agg["kernels"].to_csv(kernels_csv, index=False)
     agg["stages"].to_csv(stages_csv, index=False)
-    Path(summary_json).write_text(json.dumps({"peaks": agg["peaks"], "notes": agg["notes"]}, indent=2, default=float))
+    Path(summary_json).write_text(json.dumps({"peaks": agg["peaks"], "notes": agg["notes"], "commands": commands or []},
+                                             indent=2, default=float))
 
 
-def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json, cmds: list, config: dict,
-             ncu_bin: str, point: dict | None = None, backend: str = "nsight", backend_reason: str = "") -> dict:
-    """A run as report.render wants it, from the files its backend wrote."""
+def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json) -> dict:
+    """A run as the report wants it, from the files its backend wrote."""
     summary = json.loads(Path(summary_json).read_text())
     manifest = json.loads(Path(manifest_json).read_text())
-    commands = list(manifest.get("commands", []))
-    for p in sorted(map(Path, cmds)):
-        cmd = json.loads(p.read_text())
-        commands.append({"what": f"ncu capture {cmd['capture_id']}", "argv": cmd["argv"]})
-        commands.append({"what": f"export {cmd['capture_id']}",
-                         "argv": ncu.export_argv(ncu_bin, f"{cmd['capture_id']}.ncu-rep")})
     return {"run_id": run_id, "kernels": pd.read_csv(kernels_csv), "stages": pd.read_csv(stages_csv),
-            "peaks": summary["peaks"], "notes": summary["notes"], "config": config, "point": point or {},
-            "versions": manifest.get("versions"), "commands": commands, "backend": backend,
-            "backend_reason": backend_reason, "params": manifest.get("params", {})}
+            "peaks": summary["peaks"], "notes": summary["notes"], "manifest": manifest,
+            "commands": list(manifest.get("commands", [])) + list(summary.get("commands", []))}

@@ -63,3 +63,43 @@ def device_label(backend: str) -> str:
         return "none"
     names = gpus()
     return _slug(names[0]) if names else "cpu-" + _slug(cpu_name())
+
+
+def tool_version(binary: str) -> str:
+    """Last version-looking line of ``binary --version``, or why there is none."""
+    try:
+        out = subprocess.run([binary, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unavailable ({exc.__class__.__name__})"
+    lines = [ln.strip() for ln in out.splitlines() if any(ch.isdigit() for ch in ln)]
+    return lines[-1] if lines else out.strip()
+
+
+def tool_versions(backend: str, nsys: str, ncu: str) -> dict:
+    """Versions of the software that produces a backend's numbers (torch read without importing it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from nsightflow import __version__
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "not installed"
+    out = {"nsightflow": __version__, "torch": torch_version}
+    if backend in ("nsight", "captures"):
+        out.update(nsys=tool_version(nsys), ncu=tool_version(ncu))
+    return out
+
+
+def host_info() -> dict:
+    """Host name, GPUs and driver as nvidia-smi reports them (for manifests)."""
+    info: dict = {"hostname": platform.node(), "cpu": cpu_name(), "gpus": gpus()}
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30, check=False)
+            info["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+        except (OSError, subprocess.TimeoutExpired):
+            info["driver"] = None
+    return info

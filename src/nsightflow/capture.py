@@ -28,20 +28,27 @@ def harness_argv(spec: str, args: dict, domain: str, warmup: int, python: str | 
             "--args", json.dumps(args, sort_keys=True), "--domain", domain, "--warmup", str(warmup)]
 
 
-def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, check: bool = True) -> tuple[str, int]:
+def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, check: bool = True,
+             gpu: bool = False) -> tuple[str, int]:
     """Run ``argv`` (never through a shell), append its output to ``log``; return (output, exit code).
 
-    With ``check`` a non-zero exit raises ToolError with the output's last lines.
+    With ``gpu`` the child runs on a device of its own (see nsightflow.gpus.claim). With ``check``
+    a non-zero exit raises ToolError with the output's last lines.
     """
+    from nsightflow.gpus import claim
+
     if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
         raise ToolError(f"{argv[0]!r} not found on PATH: install it or set its path under `tools:` in the config")
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        _append(log, argv, out + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
-        raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
-    _append(log, argv, proc.stdout + f"\n[nsightflow] exit code {proc.returncode}\n")
+    with claim(n_devices=None if gpu else 0) as (env, decision):
+        try:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=timeout_s, env=env, check=False)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            _append(log, argv, out + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
+            raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
+    gpu_note = f"[nsightflow] {decision}\n" if gpu else ""
+    _append(log, argv, gpu_note + proc.stdout + f"\n[nsightflow] exit code {proc.returncode}\n")
     if check and proc.returncode != 0:
         tail = "\n".join(proc.stdout.strip().splitlines()[-10:])
         raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}; log: {log}\n{tail}")
@@ -63,21 +70,24 @@ def timeline(nsys_bin: str, program: list[str], rep: str | Path, log: str | Path
     """nsys profile → ``rep`` (.nsys-rep)."""
     rep = Path(rep)
     tmp_base = rep.with_name(rep.stem + ".tmp")
-    run_tool(nsys.profile_argv(nsys_bin, tmp_base, program), log, timeout_s)
+    run_tool(nsys.profile_argv(nsys_bin, tmp_base, program), log, timeout_s, gpu=True)
     produced = Path(str(tmp_base) + ".nsys-rep")
     if not produced.exists():
         raise ToolError(f"nsys wrote no .nsys-rep (only a .qdstrm?): its importer may lack libdw.so.1; log: {log}")
     _publish(produced, rep)
 
 
-def write_manifest(harness_json: str | Path, manifest: str | Path, versions: dict, commands: list[dict]) -> dict:
-    """The run's manifest: the harness's record (args, params, environment) plus tool versions and commands."""
-    from nsightflow import __version__
+def write_manifest(harness_json: str | Path, manifest: str | Path, versions: dict, commands: list[dict],
+                   settings: dict | None = None) -> dict:
+    """The run's manifest: the harness's record (args, params, environment), the settings that shaped
+    the run, tool versions, the host (GPU, driver) and the commands that ran."""
+    from nsightflow.backend import host_info
 
     data = json.loads(Path(harness_json).read_text())
     env = data.get("environment", {})
-    data["versions"] = {**versions, "nsightflow": __version__,
-                        **{k: env.get(k) for k in ("torch", "cuda", "python", "device_name")}}
+    data["versions"] = {**versions, **{k: env.get(k) for k in ("torch", "cuda", "python", "device_name")}}
+    data["settings"] = settings or {}
+    data["host"] = host_info()
     data["commands"] = commands
     tmp = Path(str(manifest) + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
@@ -86,12 +96,12 @@ def write_manifest(harness_json: str | Path, manifest: str | Path, versions: dic
 
 
 def torch_profile(program: list[str], trace: str | Path, manifest: str | Path, log: str | Path,
-                  timeout_s: float | None = None) -> None:
+                  versions: dict, settings: dict, timeout_s: float | None = None) -> None:
     """The workload under torch.profiler → Chrome trace ``trace``, and the run's manifest."""
     harness_json = Path(str(manifest) + ".harness.json")
     argv = list(program) + ["--mode", "torch", "--trace", str(trace), "--out", str(harness_json)]
-    run_tool(argv, log, timeout_s)
-    write_manifest(harness_json, manifest, {}, [{"what": "torch.profiler run (harness)", "argv": argv}])
+    run_tool(argv, log, timeout_s, gpu=True)
+    write_manifest(harness_json, manifest, versions, [{"what": "torch.profiler run (harness)", "argv": argv}], settings)
     harness_json.unlink()
 
 
@@ -162,7 +172,7 @@ def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: st
         st = nsys.stage_table(Path(stats_dir) / "nvtx_sum.csv")
         seen = [f"{d}:{s}" for d, s in zip(st["domain"], st["stage"])]
     what = f"stage {plan['stage']!r} steps {plan['steps']} with --nvtx-include {expr!r}"
-    out, rc = run_tool(argv, log, timeout_s, check=False)
+    out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True)
     ncu.check_capture(out, rc, what=what, ranges_seen=seen)
     produced = Path(str(tmp_base) + ".ncu-rep")
     if not produced.exists():

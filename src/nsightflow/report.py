@@ -69,8 +69,8 @@ def table(df: pd.DataFrame, columns: dict[str, str]) -> str:
     """An HTML table of ``columns`` (source -> header); every cell HTML-escaped (C++ templates)."""
     cols = [c for c in columns if c in df.columns and not df[c].isna().all()]
     head = "".join(f"<th>{html.escape(columns[c])}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r[c]))}</td>" for c in cols) + "</tr>"
-                   for _, r in df.iterrows())
+    body = "".join("<tr>" + "".join(f"<td{' class=name' if c == 'kernel' else ''}>{html.escape(_fmt(r[c]))}</td>"
+                                    for c in cols) + "</tr>" for _, r in df.iterrows())
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -96,53 +96,129 @@ KERNEL_COLUMNS = {
 }
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:12px;margin:1em 0}
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}td:nth-child(4){text-align:left;max-width:520px;word-break:break-all}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}td.name{text-align:left;max-width:520px;word-break:break-all}
 th{background:#f3f3f3}pre{background:#f7f7f7;padding:8px;font-size:11px;white-space:pre-wrap;word-break:break-all}.warn{color:#a40}"""
 
 
-def render(runs: list[dict], title: str = "nsightflow report") -> str:
-    """The whole report. Each run: run_id, stages, kernels (DataFrames), peaks, config, versions,
-    commands (list of {what, argv}), notes (list of str)."""
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+def _png(png: bytes, alt: str) -> str:
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+
+
+def _page(title: str, body: list[str]) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "</body></html>")
+
+
+def _backend_line(backend: str, reason: str) -> str:
+    return (f"<p>Backend: <b>{html.escape(backend)}</b>" + (f" — {html.escape(reason)}" if reason else "") + "</p>")
+
+
+def render_run(run: dict, backend: str, reason: str, settings: dict, title: str = "nsightflow report") -> str:
+    """One run's page. ``run`` as aggregate.load_run gives it; ``settings``: the config values that shaped it."""
+    pk = run["peaks"]
+    parts = [f"<p><a href='{'../' * (run['run_id'].count('/') + 1)}report.html'>all runs</a></p>",
+             f"<h2>Run {html.escape(run['run_id'])}</h2>", _backend_line(backend, reason),
+             "<h3>Stages</h3>" + table(run["stages"], STAGE_COLUMNS)]
+    parts += [f"<p class='warn'>{html.escape(note)}</p>" for note in run.get("notes", [])]
+    parts.append("<h3>Peaks</h3><ul>"
+                 f"<li>compute ({html.escape(str(pk.get('precision')))}): {_fmt(pk.get('compute', float('nan')) / 1e12)} TFLOP/s "
+                 f"— {html.escape(str(pk.get('compute_source')))}</li>"
+                 f"<li>DRAM: {_fmt(pk.get('dram', float('nan')) / 1e12)} TB/s — {html.escape(str(pk.get('dram_source')))}</li>")
+    if "ceiling_source" in pk:
+        parts.append(f"<li>measured ceilings: {_fmt(pk['ceiling_compute'] / 1e12)} TFLOP/s, "
+                     f"{_fmt(pk['ceiling_dram'] / 1e12)} TB/s — {html.escape(pk['ceiling_source'])}</li>")
+    if "datasheet_source" in pk:
+        parts.append(f"<li>datasheet, for comparison: {_fmt(pk.get('datasheet_compute', float('nan')) / 1e12)} TFLOP/s, "
+                     f"{_fmt(pk.get('datasheet_dram', float('nan')) / 1e12)} TB/s — {html.escape(pk['datasheet_source'])}</li>")
+    parts.append("</ul>")
+    has_counters = "arithmetic_intensity" in run["kernels"] and run["kernels"]["arithmetic_intensity"].notna().any()
+    points = run["kernels"] if has_counters else stage_points(run["stages"])
+    parts.append(("<h3>Roofline (captured kernels, ncu counters)</h3>" if has_counters else
+                  "<h3>Roofline (analytic, per stage: model FLOPs over operator bytes, on busy time)</h3>")
+                 + _png(roofline_png(points, pk, f"roofline: {run['run_id']}"), "roofline"))
+    parts.append("<h3>Top kernels</h3>" + table(run["kernels"], KERNEL_COLUMNS))
+    manifest = run.get("manifest", {})
+    parts.append("<h3>Configuration and tool versions</h3><pre>" + html.escape(json.dumps(
+        {"settings": settings, "workload": {k: manifest.get(k) for k in ("callable", "args", "params")},
+         "versions": manifest.get("versions"), "host": manifest.get("host")}, indent=2, default=str)) + "</pre>")
+    parts.append("<h3>Profiler commands behind these numbers</h3>")
+    for cmd in run.get("commands", []):
+        parts.append(f"<p>{html.escape(cmd['what'])}</p><pre>{html.escape(_quote(cmd['argv']))}</pre>")
+    return _page(f"{title}: {run['run_id']}", parts)
+
+
+COMPARE_COLUMNS = {"wall_ms": "wall ms", "gpu_busy_ms": "busy ms", "mfu_busy": "MFU on busy",
+                   "hfu_busy": "HFU on busy", "dram_bw_util_busy": "DRAM BW util on busy",
+                   "bw_util_busy_model": "BW util on busy (operator bytes)", "flops_measured": "FLOPs (ncu)",
+                   "flops_analytic_causal": "FLOPs (model)"}
+
+
+def comparison(runs: list[dict]) -> pd.DataFrame:
+    """One row per (run, stage): the run's name and swept values beside the stage's numbers."""
+    rows = []
     for run in runs:
-        rid = html.escape(run["run_id"])
-        pk = run["peaks"]
-        parts.append(f"<h2 id='{rid}'>Run {rid}</h2>")
-        parts.append(f"<p>Backend: <b>{html.escape(str(run.get('backend', 'nsight')))}</b>"
-                     + (f" — {html.escape(run['backend_reason'])}" if run.get("backend_reason") else "") + "</p>")
-        parts.append("<h3>Stages</h3>" + table(run["stages"], STAGE_COLUMNS))
-        for note in run.get("notes", []):
-            parts.append(f"<p class='warn'>{html.escape(note)}</p>")
-        parts.append("<h3>Peaks</h3><ul>"
-                     f"<li>compute ({html.escape(str(pk.get('precision')))}): {_fmt(pk.get('compute', float('nan')) / 1e12)} TFLOP/s "
-                     f"— {html.escape(str(pk.get('compute_source')))}</li>"
-                     f"<li>DRAM: {_fmt(pk.get('dram', float('nan')) / 1e12)} TB/s — {html.escape(str(pk.get('dram_source')))}</li>")
-        if "ceiling_source" in pk:
-            parts.append(f"<li>measured ceilings: {_fmt(pk['ceiling_compute'] / 1e12)} TFLOP/s, "
-                         f"{_fmt(pk['ceiling_dram'] / 1e12)} TB/s — {html.escape(pk['ceiling_source'])}</li>")
-        if "datasheet_source" in pk:
-            parts.append(f"<li>datasheet, for comparison: {_fmt(pk.get('datasheet_compute', float('nan')) / 1e12)} TFLOP/s, "
-                         f"{_fmt(pk.get('datasheet_dram', float('nan')) / 1e12)} TB/s — {html.escape(pk['datasheet_source'])}</li>")
-        parts.append("</ul>")
-        has_counters = "arithmetic_intensity" in run["kernels"] and run["kernels"]["arithmetic_intensity"].notna().any()
-        points = run["kernels"] if has_counters else stage_points(run["stages"])
-        png = roofline_png(points, pk, f"roofline: {run['run_id']}")
-        parts.append(("<h3>Roofline (captured kernels, ncu counters)</h3>" if has_counters else
-                      "<h3>Roofline (analytic, per stage: model FLOPs over operator bytes, on busy time)</h3>")
-                     + f"<img alt='roofline' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
-        parts.append("<h3>Top kernels</h3>" + table(run["kernels"], KERNEL_COLUMNS))
-        parts.append("<h3>Configuration and tool versions</h3><pre>"
-                     + html.escape(json.dumps({"config": run.get("config"), "versions": run.get("versions")},
-                                              indent=2, default=str)) + "</pre>")
-        parts.append("<h3>Profiler commands behind these numbers</h3>")
-        for cmd in run.get("commands", []):
-            parts.append(f"<p>{html.escape(cmd['what'])}</p><pre>{html.escape(_quote(cmd['argv']))}</pre>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+        for _, st in run["stages"].iterrows():
+            row = {"run": run["run_id"], "workload": run["name"], **run["point"], "stage": st["stage"]}
+            row.update({c: st[c] for c in COMPARE_COLUMNS if c in st})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def sweep_png(df: pd.DataFrame, param: str, swept: list[str]) -> bytes:
+    """Busy time, MFU and bandwidth utilisation against one swept parameter, a line per stage and other values."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [c for c in ("gpu_busy_ms", "mfu_busy", "dram_bw_util_busy", "bw_util_busy_model")
+               if c in df and df[c].notna().any()]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), dpi=100, squeeze=False)
+    others = [p for p in swept if p != param]
+    for keys, g in df[df[param].notna()].groupby(["workload", "stage"] + others, dropna=False):
+        g = g.sort_values(param)
+        label = " ".join(str(k) for k in keys)
+        xs = g[param] if pd.api.types.is_numeric_dtype(g[param]) else g[param].astype(str)
+        for ax, m in zip(axes[0], metrics):
+            ax.plot(xs, g[m], marker="o", label=label)
+    for ax, m in zip(axes[0], metrics):
+        ax.set_xlabel(param)
+        ax.set_title(COMPARE_COLUMNS[m], fontsize=9)
+        ax.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def render_index(runs: list[dict], backend: str, reason: str, title: str = "nsightflow report") -> str:
+    """The cross-run report: every sweep point's stages side by side, charts per swept parameter, links."""
+    df = comparison(runs)
+    swept = list(dict.fromkeys(k for run in runs for k in run["point"]))
+    links = "".join(f"<li><a href='{html.escape(r['run_id'])}/report.html'>{html.escape(r['run_id'])}</a></li>"
+                    for r in runs)
+    parts = [_backend_line(backend, reason), f"<h2>Runs</h2><ul>{links}</ul>",
+             "<h2>Stages across runs</h2>"
+             + table(df, {"run": "run", **{p: p for p in swept}, "stage": "stage", **COMPARE_COLUMNS})]
+    for param in swept:
+        parts.append(f"<h3>Against {html.escape(param)}</h3>" + _png(sweep_png(df, param, swept), param))
+    for run in runs:
+        parts += [f"<p class='warn'>{html.escape(run['run_id'])}: {html.escape(n)}</p>" for n in run.get("notes", [])]
+    return _page(title, parts)
 
 
 def _quote(argv: list[str]) -> str:
     import shlex
 
     return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def write_html(path, text: str) -> None:
+    """Write a page atomically: a killed job never leaves a half-written report."""
+    from pathlib import Path
+
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -7,6 +7,7 @@ rule aggregate:
         exports=export_files,
         flops="results/{run}/analytic_flops.json",
         ceiling=ceiling_file,
+        cmds=cmd_files,
     output:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
@@ -14,6 +15,7 @@ rule aggregate:
     params:
         dtype=workload_dtype,
         divergence=config["report"]["divergence"],
+        ncu=config["tools"]["ncu"],
     log:
         "results/{run}/logs/aggregate.log",
     conda:

@@ -2,6 +2,7 @@ rule ceilings:
     output:
         "results/ceilings/{device}/{dtype}.json",
     params:
+        versions=TOOL_VERSIONS,
         python=config["tools"]["python"],
     log:
         "results/ceilings/{device}/{dtype}.log",

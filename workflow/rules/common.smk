@@ -1,8 +1,9 @@
+import json
 import re
 
 from snakemake.utils import validate
 
-from nsightflow.backend import device_label, resolve
+from nsightflow.backend import device_label, resolve, tool_versions
 from nsightflow.sweep import expand as expand_sweep
 
 
@@ -18,6 +19,8 @@ if BACKEND == "captures":
 else:
     RUNS = expand_sweep(config["workloads"])
 DEVICE = device_label(BACKEND)
+# Versions of what produces the numbers: as params of the rules they shape, an upgrade reruns them.
+TOOL_VERSIONS = tool_versions(BACKEND, config["tools"]["nsys"], config["tools"]["ncu"])
 
 
 wildcard_constraints:
@@ -68,9 +71,9 @@ def export_files(wildcards):
     return [f"results/{wildcards.run}/ncu/{c}.raw.csv" for c in _captures(wildcards.run)]
 
 
-def all_cmd_files(wildcards):
-    """The ncu command records of every run (nsight backend), for the report's command list."""
-    return [f"results/{r}/ncu/{c}.cmd.json" for r in RUNS for c in _captures(r)] if BACKEND == "nsight" else []
+def cmd_files(wildcards):
+    """The ncu command records of one run, for the report's command list."""
+    return [f"results/{wildcards.run}/ncu/{c}.cmd.json" for c in _captures(wildcards.run)]
 
 
 def captures_files(wildcards):
@@ -81,3 +84,21 @@ def captures_files(wildcards):
     if not root.is_dir():
         raise WorkflowError(f"config 'captures': {root} is not a directory")
     return sorted(str(p) for p in root.rglob("*") if p.is_file())
+
+
+def _canonical(value):
+    """Keys sorted at every level: reordering keys in the config file is not a change that reruns jobs."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+def capture_settings(wildcards):
+    """The config values that shape a run's capture (its manifest records them)."""
+    return _canonical({"run": wildcards.run, "backend": BACKEND, "workload": run_spec(wildcards),
+                       "nvtx_domain": config["nvtx_domain"], "warmup": config["warmup"]})
+
+
+def run_settings(wildcards):
+    """Every config value that shapes a run's numbers, shown on its page."""
+    return _canonical({**capture_settings(wildcards), "select": config["select"],
+                       "ncu": config["ncu"] if BACKEND == "nsight" else None,
+                       "divergence": config["report"]["divergence"]})

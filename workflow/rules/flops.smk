@@ -2,6 +2,7 @@ rule analytic_flops:
     output:
         "results/{run}/analytic_flops.json",
     params:
+        versions=TOOL_VERSIONS,
         program=program,
     log:
         "results/{run}/logs/analytic_flops.log",

@@ -6,6 +6,7 @@ rule ncu_capture:
         rep="results/{run}/ncu/{capture}.ncu-rep",
         cmd="results/{run}/ncu/{capture}.cmd.json",
     params:
+        versions=TOOL_VERSIONS,
         program=program,
         ncu=config["tools"]["ncu"],
         metrics=ncu_metrics(),
@@ -30,6 +31,7 @@ rule ncu_export:
     output:
         csv="results/{run}/ncu/{capture}.raw.csv",
     params:
+        versions=TOOL_VERSIONS,
         ncu=config["tools"]["ncu"],
     log:
         "results/{run}/logs/ncu_export_{capture}.log",

@@ -1,19 +1,39 @@
+rule run_report:
+    input:
+        kernels="results/{run}/kernels.csv",
+        stages="results/{run}/stages.csv",
+        summary="results/{run}/summary.json",
+        manifest="results/{run}/manifest.json",
+    output:
+        "results/{run}/report.html",
+    params:
+        backend=BACKEND,
+        backend_reason=BACKEND_REASON,
+        settings=run_settings,
+        title=config["report"]["title"],
+    log:
+        "results/{run}/logs/report.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    script:
+        "../scripts/run_report.py"
+
+
 rule report:
     input:
-        kernels=expand("results/{run}/kernels.csv", run=RUNS),
+        pages=expand("results/{run}/report.html", run=RUNS),
         stages=expand("results/{run}/stages.csv", run=RUNS),
         summaries=expand("results/{run}/summary.json", run=RUNS),
         manifests=expand("results/{run}/manifest.json", run=RUNS),
-        cmds=all_cmd_files,
     output:
         "results/report.html",
     params:
         runs=list(RUNS),
+        names=[RUNS[r]["name"] for r in RUNS],
         points=[RUNS[r]["point"] for r in RUNS],
         backend=BACKEND,
         backend_reason=BACKEND_REASON,
-        config=config,
-        ncu=config["tools"]["ncu"],
+        title=config["report"]["title"],
     log:
         "results/logs/report.log",
     conda:

@@ -3,9 +3,10 @@ rule timeline:
         rep="results/{run}/timeline/timeline.nsys-rep",
         manifest="results/{run}/manifest.json",
     params:
+        versions=TOOL_VERSIONS,
+        settings=capture_settings,
         program=program,
         nsys=config["tools"]["nsys"],
-        ncu=config["tools"]["ncu"],
         timeout_s=config["nsys"]["timeout_s"],
     log:
         "results/{run}/logs/timeline.log",
@@ -24,6 +25,7 @@ rule nsys_stats:
         stats=directory("results/{run}/timeline/stats"),
         sqlite="results/{run}/timeline/timeline.sqlite",
     params:
+        versions=TOOL_VERSIONS,
         nsys=config["tools"]["nsys"],
     log:
         "results/{run}/logs/nsys_stats.log",

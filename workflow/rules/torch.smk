@@ -3,6 +3,8 @@ rule torch_profile:
         trace="results/{run}/torch/trace.json",
         manifest="results/{run}/manifest.json",
     params:
+        versions=TOOL_VERSIONS,
+        settings=capture_settings,
         program=program,
     log:
         "results/{run}/logs/torch_profile.log",

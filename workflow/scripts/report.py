@@ -1,17 +1,15 @@
-"""Rule report: results/report.html from every run's tables."""
-from pathlib import Path
+"""Rule report: results/report.html comparing every run (sweep point), with links to the run pages."""
+import json
 
-from nsightflow.aggregate import load_run
-from nsightflow.report import render
+import pandas as pd
+
+from nsightflow.report import render_index, write_html
 
 sm = snakemake  # noqa: F821
-runs = []
-for i, run_id in enumerate(sm.params.runs):
-    cmds = [c for c in sm.input.cmds if c.startswith(f"results/{run_id}/ncu/")]
-    runs.append(load_run(run_id, sm.input.kernels[i], sm.input.stages[i], sm.input.summaries[i],
-                         sm.input.manifests[i], cmds, sm.params.config, sm.params.ncu,
-                         point=sm.params.points[i], backend=sm.params.backend, backend_reason=sm.params.backend_reason))
-tmp = Path(sm.output[0] + ".tmp")
-tmp.write_text(render(runs))
-tmp.replace(sm.output[0])
-Path(sm.log[0]).write_text(f"report of {len(runs)} runs, backend {sm.params.backend}\n")
+runs = [{"run_id": r, "name": n, "point": p, "stages": pd.read_csv(st),
+         "notes": json.loads(open(su).read())["notes"]}
+        for r, n, p, st, su in zip(sm.params.runs, sm.params.names, sm.params.points, sm.input.stages,
+                                   sm.input.summaries)]
+write_html(sm.output[0], render_index(runs, sm.params.backend, sm.params.backend_reason, sm.params.title))
+with open(sm.log[0], "w") as log:
+    log.write(f"report of {len(runs)} runs, backend {sm.params.backend}\n")

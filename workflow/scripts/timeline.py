@@ -1,16 +1,15 @@
-"""Rule timeline: nsys profile of the workload, and the run's manifest (versions, device, commands)."""
+"""Rule timeline: nsys profile of the workload, and the run's manifest (settings, versions, host, commands)."""
 from pathlib import Path
 
 from nsightflow import nsys
-from nsightflow.aggregate import tool_version
 from nsightflow.capture import timeline, write_manifest
 
 sm = snakemake  # noqa: F821
 harness_json = Path(sm.output.manifest + ".harness.json")
 program = list(sm.params.program) + ["--out", str(harness_json)]
 timeline(sm.params.nsys, program, sm.output.rep, sm.log[0], sm.params.timeout_s)
-write_manifest(harness_json, sm.output.manifest,
-               {"nsys": tool_version(sm.params.nsys), "ncu": tool_version(sm.params.ncu)},
+write_manifest(harness_json, sm.output.manifest, dict(sm.params.versions),
                [{"what": "Timeline (nsys)",
-                 "argv": nsys.profile_argv(sm.params.nsys, Path(sm.output.rep).with_suffix(""), program)}])
+                 "argv": nsys.profile_argv(sm.params.nsys, Path(sm.output.rep).with_suffix(""), program)}],
+               dict(sm.params.settings))
 harness_json.unlink()

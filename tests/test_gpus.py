@@ -1,0 +1,39 @@
+"""One device per concurrent capture: real processes contending for a pool of file locks."""
+
+import multiprocessing as mp
+import time
+
+from nsightflow.gpus import claim
+
+
+def _hold(lock_dir, n, seconds, queue):
+    with claim(n_devices=n, lock_dir=lock_dir, poll_s=0.05, env={}) as (env, _):
+        start = time.time()
+        time.sleep(seconds)
+        queue.put((env["CUDA_VISIBLE_DEVICES"], start, time.time()))
+
+
+def test_concurrent_jobs_never_share_a_device(tmp_path):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_hold, args=(tmp_path, 2, 1.0, queue)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    held = [queue.get(timeout=5) for _ in procs]
+    assert {d for d, _, _ in held} <= {"0", "1"}
+    # Any two jobs on the same device did not overlap in time; at most two ran at once.
+    for i, (d1, s1, e1) in enumerate(held):
+        for d2, s2, e2 in held[i + 1:]:
+            if d1 == d2:
+                assert e1 <= s2 or e2 <= s1
+    third = sorted(held, key=lambda h: h[1])[2]
+    assert third[1] >= min(e for _, _, e in held) - 0.01
+
+
+def test_a_schedulers_choice_is_respected(tmp_path):
+    with claim(n_devices=4, lock_dir=tmp_path, env={"CUDA_VISIBLE_DEVICES": "3"}) as (env, why):
+        assert env["CUDA_VISIBLE_DEVICES"] == "3" and "respected" in why
+    with claim(n_devices=1, lock_dir=tmp_path, env={}) as (env, _):
+        assert "CUDA_VISIBLE_DEVICES" not in env
