@@ -15,6 +15,7 @@ include: "workflow/rules/common.smk"
 # results/<run>/{kernels.csv,stages.csv,summary.json,manifest.json} for the shared report.
 if BACKEND == "nsight":
 
+    include: "workflow/rules/preflight.smk"
     include: "workflow/rules/timeline.smk"
     include: "workflow/rules/select.smk"
     include: "workflow/rules/ncu.smk"

@@ -128,6 +128,11 @@ def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str
     There are no hardware counters on this path: per-kernel FLOPs and bytes stay empty, and the
     roofline is analytic, one point per stage.
     """
+    idle = sorted(set(stages["stage"]) - set(kernels["stage"]))
+    if stages.empty or idle:
+        raise ValueError(f"no kernels or operators ran inside the ranges of stage(s) {idle or 'any'}: the work "
+                         "happens outside the stages (in setup, or on another thread), or the stage does nothing; "
+                         "move the work into the stage function")
     ceiling = json.loads(Path(ceiling_json).read_text())
     pk = metrics.ceiling_peaks(ceiling, dtype)
     analytic = json.loads(Path(flops_json).read_text())["stages"]
@@ -172,18 +177,65 @@ def command_records(cmd_jsons: list[str | Path], ncu_bin: str) -> list[dict]:
     out = []
     for p in sorted(map(Path, cmd_jsons)):
         cmd = json.loads(p.read_text())
-        out.append({"what": f"ncu capture {cmd['capture_id']}", "argv": cmd["argv"]})
+        out.append({"what": f"ncu capture {cmd['capture_id']} (replay mode {cmd.get('replay_mode', 'kernel')})",
+                    "argv": cmd["argv"]})
         out.append({"what": f"export {cmd['capture_id']}", "argv": ncu.export_argv(ncu_bin, f"{cmd['capture_id']}.ncu-rep")})
     return out
 
 
+def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> list[dict]:
+    """The report's diagnostics: tool warnings, replay-mode fallbacks, clock state, low coverage and every
+    number that is estimated rather than measured. Each item: level (warning, estimate, info), source, message."""
+    out: list[dict] = []
+    for w in (manifest or {}).get("warnings", []):
+        out.append({"level": "warning", "source": "nsys", "message": w})
+    for rec in records:
+        src = f"ncu capture {rec['capture_id']}"
+        for tried in rec.get("fallback_from", []):
+            out.append({"level": "warning", "source": src, "message": f"replay mode {tried['replay_mode']} refused "
+                        f"({tried['why']}); the numbers come from replay mode {rec.get('replay_mode')}"})
+        out += [{"level": "warning", "source": src, "message": w} for w in rec.get("warnings", [])]
+    clocks = {rec.get("clock_control") for rec in records}
+    if "none" in clocks:
+        out.append({"level": "info", "source": "ncu", "message": "clocks not locked (clock_control none): the GPU ran at "
+                    "its own clocks; counts do not depend on clocks, and times come from the nsys timeline"})
+    if "base" in clocks:
+        out.append({"level": "info", "source": "ncu", "message": "clocks locked to base by ncu (clock_control base): "
+                    "ncu durations are slower than a normal run; times come from the nsys timeline"})
+    pk = agg["peaks"]
+    for key in ("compute", "dram"):
+        src = str(pk.get(f"{key}_source", ""))
+        if not src.startswith(("ncu", "measured")):
+            out.append({"level": "estimate", "source": "peaks", "message": f"{key} peak not measured: {src}"})
+    for _, st in agg["stages"].iterrows():
+        cov = st.get("coverage")
+        if cov is not None and np.isfinite(cov) and cov < 0.999:
+            out.append({"level": "warning", "source": st["stage"], "message": f"counters cover {cov:.1%} of the stage's "
+                        "GPU time; FLOPs and bytes of the rest are not measured (HFU and bandwidth are lower bounds)"})
+        if np.isfinite(st.get("bytes_analytic", np.nan)):
+            out.append({"level": "estimate", "source": st["stage"], "message": "bytes touched by operators are a lower "
+                        "bound computed from tensor sizes, not a measurement"})
+    for note in agg["notes"]:
+        if "sampled from steps" in note:
+            out.append({"level": "estimate", "source": note.split(":", 1)[0], "message": note.split(": ", 1)[1]})
+    return out
+
+
 def write_run(agg: dict, kernels_csv: str | Path, stages_csv: str | Path, summary_json: str | Path,
-              commands: list[dict] | None = None) -> None:
-    """The run's tables as CSV (for pandas and diffs) and its peaks, notes and commands as JSON."""
-    agg["kernels"].to_csv(kernels_csv, index=False)
-    agg["stages"].to_csv(stages_csv, index=False)
-    Path(summary_json).write_text(json.dumps({"peaks": agg["peaks"], "notes": agg["notes"], "commands": commands or []},
-                                             indent=2, default=float))
+              commands: list[dict] | None = None, diagnostics: list[dict] | None = None) -> None:
+    """The run's tables as CSV (for pandas and diffs) and its peaks, notes, diagnostics and commands as JSON.
+
+    Each file is written beside its target and moved into place, so a killed job leaves none half-written.
+    """
+    for df, path in ((agg["kernels"], kernels_csv), (agg["stages"], stages_csv)):
+        tmp = Path(str(path) + ".tmp")
+        df.to_csv(tmp, index=False)
+        tmp.replace(path)
+    tmp = Path(str(summary_json) + ".tmp")
+    tmp.write_text(json.dumps({"peaks": agg["peaks"], "notes": agg["notes"], "commands": commands or [],
+                               "diagnostics": diagnostics if diagnostics is not None else diagnose(agg, [])},
+                              indent=2, default=float))
+    tmp.replace(summary_json)
 
 
 def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json) -> dict:
@@ -192,4 +244,5 @@ def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json) 
     manifest = json.loads(Path(manifest_json).read_text())
     return {"run_id": run_id, "kernels": pd.read_csv(kernels_csv), "stages": pd.read_csv(stages_csv),
             "peaks": summary["peaks"], "notes": summary["notes"], "manifest": manifest,
+            "diagnostics": summary.get("diagnostics", []),
             "commands": list(manifest.get("commands", [])) + list(summary.get("commands", []))}

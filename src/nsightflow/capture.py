@@ -66,19 +66,25 @@ def _publish(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
-def timeline(nsys_bin: str, program: list[str], rep: str | Path, log: str | Path, timeout_s: float | None) -> None:
-    """nsys profile → ``rep`` (.nsys-rep)."""
+def timeline(nsys_bin: str, program: list[str], rep: str | Path, log: str | Path, timeout_s: float | None) -> str:
+    """nsys profile → ``rep`` (.nsys-rep); returns what nsys and the program printed."""
     rep = Path(rep)
     tmp_base = rep.with_name(rep.stem + ".tmp")
-    run_tool(nsys.profile_argv(nsys_bin, tmp_base, program), log, timeout_s, gpu=True)
+    out, _ = run_tool(nsys.profile_argv(nsys_bin, tmp_base, program), log, timeout_s, gpu=True)
     produced = Path(str(tmp_base) + ".nsys-rep")
     if not produced.exists():
         raise ToolError(f"nsys wrote no .nsys-rep (only a .qdstrm?): its importer may lack libdw.so.1; log: {log}")
     _publish(produced, rep)
+    return out
+
+
+def tool_warnings(output: str) -> list[str]:
+    """Warning lines a profiler or the workload printed (kept for the report's diagnostics)."""
+    return [ln.strip() for ln in output.splitlines() if "warning" in ln.lower()][:50]
 
 
 def write_manifest(harness_json: str | Path, manifest: str | Path, versions: dict, commands: list[dict],
-                   settings: dict | None = None) -> dict:
+                   settings: dict | None = None, warnings: list[str] | None = None) -> dict:
     """The run's manifest: the harness's record (args, params, environment), the settings that shaped
     the run, tool versions, the host (GPU, driver) and the commands that ran."""
     from nsightflow.backend import host_info
@@ -89,6 +95,7 @@ def write_manifest(harness_json: str | Path, manifest: str | Path, versions: dic
     data["settings"] = settings or {}
     data["host"] = host_info()
     data["commands"] = commands
+    data["warnings"] = warnings or []
     tmp = Path(str(manifest) + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
     _publish(tmp, Path(manifest))
@@ -100,8 +107,9 @@ def torch_profile(program: list[str], trace: str | Path, manifest: str | Path, l
     """The workload under torch.profiler → Chrome trace ``trace``, and the run's manifest."""
     harness_json = Path(str(manifest) + ".harness.json")
     argv = list(program) + ["--mode", "torch", "--trace", str(trace), "--out", str(harness_json)]
-    run_tool(argv, log, timeout_s, gpu=True)
-    write_manifest(harness_json, manifest, versions, [{"what": "torch.profiler run (harness)", "argv": argv}], settings)
+    out, _ = run_tool(argv, log, timeout_s, gpu=True)
+    write_manifest(harness_json, manifest, versions, [{"what": "torch.profiler run (harness)", "argv": argv}], settings,
+                   tool_warnings(out))
     harness_json.unlink()
 
 
@@ -124,18 +132,31 @@ def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str |
     os.replace(tmp, out_dir)
 
 
+def check_ranges(stages, kernels, domain: str | None) -> None:
+    """Fail before ncu runs when the timeline shows the stages' ranges missing, or empty of kernels."""
+    seen = [f"{d}:{s}" for d, s in zip(stages["domain"], stages["stage"])] or ["none"]
+    mine = stages[stages["domain"] == domain] if domain is not None else stages
+    if mine.empty:
+        raise ValueError(f"the timeline has no NVTX range in domain {domain!r}; ranges it saw (domain:name): "
+                         f"{', '.join(seen)}. The harness annotates stages in config 'nvtx_domain'; a workload "
+                         "that annotates its own ranges must use push/pop ranges (nvtx.annotate) in that domain.")
+    idle = sorted(set(mine["stage"]) - set(kernels[kernels["domain"] == mine["domain"].iloc[0]]["stage"]))
+    if idle:
+        raise ValueError(f"no GPU kernels were launched inside the NVTX ranges of stage(s) {idle}: the work runs "
+                         "outside the stage (in setup, on another thread, or on the CPU); ncu would profile nothing.")
+
+
 def selection(stats_dir: str | Path, sqlite: str | Path, top_n: int | None, coverage: float | None,
               sample_steps: list, selected_csv: str | Path, plans_dir: str | Path,
-              kernel_filter: bool = True) -> list[ncu.CapturePlan]:
+              kernel_filter: bool = True, domain: str | None = None) -> list[ncu.CapturePlan]:
     """Pick kernels per stage and write one capture plan (JSON) per ncu run.
 
     With ``kernel_filter`` a capture takes only the selected kernels (an ncu alternation of
     their mangled names); without it, every launch of the sampled stage steps.
     """
     kernels = nsys.kernel_table(Path(stats_dir) / "nvtx_kern_sum.csv")
-    if kernels.empty:
-        raise ValueError(f"{stats_dir}: the timeline has no kernels inside NVTX ranges; does the workload "
-                         "run its stages inside nvtx ranges and launch GPU kernels there?")
+    stages = nsys.stage_table(Path(stats_dir) / "nvtx_sum.csv")
+    check_ranges(stages, kernels, domain)
     selected = select_kernels(kernels, top_n, coverage)
     to_capture = selected if kernel_filter else select_kernels(kernels, None, 1.0)
     plans = ncu.plan_captures(nsys.launch_sequence(sqlite), to_capture, sample_steps)
@@ -157,27 +178,43 @@ def selection(stats_dir: str | Path, sqlite: str | Path, top_n: int | None, cove
 def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: str | Path, cmd_json: str | Path,
                 log: str | Path, *,
                 metrics: list[str], sections: list[str], replay_mode: str, clock_control: str,
-                cache_control: str, timeout_s: float | None, stats_dir: str | Path | None = None) -> None:
-    """One targeted ncu run of a plan → ``rep`` (.ncu-rep); fails with a diagnosis when nothing was profiled."""
+                cache_control: str, timeout_s: float | None, stats_dir: str | Path | None = None,
+                fallback: bool = False) -> None:
+    """One targeted ncu run of a plan → ``rep`` (.ncu-rep); fails with a diagnosis when nothing, or
+    less than planned, was profiled. With ``fallback`` a refused replay mode is retried with the next
+    one (range → app-range → kernel); the record says which mode produced the numbers and why."""
     plan = json.loads(Path(plan_json).read_text())
     rep = Path(rep)
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
     expr = ncu.nvtx_include(plan["domain"], plan["stage"])
-    argv = ncu.capture_argv(ncu_bin, tmp_base, program, nvtx_expr=expr, kernels=plan["kernels"] or None,
-                            launch_skip=plan["launch_skip"], launch_count=plan["launch_count"],
-                            metrics=metrics, sections=sections, replay_mode=replay_mode,
-                            clock_control=clock_control, cache_control=cache_control)
     seen = []
     if stats_dir:
         st = nsys.stage_table(Path(stats_dir) / "nvtx_sum.csv")
         seen = [f"{d}:{s}" for d, s in zip(st["domain"], st["stage"])]
-    what = f"stage {plan['stage']!r} steps {plan['steps']} with --nvtx-include {expr!r}"
-    out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True)
-    ncu.check_capture(out, rc, what=what, ranges_seen=seen)
+    tried: list[dict] = []
+    mode = replay_mode
+    while True:
+        argv = ncu.capture_argv(ncu_bin, tmp_base, program, nvtx_expr=expr, kernels=plan["kernels"] or None,
+                                launch_skip=plan["launch_skip"], launch_count=plan["launch_count"],
+                                metrics=metrics, sections=sections, replay_mode=mode,
+                                clock_control=clock_control, cache_control=cache_control)
+        what = f"stage {plan['stage']!r} steps {plan['steps']} with --nvtx-include {expr!r} (replay mode {mode})"
+        out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True)
+        try:
+            ncu.check_capture(out, rc, what=what, ranges_seen=seen, domain=plan["domain"], stage=plan["stage"],
+                              expected=plan["launch_count"] if mode in ("kernel", "application") else None)
+            break
+        except ncu.CaptureError as exc:
+            if not (fallback and mode in ncu.FALLBACK):
+                raise
+            tried.append({"replay_mode": mode, "why": str(exc).splitlines()[0]})
+            mode = ncu.FALLBACK[mode]
     produced = Path(str(tmp_base) + ".ncu-rep")
     if not produced.exists():
         raise ToolError(f"ncu wrote no report for {what}; log: {log}")
-    Path(cmd_json).write_text(json.dumps({"argv": argv, "capture_id": plan["capture_id"]}, indent=1))
+    record = {"argv": argv, "capture_id": plan["capture_id"], "replay_mode": mode, "fallback_from": tried,
+              "warnings": ncu.warnings(out), "clock_control": clock_control}
+    Path(cmd_json).write_text(json.dumps(record, indent=1))
     _publish(produced, rep)
 
 

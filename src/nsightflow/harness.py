@@ -84,29 +84,46 @@ def build_workload(spec: str, args: dict) -> Workload:
 
 
 def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
+    """Wait for the GPU, so a range's wall time covers its kernels. Done whenever CUDA is in use, even
+    if the workload declared another device or never synchronizes itself."""
+    import torch
 
+    if device.startswith("cuda") or (torch.cuda.is_available() and torch.cuda.is_initialized()):
         torch.cuda.synchronize()
 
 
 def _run_all(workload: Workload, annotate: Callable | None) -> dict[str, list[float]]:
     """Run setup and every stage step once; return each step's wall time in seconds."""
-    workload.setup()
-    _sync(workload.device)
+    _setup(workload)
     times: dict[str, list[float]] = {}
     for stage in workload.stages:
         for step in range(stage.repeats):
             start = time.perf_counter()
             if annotate is None:
-                stage.fn(step)
+                _call(stage, step)
                 _sync(workload.device)
             else:
                 with annotate(stage.name, step):
-                    stage.fn(step)
+                    _call(stage, step)
                     _sync(workload.device)
             times.setdefault(stage.name, []).append(time.perf_counter() - start)
     return times
+
+
+def _setup(workload: Workload) -> None:
+    try:
+        workload.setup()
+    except Exception as exc:
+        raise WorkloadError(f"the workload's setup raised: {exc!r}") from exc
+    _sync(workload.device)
+
+
+def _call(stage: Stage, step: int) -> None:
+    try:
+        stage.fn(step)
+    except Exception as exc:
+        raise WorkloadError(f"stage {stage.name!r} raised at step {step}: {exc!r}. Run the workload once "
+                            "outside nsightflow to debug it; nothing was measured.") from exc
 
 
 def run_profiled(workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1) -> dict[str, list[float]]:
@@ -120,6 +137,15 @@ def run_profiled(workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int =
         return nvtx.annotate(message=name, domain=domain, payload=step)
 
     return _run_all(workload, annotate)
+
+
+def trace_label(workload: Workload, name: str) -> str:
+    """The stage's label in a torch trace: its name, or ``stage<i>`` when the name holds characters that
+    torch's Chrome-trace exporter writes unescaped (quotes, backslashes, control characters: seen with
+    torch 2.13, the exported JSON no longer parses). ``trace_labels`` in the run record maps back."""
+    if any(c in name for c in '"\\') or any(ord(c) < 32 for c in name):
+        return f"stage{[s.name for s in workload.stages].index(name)}"
+    return name
 
 
 def run_torch_profiled(workload: Workload, trace: Path, domain: str = DEFAULT_DOMAIN,
@@ -138,7 +164,7 @@ def run_torch_profiled(workload: Workload, trace: Path, domain: str = DEFAULT_DO
         activities.append(ProfilerActivity.CUDA)
 
     def annotate(name: str, step: int):
-        return record_function(f"{domain}:{name}")
+        return record_function(f"{domain}:{trace_label(workload, name)}")
 
     with profile(activities=activities) as prof:
         times = _run_all(workload, annotate)
@@ -257,7 +283,7 @@ def count_flops(workload: Workload) -> dict:
                 self.calls.append(dict(op=name, causal=bool(causal), b=b, h=h, sq=sq, sk=sk, d=d, dv=dv))
             return out
 
-    workload.setup()
+    _setup(workload)
     out: dict = {"stages": {}}
     for stage in workload.stages:
         total = 0
@@ -269,7 +295,7 @@ def count_flops(workload: Workload) -> dict:
             log = SdpaLog()
             counter = FlopCounterMode(display=False)
             with counter, log, torch.no_grad():
-                stage.fn(step)
+                _call(stage, step)
             total += counter.get_total_flops()
             moved += log.bytes
             for op, n in counter.get_flop_counts().get("Global", {}).items():
@@ -328,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         stages=result.get("stages", {}) if ns.mode == "flops" else [
             {"name": s.name, "repeats": s.repeats} for s in workload.stages
         ],
+        trace_labels={trace_label(workload, s.name): s.name for s in workload.stages},
         environment=environment(workload),
     )
     if ns.out:

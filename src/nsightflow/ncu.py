@@ -218,22 +218,55 @@ _REFUSALS = [
 ]
 
 
-def check_capture(log_text: str, returncode: int, *, what: str, ranges_seen: list[str]) -> None:
-    """Raise CaptureError with a diagnosis when ncu was refused or profiled nothing (which exits 0)."""
+FALLBACK = {"range": "app-range", "app-range": "kernel", "application": "kernel"}  # next replay mode to try
+
+
+def profiled_count(log_text: str) -> int:
+    """Kernels (or ranges) ncu says it profiled: one ``==PROF== Profiling`` line each."""
+    return sum(1 for line in log_text.splitlines() if line.startswith("==PROF== Profiling"))
+
+
+def warnings(log_text: str) -> list[str]:
+    """ncu's own warnings and errors, one line each."""
+    return [line.strip() for line in log_text.splitlines() if line.startswith(("==WARNING==", "==ERROR=="))]
+
+
+def check_capture(log_text: str, returncode: int, *, what: str, ranges_seen: list[str],
+                  domain: str = "", stage: str = "", expected: int | None = None) -> None:
+    """Raise CaptureError with a diagnosis when ncu was refused, profiled nothing (which exits 0),
+    or profiled fewer launches than the timeline planned.
+
+    The diagnosis names the expression used, the ranges the timeline saw, the known cause that
+    applies and, where the stage was seen under another domain or name, the corrected expression.
+    """
     causes = [fix for needle, fix in _REFUSALS if needle in log_text]
     empty = "No kernels were profiled" in log_text or "No ranges were profiled" in log_text
-    if returncode == 0 and not empty and not causes:
+    got = profiled_count(log_text)
+    partial = expected is not None and not empty and returncode == 0 and not causes and got < expected
+    if returncode == 0 and not empty and not causes and not partial:
         return
     seen = ", ".join(ranges_seen) or "none"
-    lines = [f"ncu captured nothing for {what} (exit code {returncode})."]
-    if causes:
-        lines += [f"cause: {c}" for c in causes]
+    if partial:
+        lines = [f"ncu profiled {got} of the {expected} launches planned for {what}: a partial capture would be "
+                 "scaled wrongly, so it is refused.",
+                 "likely causes: the program launched different kernels under ncu than under nsys (non-deterministic "
+                 "dispatch, autotuning that differs run to run: warm up more), or the kernel filter missed names "
+                 "(set ncu.kernel_filter false to take every launch of the step)."]
+    else:
+        lines = [f"ncu captured nothing for {what} (exit code {returncode})."]
+    lines += [f"cause: {c}" for c in causes]
     if empty:
         lines.append("ncu said: " + ("No kernels were profiled" if "No kernels" in log_text else "No ranges were profiled"))
         lines.append(f"NVTX ranges the timeline saw (domain:name): {seen}")
-        lines.append("likely fixes: the range must be push/pop (nvtx.annotate) in the domain named; a range name "
-                     "with '@' needs the regex form nsightflow builds; the program must synchronize before the "
-                     "range ends; the kernel-name filter must match the mangled names nsys recorded.")
+        same_name = [r for r in ranges_seen if r.split(":", 1)[-1] == stage and r != f"{domain}:{stage}"]
+        if stage and not any(r == f"{domain}:{stage}" for r in ranges_seen):
+            lines.append(f"the timeline has no range {stage!r} in domain {domain!r}"
+                         + (f"; it has {same_name}: corrected expression {nvtx_include(*same_name[0].split(':', 1))!r}"
+                            if same_name else ""))
+        lines.append("known causes: the range must be push/pop (nvtx.annotate or range_push/pop, not start/end) in "
+                     "the domain named; a range name with '@' needs the regex form nsightflow builds; CUDA "
+                     "initialisation inside the range; the kernel-name filter must match the mangled names nsys "
+                     "recorded.")
     tail = "\n".join(log_text.strip().splitlines()[-15:])
     raise CaptureError("\n".join(lines) + f"\n--- last lines of ncu output ---\n{tail}")
 

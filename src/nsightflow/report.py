@@ -120,6 +120,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
              f"<h2>Run {html.escape(run['run_id'])}</h2>", _backend_line(backend, reason),
              "<h3>Stages</h3>" + table(run["stages"], STAGE_COLUMNS)]
     parts += [f"<p class='warn'>{html.escape(note)}</p>" for note in run.get("notes", [])]
+    parts.append(diagnostics_html(run.get("diagnostics", [])))
     parts.append("<h3>Peaks</h3><ul>"
                  f"<li>compute ({html.escape(str(pk.get('precision')))}): {_fmt(pk.get('compute', float('nan')) / 1e12)} TFLOP/s "
                  f"— {html.escape(str(pk.get('compute_source')))}</li>"
@@ -145,6 +146,16 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
     for cmd in run.get("commands", []):
         parts.append(f"<p>{html.escape(cmd['what'])}</p><pre>{html.escape(_quote(cmd['argv']))}</pre>")
     return _page(f"{title}: {run['run_id']}", parts)
+
+
+def diagnostics_html(items: list[dict]) -> str:
+    """Warnings from the tools, clock state, coverage, and what is estimated rather than measured."""
+    if not items:
+        return "<h3>Diagnostics</h3><p>No warnings; nothing estimated.</p>"
+    rows = "".join(f"<tr><td>{html.escape(d['level'])}</td><td>{html.escape(str(d['source']))}</td>"
+                   f"<td class=name>{html.escape(d['message'])}</td></tr>" for d in items)
+    return ("<h3>Diagnostics</h3><table><thead><tr><th>level</th><th>source</th><th>message</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
 
 
 COMPARE_COLUMNS = {"wall_ms": "wall ms", "gpu_busy_ms": "busy ms", "mfu_busy": "MFU on busy",

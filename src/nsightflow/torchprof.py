@@ -51,13 +51,16 @@ def _complete_events(trace: dict) -> pd.DataFrame:
     return df
 
 
-def ranges(trace: dict) -> pd.DataFrame:
-    """Annotated ranges (``record_function``), in start order: domain, stage, ts, end, tid, range_index."""
+def ranges(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Annotated ranges (``record_function``), in start order: domain, stage, ts, end, tid, range_index.
+
+    ``labels`` maps trace labels back to stage names (see nsightflow.harness.trace_label).
+    """
     ev = _complete_events(trace)
     ann = ev[ev["cat"] == "user_annotation"].sort_values("ts").copy()
     parts = ann["name"].map(split_range)
     ann["domain"] = [p[0] for p in parts]
-    ann["stage"] = [p[1] for p in parts]
+    ann["stage"] = [(labels or {}).get(p[1], p[1]) for p in parts]
     ann["range_index"] = ann.groupby(["domain", "stage"]).cumcount()
     return ann.reset_index(drop=True)
 
@@ -95,10 +98,10 @@ def _self_times(ops: pd.DataFrame) -> pd.Series:
     return self_t.clip(lower=0)
 
 
-def activity(trace: dict) -> pd.DataFrame:
+def activity(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Every kernel (GPU) or operator (CPU) inside an annotated range: domain, stage, range_index, kernel, ns."""
     ev = _complete_events(trace)
-    rng = ranges(trace)
+    rng = ranges(trace, labels)
     kernels = ev[ev["cat"].isin(KERNEL_CATEGORIES)]
     owner_of = _Owners(rng)
     rows = []
@@ -131,10 +134,10 @@ def device_kind(trace: dict) -> str:
     return "gpu" if any(e.get("cat") in KERNEL_CATEGORIES for e in trace["traceEvents"]) else "cpu"
 
 
-def kernel_table(trace: dict) -> pd.DataFrame:
+def kernel_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Time per (stage, kernel or operator), columns as ``nsys.kernel_table``."""
-    act = activity(trace)
-    n_ranges = ranges(trace).groupby(["domain", "stage"]).size().rename("range_instances").reset_index()
+    act = activity(trace, labels)
+    n_ranges = ranges(trace, labels).groupby(["domain", "stage"]).size().rename("range_instances").reset_index()
     out = act.groupby(["domain", "stage", "kernel"], as_index=False).agg(
         instances=("duration_ns", "size"), total_ns=("duration_ns", "sum"))
     out = out.merge(n_ranges, on=["domain", "stage"], how="left")
@@ -142,9 +145,9 @@ def kernel_table(trace: dict) -> pd.DataFrame:
     return out.sort_values(["stage", "total_ns"], ascending=[True, False], ignore_index=True)
 
 
-def stage_table(trace: dict) -> pd.DataFrame:
+def stage_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Wall time per annotated range, columns as ``nsys.stage_table``."""
-    rng = ranges(trace)
+    rng = ranges(trace, labels)
     out = rng.groupby(["domain", "stage"], as_index=False).agg(range_instances=("dur", "size"), wall_us=("dur", "sum"))
     out["wall_ns"] = out.pop("wall_us") * 1e3
     return out

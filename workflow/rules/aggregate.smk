@@ -8,6 +8,7 @@ rule aggregate:
         flops="results/{run}/analytic_flops.json",
         ceiling=ceiling_file,
         cmds=cmd_files,
+        manifest="results/{run}/manifest.json",
     output:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",

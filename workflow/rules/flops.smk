@@ -4,6 +4,7 @@ rule analytic_flops:
     params:
         versions=TOOL_VERSIONS,
         program=program,
+        timeout_s=config["torch"]["timeout_s"],
     log:
         "results/{run}/logs/analytic_flops.log",
     conda:

@@ -2,6 +2,7 @@ rule ncu_capture:
     input:
         plan="results/{run}/plans/{capture}.json",
         stats="results/{run}/timeline/stats",
+        preflight=f"results/preflight/{DEVICE}.json",
     output:
         rep="results/{run}/ncu/{capture}.ncu-rep",
         cmd="results/{run}/ncu/{capture}.cmd.json",
@@ -12,6 +13,7 @@ rule ncu_capture:
         metrics=ncu_metrics(),
         sections=config["ncu"]["sections"],
         replay_mode=config["ncu"]["replay_mode"],
+        fallback=config["ncu"]["fallback"],
         clock_control=config["ncu"]["clock_control"],
         cache_control=config["ncu"]["cache_control"],
         timeout_s=config["ncu"]["timeout_s"],

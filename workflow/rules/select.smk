@@ -10,6 +10,7 @@ checkpoint select_kernels:
         coverage=config["select"]["coverage"],
         sample_steps=config["ncu"]["sample_steps"],
         kernel_filter=config["ncu"]["kernel_filter"],
+        domain=config["nvtx_domain"],
     log:
         "results/{run}/logs/select.log",
     conda:

@@ -1,4 +1,6 @@
 rule timeline:
+    input:
+        preflight=f"results/preflight/{DEVICE}.json",
     output:
         rep="results/{run}/timeline/timeline.nsys-rep",
         manifest="results/{run}/manifest.json",

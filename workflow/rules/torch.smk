@@ -6,6 +6,7 @@ rule torch_profile:
         versions=TOOL_VERSIONS,
         settings=capture_settings,
         program=program,
+        timeout_s=config["torch"]["timeout_s"],
     log:
         "results/{run}/logs/torch_profile.log",
     conda:
@@ -21,6 +22,7 @@ rule aggregate_torch:
         trace="results/{run}/torch/trace.json",
         flops="results/{run}/analytic_flops.json",
         ceiling=ceiling_file,
+        manifest="results/{run}/manifest.json",
     output:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",

@@ -2,14 +2,14 @@
 from pathlib import Path
 
 from nsightflow import nsys
-from nsightflow.capture import timeline, write_manifest
+from nsightflow.capture import timeline, tool_warnings, write_manifest
 
 sm = snakemake  # noqa: F821
 harness_json = Path(sm.output.manifest + ".harness.json")
 program = list(sm.params.program) + ["--out", str(harness_json)]
-timeline(sm.params.nsys, program, sm.output.rep, sm.log[0], sm.params.timeout_s)
+out = timeline(sm.params.nsys, program, sm.output.rep, sm.log[0], sm.params.timeout_s)
 write_manifest(harness_json, sm.output.manifest, dict(sm.params.versions),
                [{"what": "Timeline (nsys)",
                  "argv": nsys.profile_argv(sm.params.nsys, Path(sm.output.rep).with_suffix(""), program)}],
-               dict(sm.params.settings))
+               dict(sm.params.settings), tool_warnings(out))
 harness_json.unlink()

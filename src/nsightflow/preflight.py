@@ -1,0 +1,77 @@
+"""Preflight for the Nsight backend: is this host able to give real numbers, before any capture runs?
+
+Checks, each with the fix when it fails: a CUDA GPU visible to the driver, nsys and ncu found
+(with versions), torch seeing CUDA, and counter access (a one-kernel ncu probe: in containers
+ERR_NVGPUCTRPERM is common and otherwise only shows after a long capture).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from nsightflow.backend import gpus, host_info, tool_version
+
+PROBE = ("import torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'; "
+         "x = torch.ones(1024, device='cuda'); x.add_(1); torch.cuda.synchronize(); print('probe ok')")
+
+
+class PreflightError(RuntimeError):
+    """The host cannot profile; the message lists every failed check with its fix."""
+
+
+def _found(binary: str) -> bool:
+    import shutil
+
+    return shutil.which(binary) is not None or Path(binary).is_file()
+
+
+def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300) -> list[dict]:
+    """Every check as {name, ok, detail, fix}; the counter probe runs only when the rest passed."""
+    python = python or sys.executable
+    checks = []
+    names = gpus()
+    checks.append({"name": "GPU", "ok": bool(names), "detail": ", ".join(names) or "nvidia-smi lists no GPU",
+                   "fix": "run on a host with an NVIDIA GPU and driver (in a container: --gpus all), "
+                          "or set `profiler: torch` (or `auto`)"})
+    checks.append({"name": "driver", "ok": bool(names), "detail": str(host_info().get("driver")), "fix": ""})
+    for tool, key in ((nsys, "nsys"), (ncu, "ncu")):
+        ok = _found(tool)
+        checks.append({"name": key, "ok": ok, "detail": tool_version(tool) if ok else f"{tool!r} not found",
+                       "fix": f"install Nsight {'Systems' if key == 'nsys' else 'Compute'} or set `tools: {key}:` "
+                              "to its full path"})
+    if all(c["ok"] for c in checks):
+        argv = [ncu, "--metrics", "gpu__time_duration.sum", "--clock-control", "none", python, "-c", PROBE]
+        try:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=timeout_s, check=False)
+            out = proc.stdout
+        except subprocess.TimeoutExpired:
+            out = f"probe did not finish within {timeout_s} s"
+        if "ERR_NVGPUCTRPERM" in out:
+            checks.append({"name": "counters", "ok": False, "detail": "ERR_NVGPUCTRPERM",
+                           "fix": "allow counter access: run as root, or load the nvidia module with "
+                                  "NVreg_RestrictProfilingToAdminUsers=0 (containers: --cap-add SYS_ADMIN)"})
+        else:
+            ok = "==PROF== Profiling" in out and "probe ok" in out
+            checks.append({"name": "counters", "ok": ok, "detail": "one-kernel ncu probe "
+                           + ("profiled its kernel" if ok else "failed: " + " | ".join(out.strip().splitlines()[-4:])),
+                           "fix": "run the probe by hand to see why: " + " ".join(argv[:-1]) + " '<probe>'"})
+    return checks
+
+
+def preflight(nsys: str, ncu: str, out_json: str | Path, python: str | None = None) -> list[dict]:
+    """Run the checks; write ``out_json`` only when all pass, else raise PreflightError listing the failures."""
+    checks = run_checks(nsys, ncu, python)
+    failed = [c for c in checks if not c["ok"] and c["fix"]]
+    if failed:
+        raise PreflightError("this host cannot run the Nsight backend:\n" + "\n".join(
+            f"- {c['name']}: {c['detail']}. Fix: {c['fix']}" for c in failed))
+    out = Path(out_json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps({"checks": checks, "host": host_info()}, indent=2))
+    tmp.replace(out)
+    return checks

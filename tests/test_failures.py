@@ -1,0 +1,118 @@
+"""When things go wrong on the CPU: real failing workloads, bad names, bad files, timeouts, kill -9 and resume."""
+
+import csv
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from conftest import DATA, ROOT, copy_workflow, snakemake
+from nsightflow import ncu, nsys
+
+TESTS = ROOT / "tests"
+
+
+def _workflow(tmp_path, workloads, **overrides):
+    wf = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    cfg["workloads"] = workloads
+    for key, value in overrides.items():
+        cfg[key] = {**cfg.get(key, {}), **value}
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(wf / "tests")}
+    return wf, env
+
+
+@pytest.mark.parametrize("fn,needle", [
+    ("raises", "raised while building with {}: ValueError('model weights not found at /nowhere')"),
+    ("stage_raises", "stage 'decode' raised at step 1: RuntimeError('CUDA out of memory (simulated by the workload)')"),
+    ("idle", "no kernels or operators ran inside the ranges of stage(s) ['prefill']"),
+    ("nope", "module 'workloads' has no attribute 'nope'"),
+])
+def test_failing_workloads_fail_the_job_with_the_cause(tmp_path, fn, needle):
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": f"workloads:{fn}"}])
+    proc = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
+    assert proc.returncode != 0 and needle in proc.stdout, proc.stdout[-3000:]
+    assert not (wf / "results" / "report.html").exists() and not (wf / "results" / "w" / "stages.csv").exists()
+
+
+def test_names_with_shell_and_nvtx_characters_reach_the_tools_intact(tmp_path):
+    from workloads import WEIRD
+
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:weird_names"}])
+    snakemake(wf, "--cores", "1", "results/report.html", env=env)
+    stages = list(csv.DictReader((wf / "results" / "w" / "stages.csv").open()))
+    assert [r["stage"] for r in stages] == [WEIRD] and int(stages[0]["range_instances"]) == 2
+    assert not list(wf.rglob("pwned"))  # no shell ever ran the name
+    page = (wf / "results" / "w" / "report.html").read_text()
+    assert "say &quot;hi&quot;; $(touch pwned)" in page
+    # On the Nsight path the same name becomes one argv element of an escaped regex include.
+    argv = ncu.capture_argv("ncu", "o", ["prog"], nvtx_expr=ncu.nvtx_include("nsightflow", WEIRD), kernels=None)
+    expr = argv[argv.index("--nvtx-include") + 1]
+    assert expr.startswith("regex:nsightflow@^") and "\\x40" in expr and "\\x2f" in expr and "@line" not in expr
+
+
+def test_a_hung_workload_is_stopped_by_the_timeout(tmp_path):
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:slow",
+                                    "args": {"marker": str(tmp_path / "m"), "seconds": 120}}], torch={"timeout_s": 3})
+    start = time.time()
+    proc = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
+    assert proc.returncode != 0 and "did not finish within 3 s (config: timeout_s)" in proc.stdout
+    assert time.time() - start < 60
+
+
+def test_bad_files_are_refused_with_the_cause(tmp_path):
+    rows = (DATA / "h200_tinyllm" / "prefill.raw.csv").read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.csv"
+    cut.write_text("".join(rows[:10]) + rows[10][: len(rows[10]) // 2])  # killed mid-write
+    with pytest.raises(ValueError, match="wrong number of cells"):
+        ncu.parse_raw_csv(cut)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="not an ncu raw CSV export"):
+        ncu.parse_raw_csv(empty)
+    with pytest.raises(ValueError, match="empty file; expected the nvtx_sum CSV"):
+        nsys.stage_table(empty)
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="nsys stats --report nvtx_kern_sum"):
+        nsys.kernel_table(other)
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_kill_9_then_rerun_incomplete_completes_and_keeps_earlier_results(tmp_path):
+    marker = tmp_path / "started"
+    tiny = {"vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 48, "decode_steps": 2,
+            "dtype": "float32", "device": "cpu", "batch": 1, "prompt": 8}
+    wf, env = _workflow(tmp_path, [
+        {"name": "a", "callable": "nsightflow.decoder:build", "args": tiny},
+        {"name": "b", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 8}}])
+    snakemake(wf, "--cores", "1", "results/a/stages.csv", env=env)
+    before = {p: _digest(p) for p in (wf / "results" / "a").rglob("*") if p.is_file()}
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"], cwd=wf, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "the slow workload never started"
+    os.killpg(proc.pid, signal.SIGKILL)  # snakemake and its jobs, mid-run
+    proc.wait()
+    # Nothing that looks complete was left by the killed job: every output present parses.
+    for p in (wf / "results" / "b").rglob("*"):
+        if p.is_file() and p.suffix == ".json":
+            yaml.safe_load(p.read_text())
+    assert not (wf / "results" / "b" / "stages.csv").exists()
+    locked = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
+    assert locked.returncode != 0 and "unlock" in locked.stdout.lower()
+    snakemake(wf, "--unlock", env=env)
+    snakemake(wf, "--cores", "1", "--rerun-incomplete", "results/report.html", env=env)
+    assert (wf / "results" / "report.html").exists() and (wf / "results" / "b" / "stages.csv").exists()
+    assert {p: _digest(p) for p in before} == before

@@ -1,0 +1,51 @@
+"""Real workloads that fail (or stress names and timing) the way user code does; used by test_failures.py.
+
+The harness imports them as ``workloads:<function>`` with this directory on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from nsightflow.harness import Stage, Workload
+
+WEIRD = 'say "hi"; $(touch pwned) `id`\nnext@line/part with spaces'
+
+
+def _matmul(_: int) -> None:
+    a = torch.randn(64, 64)
+    a @ a
+
+
+def raises(**_):
+    raise ValueError("model weights not found at /nowhere")
+
+
+def stage_raises(**_):
+    def bad(step: int) -> None:
+        if step == 1:
+            raise RuntimeError("CUDA out of memory (simulated by the workload)")
+        _matmul(step)
+
+    return Workload(setup=lambda: None, stages=[Stage("decode", bad, repeats=3)])
+
+
+def idle(**_):
+    """All the work happens in setup; the stage's range is empty."""
+    return Workload(setup=lambda: _matmul(0), stages=[Stage("prefill", lambda step: None)])
+
+
+def weird_names(**_):
+    return Workload(setup=lambda: None, stages=[Stage(WEIRD, _matmul, repeats=2)])
+
+
+def slow(marker: str, seconds: float = 20.0, **_):
+    def stage(step: int) -> None:
+        Path(marker).write_text("started")
+        time.sleep(seconds)
+        _matmul(step)
+
+    return Workload(setup=lambda: None, stages=[Stage("prefill", stage)])

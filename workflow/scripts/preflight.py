@@ -1,0 +1,13 @@
+"""Rule preflight: GPU, driver, nsys, ncu and counter access, checked once per host before any capture."""
+import json
+
+from nsightflow.preflight import PreflightError, preflight
+
+sm = snakemake  # noqa: F821
+with open(sm.log[0], "w") as log:
+    try:
+        checks = preflight(sm.params.nsys, sm.params.ncu, sm.output[0], sm.params.python)
+    except PreflightError as exc:
+        log.write(str(exc) + "\n")
+        raise
+    log.write(json.dumps(checks, indent=2) + "\n")
