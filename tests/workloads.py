@@ -49,3 +49,20 @@ def slow(marker: str, seconds: float = 20.0, **_):
         _matmul(step)
 
     return Workload(setup=lambda: None, stages=[Stage("prefill", stage)])
+
+
+def gpu_matmuls(stage: str = "prefill", n: int = 1024, repeats: int = 2, **_):
+    """``repeats`` bf16 n×n matmuls per step on the GPU, in a stage of any name. The workload never
+    synchronizes and leaves ``device`` at its default ('cpu'): the harness must still wait for the
+    GPU before each range ends. Measured tensor FLOPs must be exactly 2·n³ per matmul."""
+    state = {}
+
+    def setup() -> None:
+        state["a"] = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+        state["b"] = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+
+    def step(_: int) -> None:
+        for _ in range(repeats):
+            state["c"] = state["a"] @ state["b"]
+
+    return Workload(setup=setup, stages=[Stage(stage, step)], params={"n": n, "repeats": repeats})
