@@ -1,6 +1,7 @@
 """ncu filters, sampling plans and raw-CSV parsing, on real exports from the GPU host."""
 
 import csv
+import io
 import json
 import re
 import sqlite3
@@ -127,3 +128,21 @@ def test_capture_argv_is_a_list_with_names_intact():
     assert "--clock-control=none" in argv and argv[-3:] == ["python", "-m", "m"]
     rx = re.compile(argv[argv.index("--kernel-name") + 1][len("regex:"):])
     assert rx.fullmatch(name)
+
+
+def test_units_scale_to_base_and_unknown_units_fail_only_where_read():
+    assert ncu.unit_factor("Mbyte") == (1e6, False) and ncu.unit_factor("usecond") == (1e-6, True)
+    assert ncu.unit_factor("cycle/nsecond") == (1e9, False) and ncu.unit_factor("byte/cycle") == (1.0, False)
+    assert ncu.unit_factor("frobs") is None
+    rows = list(csv.reader((D / "prefill.raw.csv").open()))
+    i = rows[0].index("dram__bytes_read.sum")
+    rows[1][i] = "Kbyte"  # as auto units print it: the same cells now mean thousands of bytes
+    text = io.StringIO()
+    csv.writer(text, quoting=csv.QUOTE_ALL).writerows(rows)
+    df, _ = ncu.parse_raw_csv(text.getvalue())
+    assert df["dram__bytes_read.sum"].iloc[0] == 1000 * float(rows[2][i].replace(",", ""))
+    rows[1][i] = "frobs"
+    text = io.StringIO()
+    csv.writer(text, quoting=csv.QUOTE_ALL).writerows(rows)
+    with pytest.raises(ValueError, match="print-units base"):
+        ncu.parse_raw_csv(text.getvalue())

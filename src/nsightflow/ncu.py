@@ -361,11 +361,12 @@ def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
             columns[col] = cells
             continue
         # Auto units (no --print-units base) scale per column: bring every metric to bytes, ns, hz, ...
-        factor = unit_factor(units[i])
-        if factor is None:
-            raise ValueError(f"ncu raw CSV: column {col!r} has unit {units[i]!r}, which nsightflow does not know; "
-                             "export with: ncu --import R.ncu-rep --page raw --csv --print-units base")
         exp = _unit_exponent(units[i])
+        if exp is None:
+            if col in DEFAULT_METRICS:
+                raise ValueError(f"ncu raw CSV: column {col!r} has unit {units[i]!r}, which nsightflow does not know; "
+                                 "export with: ncu --import R.ncu-rep --page raw --csv --print-units base")
+            exp = (0, False)  # a column nsightflow does not read (e.g. launch__* counts of 'cluster'): as printed
         scale = 10.0 ** (exp[0] + (9 if exp[1] else 0))  # plain times in ns
         columns[col] = [_number(v) * scale for v in cells]
     nvtx_col = next((c for c in header if "Push/Pop_Range" in c), None)
