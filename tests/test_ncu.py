@@ -146,3 +146,18 @@ def test_units_scale_to_base_and_unknown_units_fail_only_where_read():
     csv.writer(text, quoting=csv.QUOTE_ALL).writerows(rows)
     with pytest.raises(ValueError, match="print-units base"):
         ncu.parse_raw_csv(text.getvalue())
+
+
+def test_auto_unit_export_matches_the_base_unit_export():
+    # One real report exported both ways on the GPU host; auto units print 'us', 'Mbyte', 'Ghz', ...
+    A = DATA / "h200_autounits"
+    auto, units = ncu.parse_raw_csv(A / "prefill.auto.raw.csv")
+    base, _ = ncu.parse_raw_csv(A / "prefill.base.raw.csv")
+    assert units["gpu__time_duration.sum"] == "us" and units["dram__bytes_read.sum"] == "Mbyte"
+    rows = list(csv.reader((A / "prefill.base.raw.csv").open()))
+    for metric in ("gpu__time_duration.sum", "dram__bytes_read.sum", "sm__cycles_elapsed.avg.per_second",
+                   "sm__ops_path_tensor_src_bf16_dst_fp32.sum", "lts__t_bytes.sum"):
+        i = rows[0].index(metric)
+        cells = [float(r[i].replace(",", "")) for r in rows[2:]]
+        assert auto[metric].tolist() == pytest.approx(cells, rel=5e-3), metric  # auto units round to ~4 digits
+        assert base[metric].tolist() == cells

@@ -304,7 +304,7 @@ def _number(cell: str) -> float:
 
 
 _PREFIX = {"n": -9, "u": -6, "m": -3, "": 0, "K": 3, "M": 6, "G": 9, "T": 12, "P": 15}  # powers of ten
-_UNIT_BASES = {"byte": 0, "second": 0, "ns": -9, "hz": 0, "inst": 0, "warp": 0, "cycle": 0,
+_UNIT_BASES = {"byte": 0, "second": 0, "s": 0, "ns": -9, "hz": 0, "inst": 0, "warp": 0, "cycle": 0,
                "thread": 0, "sector": 0, "request": 0, "block": 0, "register": 0, "wavefront": 0}
 
 
@@ -320,7 +320,7 @@ def _unit_exponent(unit: str) -> tuple[int, bool] | None:
     for base in sorted(_UNIT_BASES, key=len, reverse=True):
         prefix = unit[: len(unit) - len(base)]
         if unit.lower().endswith(base) and prefix in _PREFIX:
-            return _PREFIX[prefix] + _UNIT_BASES[base], base in ("second", "ns")
+            return _PREFIX[prefix] + _UNIT_BASES[base], base in ("second", "s", "ns")
     return None
 
 
