@@ -161,13 +161,24 @@ def test_at_sign_range_unsynchronised_workload_and_a_two_point_sweep(tmp_path):
     assert "<h3>Against n</h3>" in html
 
 
-def test_range_replay_on_a_decode_step_is_diagnosed(tmp_path):
+def test_range_replay_is_diagnosed_and_falls_back(tmp_path):
     work = copy_workflow(tmp_path / "wf")
-    env = _configure(work, ncu={"replay_mode": "range"},
-                     workloads=[{"name": "small", "callable": "nsightflow.decoder:build",
-                                 "args": {"batch": 2, "prompt": 64, "decode_steps": 4, "n_layers": 2}}])
-    proc = snakemake(work, "--cores", "1", "--keep-going", "results/report.html", check=False, env=env)
-    tail = proc.stdout[proc.stdout.find("ncu captured nothing"):][:1500]
-    print("range replay:", tail[:600])
+    small = [{"name": "small", "callable": "nsightflow.decoder:build",
+              "args": {"batch": 2, "prompt": 64, "decode_steps": 4, "n_layers": 2}}]
+    env = _configure(work, ncu={"replay_mode": "range"}, workloads=small)
+    target = "results/small/ncu/decode.step0.ncu-rep"
+    # The default metrics include SASS counts, which range replay refuses.
+    proc = snakemake(work, "--cores", "1", target, check=False, env=env)
+    assert proc.returncode != 0 and "not collectable in range replay" in proc.stdout
+    # Without them, range replay of a PyTorch decode step is refused for cuKernelSetAttribute ...
+    env = _configure(work, ncu={"metrics": ["gpu__time_duration.sum", "dram__bytes_read.sum"]})
+    proc = snakemake(work, "--cores", "1", target, check=False, env=env)
+    print("range replay:", proc.stdout[proc.stdout.find("ncu captured nothing"):][:500])
     assert proc.returncode != 0 and "Unsupported API during capture" in proc.stdout
     assert "use replay_mode 'app-range' or 'kernel'" in proc.stdout
+    # ... and with fallback on, the next mode produces the capture and the record says so.
+    env = _configure(work, ncu={"fallback": True})
+    snakemake(work, "--cores", "1", target, env=env)
+    cmd = json.loads((work / "results/small/ncu/decode.step0.cmd.json").read_text())
+    print("fallback:", cmd["fallback_from"], "->", cmd["replay_mode"])
+    assert cmd["fallback_from"][0]["replay_mode"] == "range" and cmd["replay_mode"] in ("app-range", "kernel")
