@@ -167,6 +167,7 @@ def test_range_replay_is_diagnosed_and_falls_back(tmp_path):
               "args": {"batch": 2, "prompt": 64, "decode_steps": 4, "n_layers": 2}}]
     env = _configure(work, ncu={"replay_mode": "range"}, workloads=small)
     target = "results/small/ncu/decode.step0.ncu-rep"
+    snakemake(work, "--cores", "1", "results/small/selected_kernels.csv", env=env)  # the checkpoint plans captures
     # The default metrics include SASS counts, which range replay refuses.
     proc = snakemake(work, "--cores", "1", target, check=False, env=env)
     assert proc.returncode != 0 and "not collectable in range replay" in proc.stdout
