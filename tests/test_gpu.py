@@ -182,4 +182,5 @@ def test_range_replay_is_diagnosed_and_falls_back(tmp_path):
     snakemake(work, "--cores", "1", target, env=env)
     cmd = json.loads((work / "results/small/ncu/decode.step0.cmd.json").read_text())
     print("fallback:", cmd["fallback_from"], "->", cmd["replay_mode"])
-    assert cmd["fallback_from"][0]["replay_mode"] == "range" and cmd["replay_mode"] in ("app-range", "kernel")
+    assert cmd["fallback_from"][0]["replay_mode"] == "range" and "cuKernelSetAttribute" in cmd["fallback_from"][0]["why"]
+    assert cmd["replay_mode"] == "kernel"

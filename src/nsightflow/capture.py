@@ -207,7 +207,8 @@ def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: st
         except ncu.CaptureError as exc:
             if not (fallback and mode in ncu.FALLBACK):
                 raise
-            tried.append({"replay_mode": mode, "why": str(exc).splitlines()[0]})
+            causes = [ln for ln in str(exc).splitlines() if ln.startswith(("cause:", "ncu said:"))]
+            tried.append({"replay_mode": mode, "why": "; ".join(causes) or str(exc).splitlines()[0]})
             mode = ncu.FALLBACK[mode]
     produced = Path(str(tmp_base) + ".ncu-rep")
     if not produced.exists():

@@ -218,7 +218,9 @@ _REFUSALS = [
 ]
 
 
-FALLBACK = {"range": "app-range", "app-range": "kernel", "application": "kernel"}  # next replay mode to try
+# Next replay mode to try when one is refused. app-range does capture a PyTorch decode step (seen on the
+# H200), but gives one result per range, which nsightflow cannot join per kernel: the chain ends in kernel.
+FALLBACK = {"range": "kernel", "app-range": "kernel", "application": "kernel"}
 
 
 def profiled_count(log_text: str) -> int:
