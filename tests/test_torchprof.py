@@ -58,3 +58,28 @@ def test_auto_backend_explains_its_choice():
     assert backend.resolve("auto", "nsys", "ncu", captures="d")[0] == "captures"
     with pytest.raises(ValueError, match="nsight, torch, auto"):
         backend.resolve("perf", "nsys", "ncu")
+
+
+def test_gpu_trace_gives_the_gpu_hosts_kernel_table():
+    # A real torch.profiler trace of the default workload on the H200 (CUDA kernels through CUPTI).
+    import pandas as pd
+
+    from conftest import DATA
+
+    T = DATA / "h200_torch"
+    trace = torchprof.load_trace(T / "trace.json")
+    assert torchprof.device_kind(trace) == "gpu"
+    got = torchprof.kernel_table(trace).set_index(["stage", "kernel"])
+    host = pd.read_csv(T / "gpu_host_kernels.csv").set_index(["stage", "kernel"])
+    assert set(got.index) == set(host.index)
+    assert got.loc[host.index, "instances"].tolist() == host["instances"].tolist()
+    assert got.loc[host.index, "total_ns"].tolist() == pytest.approx(host["total_ns"].tolist())
+    # Decode's nvjet GEMM time, summed straight from the kernel events launched inside decode ranges.
+    ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    dec = [e for e in ev if e["cat"] == "user_annotation" and e["name"] == "nsightflow:decode"]
+    launch = {e["args"]["correlation"]: e for e in ev if e["cat"] in ("cuda_runtime", "cuda_driver")
+              and "correlation" in e.get("args", {})}
+    name = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"
+    total = sum(1e3 * k["dur"] for k in ev if k["cat"] == "kernel" and k["name"] == name
+                and any(r["ts"] <= launch[k["args"]["correlation"]]["ts"] <= r["ts"] + r["dur"] for r in dec))
+    assert got.loc[("decode", name), "total_ns"] == pytest.approx(total)
