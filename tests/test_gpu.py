@@ -184,3 +184,18 @@ def test_range_replay_is_diagnosed_and_falls_back(tmp_path):
     print("fallback:", cmd["fallback_from"], "->", cmd["replay_mode"])
     assert cmd["fallback_from"][0]["replay_mode"] == "range" and "cuKernelSetAttribute" in cmd["fallback_from"][0]["why"]
     assert cmd["replay_mode"] == "kernel"
+
+
+def test_reports_from_another_machine_are_exported_and_analysed(run_dir, tmp_path):
+    # A captures directory holding only binary reports: nsys and ncu export them first.
+    caps = tmp_path / "caps"
+    caps.mkdir()
+    shutil.copy(run_dir / "tinyllm" / "timeline" / "timeline.nsys-rep", caps / "run1.nsys-rep")
+    shutil.copy(run_dir / "tinyllm" / "ncu" / "prefill.ncu-rep", caps / "p.ncu-rep")
+    work = copy_workflow(tmp_path / "wf")
+    snakemake(work, "--cores", "1", "results/report.html", "--config", f"captures={caps}")
+    st = pd.read_csv(work / "results" / "captures" / "caps" / "stages.csv").set_index("stage")
+    host = pd.read_csv(run_dir / "tinyllm" / "stages.csv").set_index("stage")
+    print("from reports: prefill FLOPs", st.loc["prefill", "flops_measured"], "host", host.loc["prefill", "flops_measured"])
+    assert st.loc["prefill", "flops_measured"] == pytest.approx(host.loc["prefill", "flops_measured"], rel=1e-9)
+    assert st.loc["prefill", "gpu_busy_ms"] == pytest.approx(host.loc["prefill", "gpu_busy_ms"])

@@ -135,9 +135,9 @@ def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = 
     shutil.copy(kern_sum, tmp / "stats" / "nvtx_kern_sum.csv")
     shutil.copy(nvtx_sum, tmp / "stats" / "nvtx_sum.csv")
     exports = list(found.get("ncu_raw", []))
-    for rep_path in found.get("ncu_rep", []):
-        if any(e.name.startswith(rep_path.name.removesuffix(".ncu-rep")) for e in exports):
-            continue
+    # Raw exports given: they are the ncu data (reports beside them are not exported again, whatever
+    # their names). None given: every .ncu-rep is exported, which needs ncu here.
+    for rep_path in [] if exports else found.get("ncu_rep", []):
         if shutil.which(ncu_bin) is None:
             raise CapturesError(f"{rep_path} has no raw CSV export and ncu is not installed here; on a machine with "
                                 f"ncu run: {NCU_EXPORT_CMD.replace('REPORT', rep_path.name.removesuffix('.ncu-rep'))}")
