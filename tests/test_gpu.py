@@ -199,3 +199,23 @@ def test_reports_from_another_machine_are_exported_and_analysed(run_dir, tmp_pat
     print("from reports: prefill FLOPs", st.loc["prefill", "flops_measured"], "host", host.loc["prefill", "flops_measured"])
     assert st.loc["prefill", "flops_measured"] == pytest.approx(host.loc["prefill", "flops_measured"], rel=1e-9)
     assert st.loc["prefill", "gpu_busy_ms"] == pytest.approx(host.loc["prefill", "gpu_busy_ms"])
+
+
+def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):
+    from nsightflow.backend import gpus
+
+    if len(gpus()) < 2:
+        pytest.skip("needs a host with at least two GPUs")
+    work = copy_workflow(tmp_path / "wf")
+    env = _configure(work, workloads=[{"name": "mm", "callable": "workloads:gpu_matmuls",
+                                       "args": {"n": 4096, "repeats": 20}, "sweep": {"stage": ["a", "b"]}}])
+    snakemake(work, "--cores", "4", "--resources", "gpu=2", "results/report.html", env=env)
+    spans = {}
+    for point in ("a", "b"):
+        log = (work / "results" / "mm" / f"stage~{point}" / "logs" / "timeline.log").read_text()
+        m = re.search(r"device (\d) of (\d+) claimed \(CUDA_VISIBLE_DEVICES=\d\); ran from ([\d.]+) to ([\d.]+)", log)
+        assert m, log[-500:]
+        spans[point] = (m.group(1), float(m.group(3)), float(m.group(4)))
+    print("timeline jobs (device, start, end):", spans)
+    (da, sa, ea), (db, sb, eb) = spans["a"], spans["b"]
+    assert da != db and sa < eb and sb < ea  # distinct devices, overlapping in time

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
     if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
         raise ToolError(f"{argv[0]!r} not found on PATH: install it or set its path under `tools:` in the config")
     with claim(n_devices=None if gpu else 0) as (env, decision):
+        started = time.time()
         try:
             proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   timeout=timeout_s, env=env, check=False)
@@ -47,7 +49,7 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
             out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             _append(log, argv, out + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
             raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
-    gpu_note = f"[nsightflow] {decision}\n" if gpu else ""
+    gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""
     _append(log, argv, gpu_note + proc.stdout + f"\n[nsightflow] exit code {proc.returncode}\n")
     if check and proc.returncode != 0:
         tail = "\n".join(proc.stdout.strip().splitlines()[-10:])
