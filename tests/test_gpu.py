@@ -209,7 +209,7 @@ def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):
     work = copy_workflow(tmp_path / "wf")
     env = _configure(work, workloads=[{"name": "mm", "callable": "workloads:gpu_matmuls",
                                        "args": {"n": 4096, "repeats": 20}, "sweep": {"stage": ["a", "b"]}}])
-    snakemake(work, "--cores", "4", "--resources", "gpu=2", "results/report.html", env=env)
+    snakemake(work, "results/report.html", "--cores", "4", "--resources", "gpu=2", env=env)
     spans = {}
     for point in ("a", "b"):
         log = (work / "results" / "mm" / f"stage~{point}" / "logs" / "timeline.log").read_text()
