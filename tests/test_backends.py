@@ -39,6 +39,7 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
     assert "<td>prefill</td>" in html and "<td>decode</td>" in html
     page = (cpu_run / "results" / "tinyllm" / "report.html").read_text()
     assert "aten::mm" in page and "Roofline (analytic, per stage" in page and "data:image/png;base64," in page
+    assert "<h3>Diagnostics</h3>" in page and "lower bound computed from tensor sizes" in page
     trace = json.loads((cpu_run / "results" / "tinyllm" / "torch" / "trace.json").read_text())
     assert any(e.get("name") == "nsightflow:decode" for e in trace["traceEvents"])
     ceiling = json.loads(next((cpu_run / "results" / "ceilings").glob("*/bfloat16.json")).read_text())

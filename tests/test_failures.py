@@ -116,3 +116,15 @@ def test_kill_9_then_rerun_incomplete_completes_and_keeps_earlier_results(tmp_pa
     snakemake(wf, "--cores", "1", "--rerun-incomplete", "results/report.html", env=env)
     assert (wf / "results" / "report.html").exists() and (wf / "results" / "b" / "stages.csv").exists()
     assert {p: _digest(p) for p in before} == before
+
+
+def test_nsight_backend_without_a_gpu_fails_at_preflight_with_the_fixes(tmp_path):
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "nsightflow.decoder:build"}])
+    env["PATH"] = "/usr/bin:/bin"  # no nsys, no ncu, no nvidia-smi on this machine anyway
+    proc = snakemake(wf, "--cores", "1", "results/report.html", "--config", "profiler=nsight", check=False, env=env)
+    assert proc.returncode != 0 and "Error in rule preflight" in proc.stdout
+    for fix in ("GPU: nvidia-smi lists no GPU. Fix: run on a host with an NVIDIA GPU",
+                "nsys: 'nsys' not found. Fix: install Nsight Systems or set `tools: nsys:`",
+                "ncu: 'ncu' not found. Fix: install Nsight Compute"):
+        assert fix in proc.stdout
+    assert not (wf / "results" / "w" / "timeline").exists()  # no capture started

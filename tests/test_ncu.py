@@ -161,3 +161,35 @@ def test_auto_unit_export_matches_the_base_unit_export():
         cells = [float(r[i].replace(",", "")) for r in rows[2:]]
         assert auto[metric].tolist() == pytest.approx(cells, rel=5e-3), metric  # auto units round to ~4 digits
         assert base[metric].tolist() == cells
+
+
+def test_partial_and_empty_captures_from_the_gpu_host_are_refused():
+    F = DATA / "h200_tinyllm_filtered"
+    # The demangled-name filter on prefill profiled 63 of the 79 planned launches (exit code 0).
+    log = (F / "ncu_demangled_filter_prefill.log").read_text()
+    assert ncu.profiled_count(log) == 63
+    with pytest.raises(ncu.CaptureError, match="profiled 63 of the 79 launches planned"):
+        ncu.check_capture(log, 0, what="prefill", ranges_seen=["nsightflow:prefill"], domain="nsightflow",
+                          stage="prefill", expected=79)
+    ncu.check_capture(log, 0, what="prefill", ranges_seen=[], expected=63)  # as planned: accepted
+    # On decode step 7 it profiled nothing; the diagnosis names the ranges the timeline saw.
+    log = (F / "ncu_demangled_filter_decode.log").read_text()
+    with pytest.raises(ncu.CaptureError, match="No kernels were profiled") as err:
+        ncu.check_capture(log, 0, what="decode", ranges_seen=["nsightflow:prefill", "nsightflow:decode"],
+                          domain="nsightflow", stage="decode", expected=78)
+    assert "nsightflow:decode" in str(err.value)
+    # A stage seen under another domain gets the corrected expression.
+    with pytest.raises(ncu.CaptureError, match="corrected expression 'LLM@decode/'"):
+        ncu.check_capture(log, 0, what="decode", ranges_seen=["LLM:decode"], domain="nsightflow", stage="decode")
+
+
+def test_ranges_are_checked_before_ncu_runs():
+    from nsightflow.capture import check_ranges
+
+    stages = nsys.stage_table(D / "stats" / "nvtx_sum.csv")
+    kernels = nsys.kernel_table(D / "stats" / "nvtx_kern_sum.csv")
+    check_ranges(stages, kernels, "nsightflow")
+    with pytest.raises(ValueError, match="no NVTX range in domain 'LLM'; ranges it saw .*nsightflow:decode"):
+        check_ranges(stages, kernels, "LLM")
+    with pytest.raises(ValueError, match=r"no GPU kernels were launched inside the NVTX ranges of stage\(s\) \['decode'\]"):
+        check_ranges(stages, kernels[kernels["stage"] != "decode"], "nsightflow")
