@@ -128,3 +128,17 @@ def test_nsight_backend_without_a_gpu_fails_at_preflight_with_the_fixes(tmp_path
                 "ncu: 'ncu' not found. Fix: install Nsight Compute"):
         assert fix in proc.stdout
     assert not (wf / "results" / "w" / "timeline").exists()  # no capture started
+
+
+def test_timeout_stops_the_program_the_tool_launched(tmp_path):
+    from nsightflow.capture import ToolError, run_tool
+
+    # A launcher (as ncu or nsys is) whose child hangs: both must be gone after the timeout.
+    pidfile = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']);"
+              f" open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(300)")
+    with pytest.raises(ToolError, match="did not finish within 2 s"):
+        run_tool([sys.executable, "-c", script], tmp_path / "log", timeout_s=2)
+    child = int(pidfile.read_text())
+    time.sleep(0.5)
+    assert not os.path.exists(f"/proc/{child}") or "zombie" in open(f"/proc/{child}/status").read().lower()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -42,19 +43,22 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
         raise ToolError(f"{argv[0]!r} not found on PATH: install it or set its path under `tools:` in the config")
     with claim(n_devices=None if gpu else 0) as (env, decision):
         started = time.time()
+        # Its own process group: on a timeout the profiler and the program it launched are stopped together.
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
         try:
-            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  timeout=timeout_s, env=env, check=False)
+            stdout, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            _append(log, argv, out + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            _append(log, argv, (out or "") + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
             raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
     gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""
-    _append(log, argv, gpu_note + proc.stdout + f"\n[nsightflow] exit code {proc.returncode}\n")
+    _append(log, argv, gpu_note + stdout + f"\n[nsightflow] exit code {proc.returncode}\n")
     if check and proc.returncode != 0:
-        tail = "\n".join(proc.stdout.strip().splitlines()[-10:])
+        tail = "\n".join(stdout.strip().splitlines()[-10:])
         raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}; log: {log}\n{tail}")
-    return proc.stdout, proc.returncode
+    return stdout, proc.returncode
 
 
 def _append(log: str | Path, argv: list[str], text: str) -> None:
