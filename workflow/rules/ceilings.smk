@@ -4,6 +4,7 @@ rule ceilings:
     params:
         versions=TOOL_VERSIONS,
         python=config["tools"]["python"],
+        timeout_s=config["torch"]["timeout_s"],
     log:
         "results/ceilings/{device}/{dtype}.log",
     conda:

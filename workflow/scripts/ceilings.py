@@ -5,4 +5,4 @@ from nsightflow.capture import run_tool
 
 sm = snakemake  # noqa: F821
 run_tool([sm.params.python or sys.executable, "-m", "nsightflow.ceilings", "--dtype", sm.wildcards.dtype,
-          "--out", sm.output[0]], sm.log[0], gpu=True)
+          "--out", sm.output[0]], sm.log[0], sm.params.timeout_s, gpu=True)
