@@ -83,6 +83,7 @@ def test_analysis_only_turns_gpu_captures_into_the_gpu_hosts_report(tmp_path):
     assert "Backend: <b>captures</b>" in html and "captures/h200_tinyllm_filtered/report.html" in html
     page = (out / "report.html").read_text()
     assert "nvjet_sm90" in page and "Roofline (captured kernels, ncu counters)" in page
+    assert "<th>per range (step)</th>" in page  # launches per decode step, from the timeline
 
 
 def test_missing_exports_name_the_command_that_makes_them(tmp_path):

@@ -88,7 +88,7 @@ STAGE_COLUMNS = {
     "diverges": "wall ≫ busy",
 }
 KERNEL_COLUMNS = {
-    "stage": "stage", "rank": "#", "selected": "top-N", "kernel": "kernel (demangled, from nsys)", "instances": "launches", "total_ns": "GPU ns (timeline)",
+    "stage": "stage", "rank": "#", "selected": "top-N", "kernel": "kernel (demangled, from nsys)", "instances": "launches", "launches_per_range": "per range (step)", "total_ns": "GPU ns (timeline)",
     "share": "share of stage", "sampled_launches": "sampled", "flops_per_launch": "FLOPs / launch",
     "dram_bytes_per_launch": "DRAM B / launch", "l2_bytes_per_launch": "L2 B / launch", "l1_bytes_per_launch": "L1 B / launch",
     "arithmetic_intensity": "FLOP / DRAM B", "achieved_flops_per_s": "FLOP/s", "compute_utilisation": "of compute peak",
