@@ -54,7 +54,7 @@ def aggregate_captures(imported: str | Path, divergence: float = 0.5) -> dict:
     for export in sorted((imported / "ncu").glob("*.raw.csv")):
         raw, _ = ncu.parse_raw_csv(export)
         res = _kernel_results(raw, export)
-        expected, stage, steps = expected_launches(res, launches)
+        expected, stage, _ = expected_launches(res, launches)
         m = metrics.match_to_timeline(res, expected, export.name.removesuffix(".raw.csv"))
         m["stage"] = stage
         matched.append(m)
@@ -101,16 +101,7 @@ def summarise(stats_dir: Path, sqlite: str | Path, selected: pd.DataFrame, match
     ranked["selected"] = ranked.set_index(["stage", "kernel"]).index.isin(selected.set_index(["stage", "kernel"]).index)
     ksum = metrics.kernel_summary(results, ranked, pk)
     ssum = metrics.stage_summary(kernels, ksum, stages, analytic, pk, divergence)
-    notes = []
-    for _, s in ssum.iterrows():
-        if s["coverage"] < 0.999:
-            notes.append(f"{s['stage']}: FLOPs and bytes are counted for the captured kernels only, "
-                         f"{s['coverage']:.1%} of the stage's GPU time; the rest is not measured, so its HFU is a lower bound.")
-        if s["diverges"]:
-            notes.append(f"{s['stage']}: GPU busy time is {s['busy_over_wall']:.0%} of the range's wall time: the GPU "
-                         "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
-                         "measures the program, MFU on busy time the kernels.")
-        notes += flop_notes(s)
+    notes = stage_notes(ssum)
     sampled = results.groupby("stage")["step"].apply(lambda x: sorted(set(int(v) for v in x))).to_dict()
     for stage, steps in sampled.items():
         n = int(stages.loc[stages["stage"] == stage, "range_instances"].iloc[0])
@@ -145,11 +136,23 @@ def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str
     notes = [f"torch.profiler backend: the kernel table lists {what}; there are no hardware counters on this path, "
              "so FLOPs are FlopCounterMode's and bytes a lower bound (each operator's tensors touched once; "
              "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage."]
-    for _, s in ssum.iterrows():
-        notes += flop_notes(s)
-        if s["diverges"]:
-            notes.append(f"{s['stage']}: busy time is {s['busy_over_wall']:.0%} of the range's wall time.")
+    notes += stage_notes(ssum)
     return {"kernels": ranked, "stages": ssum, "peaks": pk, "notes": notes}
+
+
+def stage_notes(ssum: pd.DataFrame) -> list[str]:
+    """Per stage: what the counters did not cover, wall time far above busy time, and FLOP differences."""
+    notes = []
+    for _, s in ssum.iterrows():
+        if np.isfinite(s["coverage"]) and s["coverage"] < 0.999:
+            notes.append(f"{s['stage']}: FLOPs and bytes are counted for the captured kernels only, "
+                         f"{s['coverage']:.1%} of the stage's GPU time; the rest is not measured, so its HFU is a lower bound.")
+        if s["diverges"]:
+            notes.append(f"{s['stage']}: busy time is {s['busy_over_wall']:.0%} of the range's wall time: the device "
+                         "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
+                         "measures the program, MFU on busy time the kernels.")
+        notes += flop_notes(s)
+    return notes
 
 
 def flop_notes(s: pd.Series) -> list[str]:

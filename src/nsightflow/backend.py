@@ -11,7 +11,8 @@ from pathlib import Path
 BACKENDS = ("nsight", "torch", "auto")
 
 
-def _found(binary: str) -> bool:
+def found(binary: str) -> bool:
+    """Whether ``binary`` is on PATH or is a path to a file."""
     return shutil.which(binary) is not None or Path(binary).is_file()
 
 
@@ -36,8 +37,8 @@ def resolve(requested: str, nsys: str, ncu: str, captures: str | None = None) ->
     if requested != "auto":
         return requested, f"config 'profiler: {requested}'"
     missing = [what for what, ok in (("no CUDA GPU (nvidia-smi lists none)", bool(gpus())),
-                                     (f"nsys not found ({nsys!r})", _found(nsys)),
-                                     (f"ncu not found ({ncu!r})", _found(ncu))) if not ok]
+                                     (f"nsys not found ({nsys!r})", found(nsys)),
+                                     (f"ncu not found ({ncu!r})", found(ncu))) if not ok]
     if not missing:
         return "nsight", "profiler 'auto': a CUDA GPU, nsys and ncu are usable"
     return "torch", "profiler 'auto' chose torch.profiler: " + "; ".join(missing)

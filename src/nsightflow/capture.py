@@ -39,8 +39,7 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
     """
     from nsightflow.gpus import claim
 
-    if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
-        raise ToolError(f"{argv[0]!r} not found on PATH: install it or set its path under `tools:` in the config")
+    require(argv[0])
     with claim(n_devices=None if gpu else 0) as (env, decision):
         started = time.time()
         # Its own process group: on a timeout the profiler and the program it launched are stopped together.
@@ -59,6 +58,14 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
         tail = "\n".join(stdout.strip().splitlines()[-10:])
         raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}; log: {log}\n{tail}")
     return stdout, proc.returncode
+
+
+def require(binary: str) -> None:
+    """Raise ToolError naming the fix when ``binary`` is neither on PATH nor a file."""
+    from nsightflow.backend import found
+
+    if not found(binary):
+        raise ToolError(f"{binary!r} not found on PATH: install it or set its path under `tools:` in the config")
 
 
 def _append(log: str | Path, argv: list[str], text: str) -> None:
@@ -228,8 +235,7 @@ def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: st
 def ncu_export(ncu_bin: str, rep: str | Path, csv_out: str | Path, log: str | Path) -> None:
     """``ncu --import --page raw --csv --print-units base`` → ``csv_out`` (checked to parse)."""
     argv = ncu.export_argv(ncu_bin, rep)
-    if shutil.which(ncu_bin) is None and not Path(ncu_bin).exists():
-        raise ToolError(f"{ncu_bin!r} not found on PATH: install it or set its path under `tools:` in the config")
+    require(ncu_bin)
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _append(log, argv, proc.stderr + f"\n[nsightflow] exit code {proc.returncode}\n")
     if proc.returncode != 0:

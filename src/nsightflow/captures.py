@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nsightflow import ncu, nsys
+from nsightflow import ncu
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_STATS_CMD = "nsys stats --report nvtx_sum --report nvtx_kern_sum --format csv -o PREFIX REPORT.nsys-rep"
@@ -101,6 +101,7 @@ def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = 
     Layout written: stats/{nvtx_sum,nvtx_kern_sum}.csv, timeline.sqlite, ncu/<n>.raw.csv,
     analytic_flops.json (when given), index.json.
     """
+    from nsightflow.backend import found as tool_found
     from nsightflow.capture import ToolError, run_tool, stats
 
     directory, out_dir = Path(directory), Path(out_dir)
@@ -120,7 +121,7 @@ def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = 
     kern_sum, nvtx_sum, sqlite = _one(found, "nvtx_kern_sum"), _one(found, "nvtx_sum"), _one(found, "sqlite")
     rep = _one(found, "nsys_rep")
     if (kern_sum is None or nvtx_sum is None or sqlite is None) and rep is not None:
-        if shutil.which(nsys_bin) is None:
+        if not tool_found(nsys_bin):
             raise CapturesError(f"{rep} needs exporting and nsys is not installed here; on a machine with nsys run: "
                                 f"{NSYS_STATS_CMD} (it writes the SQLite export beside the report too)")
         try:
@@ -138,7 +139,7 @@ def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = 
     # Raw exports given: they are the ncu data (reports beside them are not exported again, whatever
     # their names). None given: every .ncu-rep is exported, which needs ncu here.
     for rep_path in [] if exports else found.get("ncu_rep", []):
-        if shutil.which(ncu_bin) is None:
+        if not tool_found(ncu_bin):
             raise CapturesError(f"{rep_path} has no raw CSV export and ncu is not installed here; on a machine with "
                                 f"ncu run: {NCU_EXPORT_CMD.replace('REPORT', rep_path.name.removesuffix('.ncu-rep'))}")
         out, _ = run_tool(ncu.export_argv(ncu_bin, rep_path), log)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nsightflow.backend import gpus, host_info, tool_version
+from nsightflow.backend import found, gpus, host_info, tool_version
 
 PROBE = ("import torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'; "
          "x = torch.ones(1024, device='cuda'); x.add_(1); torch.cuda.synchronize(); print('probe ok')")
@@ -20,12 +20,6 @@ PROBE = ("import torch; assert torch.cuda.is_available(), 'torch sees no CUDA de
 
 class PreflightError(RuntimeError):
     """The host cannot profile; the message lists every failed check with its fix."""
-
-
-def _found(binary: str) -> bool:
-    import shutil
-
-    return shutil.which(binary) is not None or Path(binary).is_file()
 
 
 def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300) -> list[dict]:
@@ -38,7 +32,7 @@ def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float 
                           "or set `profiler: torch` (or `auto`)"})
     checks.append({"name": "driver", "ok": bool(names), "detail": str(host_info().get("driver")), "fix": ""})
     for tool, key in ((nsys, "nsys"), (ncu, "ncu")):
-        ok = _found(tool)
+        ok = found(tool)
         checks.append({"name": key, "ok": ok, "detail": tool_version(tool) if ok else f"{tool!r} not found",
                        "fix": f"install Nsight {'Systems' if key == 'nsys' else 'Compute'} or set `tools: {key}:` "
                               "to its full path"})
