@@ -1,4 +1,5 @@
-"""The built-in workload on the CPU: FLOP counting against the model's own arithmetic, and bad callables."""
+"""The harness on the CPU: analytic FLOPs against the model's own arithmetic, passes, the probe's windows,
+bad callables."""
 
 import json
 import subprocess
@@ -7,32 +8,104 @@ import sys
 import pytest
 
 from nsightflow import harness
+from nsightflow.probe import WHOLE, Windows
 
 SMALL = dict(batch=2, prompt=16, decode_steps=3, vocab=512, d_model=64, n_layers=2, n_heads=4, d_ff=96,
              dtype="float32", device="cpu")
 
 
+def _matmuls(tokens, b=2, d=64, f=96, v=512, n=2):
+    """Per layer: qkv, proj, gate_up, down; then the LM head on the last position."""
+    return n * 2 * b * tokens * (d * 3 * d + d * d + d * 2 * f + f * d) + 2 * b * 1 * d * v
+
+
+def _attention(sq, sk, b=2, h=4, hd=16, n=2):
+    """Q·Kᵀ and P·V of every head of every layer, in full."""
+    return n * 2 * b * h * sq * sk * (hd + hd)
+
+
 def test_flops_match_the_model_arithmetic():
-    out = harness.count_flops(harness.build_workload("nsightflow.decoder:build", SMALL))
-    b, t, d, f, v, n = 2, 16, 64, 96, 512, 2
+    out = harness.count_flops(harness.build_workload("nsightflow.decoder:build", SMALL))["stages"]
+    pre, dec = out["prefill"], out["decode"]
+    assert pre["flops"] == _matmuls(16) + _attention(16, 16)
+    # Causal prefill: query i sees keys 0..i, so 16·17/2 of the 16·16 score pairs are computed.
+    assert pre["flops_causal_adjusted"] == _matmuls(16) + _attention(16, 16) * (16 * 17 // 2) // (16 * 16)
+    assert pre["by_class"] == {"gemm": _matmuls(16), "attention": _attention(16, 16), "other": 0}
+    # Decode step s: one query against the prompt and s + 1 cached tokens; nothing is masked.
+    assert dec["flops"] == sum(_matmuls(1) + _attention(1, 16 + s + 1) for s in range(3))
+    assert dec["causal_masked_flops"] == 0 and dec["repeats"] == 3 and dec["not_counted"] == []
 
-    def matmuls(tokens):  # per layer: qkv, proj, gate_up, down; then the LM head on the last position
-        return n * 2 * b * tokens * (d * 3 * d + d * d + d * 2 * f + f * d) + 2 * b * 1 * d * v
 
-    # On the CPU the attention op itself is not counted by FlopCounterMode (only matmuls are).
-    assert out["stages"]["prefill"]["flops"] == matmuls(t)
-    assert out["stages"]["decode"]["flops"] == 3 * matmuls(1)
-    assert out["stages"]["prefill"]["causal_masked_flops"] == 0
+def test_grouped_query_attention_counts_the_query_heads():
+    import torch
+
+    q = torch.randn(2, 8, 5, 16)           # 8 query heads
+    kv = torch.randn(2, 2, 7, 16)          # 2 key/value heads (GQA, 4 queries per group)
+
+    def step(_):
+        torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
+
+    got = harness.count_flops(harness.Workload(setup=lambda: None, stages=[harness.Stage("a", step)]))["stages"]["a"]
+    full = 2 * 2 * 8 * 5 * 7 * (16 + 16)
+    kept = sum(min(i + 1, 7) for i in range(5))  # top-left causal mask, 5 queries over 7 keys
+    assert got["not_counted"] == [] and got["attention_flops_full"] == full
+    assert got["flops_causal_adjusted"] == full * kept // (5 * 7)
 
 
-def test_harness_cli_profile_mode_writes_manifest(tmp_path):
-    out = tmp_path / "run.json"
-    proc = subprocess.run([sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(SMALL), "--out", str(out)],
-                          capture_output=True, text=True)
+def test_training_backward_counts_twice_the_forward_gemms():
+    args = dict(batch=2, seq=16, iterations=2, vocab=512, d_model=64, n_layers=2, n_heads=4, d_ff=96,
+                dtype="float32", device="cpu")
+    out = harness.count_flops(harness.build_workload("nsightflow.training:build", args))["stages"]
+    # Two iterations of: 2 layers over all 16 positions, then logits for every position (training).
+    fwd_gemm = 2 * (2 * 2 * 2 * 16 * (64 * 3 * 64 + 64 * 64 + 64 * 2 * 96 + 96 * 64) + 2 * 2 * 16 * 64 * 512)
+    assert out["forward"]["by_class"]["gemm"] == fwd_gemm
+    assert out["backward"]["by_class"]["gemm"] == 2 * fwd_gemm  # dX and dW of every matmul
+    assert out["backward"]["by_class"]["attention"] == 2 * out["forward"]["by_class"]["attention"]
+    assert out["optimizer"]["flops"] == 0 and out["forward"]["repeats"] == 2
+
+
+def test_steps_run_iteration_major():
+    order = []
+    wl = harness.Workload(setup=lambda: None, iterations=2,
+                          stages=[harness.Stage("f", lambda s: order.append(("f", s))),
+                                  harness.Stage("b", lambda s: order.append(("b", s)), repeats=2)])
+    harness.run_profiled(wl, warmup=0)
+    assert order == [("f", 0), ("b", 0), ("b", 1), ("f", 1), ("b", 2), ("b", 3)]
+    assert harness.step_counts(wl) == {"f": 2, "b": 4}
+
+
+def test_probe_opens_windows_around_the_planned_units():
+    import torch
+
+    events = []
+
+    def step(_):
+        a = torch.ones(4)
+        events.append("op0")
+        a = a + 1          # operator 1 (ones is operator 0)
+        events.append("op1")
+        a * 2              # operator 2
+
+    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage("s", step, repeats=3)])
+    win = Windows({("s", 1): {3, 4}, ("s", 2): WHOLE},
+                  start=lambda: events.append("start"), stop=lambda: events.append("stop"))
+    harness.probe_pass(wl, None, count=False, windows=win)
+    # Step 0 is not planned: no window. Step 1: operator 1 (unit 3) and the gap after it (unit 4).
+    # Step 2: the whole step in one window.
+    assert events == ["op0", "op1", "op0", "start", "op1", "stop", "start", "op0", "op1", "stop"]
+
+
+def test_harness_cli_profile_mode_writes_manifest_counts_and_ceilings(tmp_path):
+    out, flops, ceil = tmp_path / "run.json", tmp_path / "flops.json", tmp_path / "ceil.json"
+    proc = subprocess.run([sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(SMALL), "--out", str(out),
+                           "--flops-out", str(flops), "--ceilings-out", str(ceil)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     run = json.loads(out.read_text())
-    assert [s["name"] for s in run["stages"]] == ["prefill", "decode"]
+    assert [s["name"] for s in run["stages"]] == ["prefill", "decode"] and run["dtype"] == "float32"
     assert len(run["stage_wall_s"]["decode"]) == 3
+    assert json.loads(flops.read_text())["stages"]["prefill"]["flops"] == _matmuls(16) + _attention(16, 16)
+    ceiling = json.loads(ceil.read_text())
+    assert ceiling["dtype"] == "float32" and ceiling["matmul_flops_per_s"] > 0
 
 
 @pytest.mark.parametrize("spec,needle", [
@@ -51,6 +124,25 @@ def test_cli_reports_bad_callable_without_traceback():
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "importing module 'no_such_module_xyz'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_failing_formula_is_named_and_never_stops_the_workload(monkeypatch):
+    import torch
+    from torch.utils import flop_counter
+
+    def broken(*args, **kwargs):
+        raise AssertionError("shapes are incompatible")
+
+    monkeypatch.setitem(flop_counter.flop_registry, torch.ops.aten.mm, broken)
+    ran = []
+
+    def step(_):
+        torch.randn(4, 8) @ torch.randn(8, 2)
+        ran.append(1)
+
+    got = harness.count_flops(harness.Workload(setup=lambda: None, stages=[harness.Stage("s", step)]))["stages"]["s"]
+    assert ran == [1] and got["flops"] is None
+    assert "mm: AssertionError('shapes are incompatible')" in got["not_counted"][0]
 
 
 def test_bytes_lower_bound_counts_each_tensor_once():

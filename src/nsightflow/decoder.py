@@ -2,7 +2,8 @@
 
 Small enough to run on a CPU in seconds, shaped like a real LLM (RMSNorm, rotary-free
 multi-head attention through ``scaled_dot_product_attention``, SwiGLU MLP, tied LM head)
-so that its kernels are the ones a real model spends its time in.
+so that its kernels are the ones a real model spends its time in. ``cuda_graph=True`` decodes as
+serving engines do: each decode step is captured once into a ``torch.cuda.CUDAGraph`` and replayed.
 """
 
 from __future__ import annotations
@@ -39,15 +40,18 @@ class Block(nn.Module):
         self.gate_up = nn.Linear(d_model, 2 * d_ff, bias=False)
         self.down = nn.Linear(d_ff, d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], pos: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+                pos: int = 0) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.n_heads, self.head_dim).transpose(1, 2) for z in (q, k, v))
-        k_cache, v_cache = cache
-        k_cache[:, :, pos : pos + t] = k
-        v_cache[:, :, pos : pos + t] = v
-        keys, values = k_cache[:, :, : pos + t], v_cache[:, :, : pos + t]
-        # Prefill attends causally within the prompt; a decode token attends to the whole cache.
+        keys, values = k, v
+        if cache is not None:
+            k_cache, v_cache = cache
+            k_cache[:, :, pos : pos + t] = k
+            v_cache[:, :, pos : pos + t] = v
+            keys, values = k_cache[:, :, : pos + t], v_cache[:, :, : pos + t]
+        # Prefill (and training) attend causally within the sequence; a decode token attends to the whole cache.
         att = F.scaled_dot_product_attention(q, keys, values, is_causal=(t > 1))
         x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
         gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
@@ -63,10 +67,33 @@ class TinyDecoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, caches: list, pos: int) -> torch.Tensor:
         x = self.embed(tokens)
-        for block, cache in zip(self.blocks, caches):
+        for block, cache in zip(self.blocks, caches, strict=True):
             x = block(x, cache, pos)
         # Only the last position's logits are needed to pick the next token.
         return self.norm(x[:, -1:]) @ self.embed.weight.t()
+
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Every position's logits, no cache (training)."""
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x) @ self.embed.weight.t()
+
+
+def make_model(dtype: str, device: str, seed: int, vocab: int = 32000, d_model: int = 1024, n_layers: int = 4,
+               n_heads: int = 16, d_ff: int = 2816) -> TinyDecoder:
+    """The decoder with seeded random weights, drawn on the device itself (no CPU round trip)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.device(device):
+        model = TinyDecoder(vocab, d_model, n_layers, n_heads, d_ff)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, device=device) / math.sqrt(p.shape[-1]))
+    return model.to(dtype=getattr(torch, dtype))
+
+
+def resolve_device(device: str) -> str:
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
 
 
 def build(
@@ -81,41 +108,59 @@ def build(
     dtype: str = "bfloat16",
     device: str = "auto",
     seed: int = 0,
+    cuda_graph: bool = False,
 ) -> Workload:
     """Build the default workload: one prefill of ``prompt`` tokens, then greedy decode steps."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
+    if cuda_graph and not device.startswith("cuda"):
+        raise ValueError("cuda_graph=True needs a CUDA device")
     torch_dtype = getattr(torch, dtype)
-    gen = torch.Generator().manual_seed(seed)
-    model = TinyDecoder(vocab, d_model, n_layers, n_heads, d_ff)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
-    model = model.to(device=device, dtype=torch_dtype).eval()
-    prompt_tokens = torch.randint(0, vocab, (batch, prompt), generator=gen).to(device)
-    head_dim = d_model // n_heads
-    max_len = prompt + decode_steps
-    state: dict = {}
+    model = make_model(dtype, device, seed, vocab, d_model, n_layers, n_heads, d_ff).eval()
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    prompt_tokens = torch.randint(0, vocab, (batch, prompt), generator=gen, device=device)
+    shape = (batch, n_heads, prompt + decode_steps, d_model // n_heads)
+    caches = [(torch.zeros(shape, device=device, dtype=torch_dtype), torch.zeros(shape, device=device, dtype=torch_dtype))
+              for _ in range(n_layers)]
+    token = torch.zeros((batch, 1), dtype=torch.long, device=device)  # static: CUDA graphs read and write it
+    graphs: list = []
+
+    @torch.no_grad()
+    def run_decode(step: int) -> None:
+        token.copy_(model(token, caches, prompt + step).argmax(-1))
+
+    def capture_graphs() -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # cuBLAS handles and workspaces exist before capture
+                run_decode(0)
+        torch.cuda.current_stream().wait_stream(side)
+        pool = torch.cuda.graph_pool_handle()
+        for step in range(decode_steps):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                run_decode(step)
+            graphs.append(graph)
 
     def setup() -> None:
-        shape = (batch, n_heads, max_len, head_dim)
-        state["caches"] = [
-            (torch.zeros(shape, device=device, dtype=torch_dtype), torch.zeros(shape, device=device, dtype=torch_dtype))
-            for _ in range(n_layers)
-        ]
+        if cuda_graph and not graphs:
+            capture_graphs()
+        for k, v in caches:  # in place: the graphs hold these addresses
+            k.zero_()
+            v.zero_()
 
     @torch.no_grad()
     def prefill(_: int) -> None:
-        logits = model(prompt_tokens, state["caches"], 0)
-        state["next"] = logits.argmax(-1)
+        token.copy_(model(prompt_tokens, caches, 0).argmax(-1))
 
-    @torch.no_grad()
     def decode(step: int) -> None:
-        logits = model(state["next"], state["caches"], prompt + step)
-        state["next"] = logits.argmax(-1)
+        if graphs:
+            graphs[step].replay()
+        else:
+            run_decode(step)
 
     params = dict(batch=batch, prompt=prompt, decode_steps=decode_steps, vocab=vocab, d_model=d_model,
-                  n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, dtype=dtype, device=device)
+                  n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, dtype=dtype, device=device, cuda_graph=cuda_graph)
     return Workload(
         setup=setup,
         stages=[Stage("prefill", prefill, 1), Stage("decode", decode, decode_steps)],

@@ -1,14 +1,21 @@
-"""Run a workload the way Nsight needs it, and count its FLOPs analytically.
+"""Run a workload the way Nsight needs it: warm-up, ranged pass, probe pass, in one program launch.
 
-A workload is a :class:`Workload`: a ``setup`` that resets state (KV caches) and ordered
-stages, each a function of its step index run ``repeats`` times. The harness warms the
-workload up outside any range (CUDA context, cuBLAS handles, first-call autotuning),
-then runs every stage step inside ``nvtx.annotate(stage, domain=..., payload=step)`` with
-``torch.cuda.synchronize()`` before each range ends, so that a range's kernels are the
-ones launched inside it and its wall time covers their execution.
+A workload is a :class:`Workload`: a ``setup`` that resets state (KV caches) and ordered stages, each
+a function of its step index run ``repeats`` times per iteration, for ``iterations`` iterations
+(a training loop: forward, backward, optimizer, again). A stage's step index counts every time it runs.
 
-Users plug in their own model as a callable ``package.module:function`` that takes
-keyword arguments and returns a :class:`Workload`.
+Passes of one launch:
+1. warm-up, outside any range (CUDA context, cuBLAS handles, first-call autotuning);
+2. the ranged pass: every stage step inside ``nvtx.annotate(stage, domain=..., payload=step)`` with
+   ``torch.cuda.synchronize()`` before each range ends, so a range's wall time covers its kernels and
+   every kernel launched in its time window (by any thread) belongs to it;
+3. optionally the probe pass (nsightflow.probe): operators numbered and marked per step, FLOPs and
+   bytes counted (the analytic count rides on this launch), or, under ncu, profiler windows opened
+   around the units a capture plan names;
+4. optionally the measured ceilings (nsightflow.ceilings) of the device, in the workload's dtype.
+
+Users plug in their own model as a callable ``package.module:function`` that takes keyword arguments
+and returns a :class:`Workload`.
 """
 
 from __future__ import annotations
@@ -19,11 +26,22 @@ import json
 import platform
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 DEFAULT_DOMAIN = "nsightflow"
+
+
+def probe_domain(domain: str) -> str:
+    """NVTX domain of the probe pass's step ranges (kept apart from the stages' own domain)."""
+    return f"{domain}.probe"
+
+
+def ops_domain(domain: str) -> str:
+    """NVTX domain of the probe pass's operator ranges."""
+    return f"{domain}.ops"
 
 
 class WorkloadError(RuntimeError):
@@ -32,7 +50,7 @@ class WorkloadError(RuntimeError):
 
 @dataclass
 class Stage:
-    """One NVTX-ranged stage: ``fn(step)`` is called for step = 0 .. repeats-1."""
+    """One NVTX-ranged stage: ``fn(step)`` is called ``repeats`` times per iteration."""
 
     name: str
     fn: Callable[[int], Any]
@@ -46,6 +64,7 @@ class Workload:
     device: str = "cpu"
     dtype: str = "float32"
     params: dict = field(default_factory=dict)
+    iterations: int = 1
 
 
 def load_callable(spec: str) -> Callable[..., Workload]:
@@ -83,6 +102,19 @@ def build_workload(spec: str, args: dict) -> Workload:
     return workload
 
 
+def steps(workload: Workload) -> list[tuple[Stage, int]]:
+    """Every (stage, step index) in the order they run: iteration-major, then stage order, then repeats."""
+    out = []
+    for it in range(workload.iterations):
+        for stage in workload.stages:
+            out += [(stage, it * stage.repeats + r) for r in range(stage.repeats)]
+    return out
+
+
+def step_counts(workload: Workload) -> dict[str, int]:
+    return {s.name: s.repeats * workload.iterations for s in workload.stages}
+
+
 def _sync(device: str) -> None:
     """Wait for the GPU, so a range's wall time covers its kernels. Done whenever CUDA is in use, even
     if the workload declared another device or never synchronizes itself."""
@@ -92,21 +124,16 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _run_all(workload: Workload, annotate: Callable | None) -> dict[str, list[float]]:
+def _run_pass(workload: Workload, annotate: Callable | None) -> dict[str, list[float]]:
     """Run setup and every stage step once; return each step's wall time in seconds."""
     _setup(workload)
     times: dict[str, list[float]] = {}
-    for stage in workload.stages:
-        for step in range(stage.repeats):
-            start = time.perf_counter()
-            if annotate is None:
-                _call(stage, step)
-                _sync(workload.device)
-            else:
-                with annotate(stage.name, step):
-                    _call(stage, step)
-                    _sync(workload.device)
-            times.setdefault(stage.name, []).append(time.perf_counter() - start)
+    for stage, step in steps(workload):
+        start = time.perf_counter()
+        with annotate(stage.name, step) if annotate else nullcontext():
+            _call(stage, step)
+            _sync(workload.device)
+        times.setdefault(stage.name, []).append(time.perf_counter() - start)
     return times
 
 
@@ -121,22 +148,65 @@ def _setup(workload: Workload) -> None:
 def _call(stage: Stage, step: int) -> None:
     try:
         stage.fn(step)
+    except WorkloadError:
+        raise
     except Exception as exc:
         raise WorkloadError(f"stage {stage.name!r} raised at step {step}: {exc!r}. Run the workload once "
                             "outside nsightflow to debug it; nothing was measured.") from exc
 
 
-def run_profiled(workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1) -> dict[str, list[float]]:
-    """Warm up outside any range, then run every stage step inside its NVTX range."""
+def _nvtx_ranges(domain: str):
     import nvtx
-
-    for _ in range(warmup):
-        _run_all(workload, None)
 
     def annotate(name: str, step: int):
         return nvtx.annotate(message=name, domain=domain, payload=step)
 
-    return _run_all(workload, annotate)
+    return annotate
+
+
+def probe_pass(workload: Workload, domain: str | None, count: bool, windows=None) -> dict | None:
+    """The probe pass (see nsightflow.probe). ``domain``: mark operators and steps with NVTX; ``count``:
+    return the analytic FLOP and byte counts per stage; ``windows``: open ncu's profiler windows.
+
+    Under ``windows`` only the steps the plan names run under the operator probe; a step the plan wants
+    whole runs as in the ranged pass, inside one window; every other step runs plainly.
+    """
+    from nsightflow.flops import Tally
+    from nsightflow.probe import OpProbe, graph_replays_counted
+
+    tally = Tally() if count else None
+    mark = _nvtx_ranges(probe_domain(domain)) if domain is not None else None
+    probe = OpProbe(domain, tally, windows)
+    _setup(workload)
+    with graph_replays_counted(tally):
+        for stage, step in steps(workload):
+            observed = windows is None or (windows.wanted(stage.name, step) and not windows.whole(stage.name, step))
+            with mark(stage.name, step) if mark else nullcontext():
+                if tally is not None:
+                    tally.begin(stage.name)
+                if windows is not None:
+                    windows.begin_step(stage.name, step)
+                probe.index = 0
+                with probe if observed else nullcontext():
+                    _call(stage, step)
+                _sync(workload.device)
+                if windows is not None:
+                    windows.end_step()
+                if tally is not None:
+                    tally.end()
+    return tally.result() if tally is not None else None
+
+
+def count_flops(workload: Workload) -> dict:
+    """The analytic FLOP and byte counts of every stage (one probe pass, no profiler, no NVTX)."""
+    return probe_pass(workload, None, count=True)
+
+
+def run_profiled(workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1) -> dict[str, list[float]]:
+    """Warm up outside any range, then run every stage step inside its NVTX range."""
+    for _ in range(warmup):
+        _run_pass(workload, None)
+    return _run_pass(workload, _nvtx_ranges(domain))
 
 
 def trace_label(workload: Workload, name: str) -> str:
@@ -158,7 +228,7 @@ def run_torch_profiled(workload: Workload, trace: Path, domain: str = DEFAULT_DO
     from torch.profiler import ProfilerActivity, profile, record_function
 
     for _ in range(warmup):
-        _run_all(workload, None)
+        _run_pass(workload, None)
     activities = [ProfilerActivity.CPU]
     if workload.device.startswith("cuda"):
         activities.append(ProfilerActivity.CUDA)
@@ -167,7 +237,7 @@ def run_torch_profiled(workload: Workload, trace: Path, domain: str = DEFAULT_DO
         return record_function(f"{domain}:{trace_label(workload, name)}")
 
     with profile(activities=activities) as prof:
-        times = _run_all(workload, annotate)
+        times = _run_pass(workload, annotate)
     trace.parent.mkdir(parents=True, exist_ok=True)
     tmp = trace.with_name(trace.name + ".tmp")
     prof.export_chrome_trace(str(tmp))
@@ -197,171 +267,79 @@ def environment(workload: Workload) -> dict:
     return env
 
 
-_SDPA_CAUSAL_ARG = {
-    # op name -> positional index of is_causal in its aten schema
-    "_scaled_dot_product_flash_attention": 4,
-    "_scaled_dot_product_flash_attention_for_cpu": 4,
-    "_scaled_dot_product_efficient_attention": 6,
-    "_scaled_dot_product_cudnn_attention": 6,
-}
+def measure_ceilings(workload: Workload) -> dict:
+    """The device's measured matmul rate (workload dtype) and copy bandwidth, or why they could not be."""
+    from nsightflow.ceilings import measure
+
+    device = workload.device if workload.device.startswith("cuda") else "cpu"
+    try:
+        return measure(device, workload.dtype)
+    except Exception as exc:  # e.g. out of memory beside a large model: no ceiling, never a made-up one
+        return {"device": device, "dtype": workload.dtype, "error": f"not measured: {exc!r}"[:500]}
 
 
-_GATHER_OPS = {"embedding", "index_select", "gather", "take", "index", "embedding_bag"}
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
 
 
-def _moved_bytes(inputs: list, output, gathers: bool = False) -> int:
-    """Bytes an operator touches: each distinct input tensor once, plus new outputs.
+def _read_windows(path: Path):
+    from nsightflow.probe import WHOLE, Windows
 
-    Outputs that alias an input (views, in-place results) add nothing; a lookup (``gathers``)
-    reads only as many table bytes as it returns. Re-reads are not counted, so this is a lower
-    bound on what the operators must touch; DRAM traffic itself can be lower when an
-    intermediate stays in cache.
-    """
-    import torch
-
-    def tensors(x):
-        if isinstance(x, torch.Tensor):
-            yield x
-        elif isinstance(x, (list, tuple)):
-            for y in x:
-                yield from tensors(y)
-
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    ins = list(tensors(inputs))
-    outs = list(tensors(output))
-    if gathers and ins and outs:
-        # A lookup reads only the rows it returns, not the whole table.
-        table = ins[0]
-        seen.add((table.untyped_storage().data_ptr(), table.storage_offset()))
-        total += min(table.numel() * table.element_size(), sum(t.numel() * t.element_size() for t in outs))
-    in_storage = {t.untyped_storage().data_ptr() for t in ins if t.device.type != "meta"}
-    for t in ins:
-        key = (t.untyped_storage().data_ptr(), t.storage_offset())
-        if key not in seen:
-            seen.add(key)
-            total += t.numel() * t.element_size()
-    for t in outs:
-        if t.untyped_storage().data_ptr() in in_storage:
-            continue  # a view or an in-place result: its bytes were counted as an input
-        total += t.numel() * t.element_size()
-    return total
-
-
-def count_flops(workload: Workload) -> dict:
-    """FLOPs per stage from torch.utils.flop_counter.FlopCounterMode, with causal attention noted,
-    and a lower bound on the bytes each stage's operators read and write.
-
-    FlopCounterMode counts causal attention as full attention; the attention calls seen with
-    ``is_causal`` are recorded so that the causal-adjusted count (only the unmasked half of
-    the score and value products) can be stated beside it.
-    """
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import FlopCounterMode
-
-    class SdpaLog(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.calls: list[dict] = []
-            self.bytes = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            if not getattr(func, "is_view", False):  # views move no data
-                self.bytes += _moved_bytes(list(args) + list(kwargs.values()), out,
-                                           gathers=func.overloadpacket.__name__ in _GATHER_OPS)
-            name = func.overloadpacket.__name__
-            if name in _SDPA_CAUSAL_ARG:
-                idx = _SDPA_CAUSAL_ARG[name]
-                causal = kwargs.get("is_causal", args[idx] if len(args) > idx else False)
-                q, k = args[0], args[1]
-                b, h, sq, d = q.shape
-                sk = k.shape[-2]
-                dv = args[2].shape[-1]
-                self.calls.append(dict(op=name, causal=bool(causal), b=b, h=h, sq=sq, sk=sk, d=d, dv=dv))
-            return out
-
-    _setup(workload)
-    out: dict = {"stages": {}}
-    for stage in workload.stages:
-        total = 0
-        attn_full = 0
-        causal_saved = 0
-        moved = 0
-        by_op: dict[str, int] = {}
-        for step in range(stage.repeats):
-            log = SdpaLog()
-            counter = FlopCounterMode(display=False)
-            with counter, log, torch.no_grad():
-                _call(stage, step)
-            total += counter.get_total_flops()
-            moved += log.bytes
-            for op, n in counter.get_flop_counts().get("Global", {}).items():
-                key = str(op)
-                by_op[key] = by_op.get(key, 0) + int(n)
-            for c in log.calls:
-                full = 2 * c["b"] * c["h"] * c["sq"] * c["sk"] * (c["d"] + c["dv"])
-                attn_full += full
-                if c["causal"]:
-                    # Query i sees keys 0..i (top-left aligned): (sq+1)/2 keys on average of sk.
-                    kept = full * (c["sq"] + 1) / (2 * c["sk"])
-                    causal_saved += full - kept
-        if not any(any(name in op for name in _SDPA_CAUSAL_ARG) for op in by_op):
-            # FlopCounterMode did not count the attention op itself (e.g. the CPU math path
-            # decomposes it into counted matmuls over the full score matrix): nothing to adjust.
-            causal_saved = 0
-        out["stages"][stage.name] = {
-            "flops": int(total),
-            "attention_flops_full": int(attn_full),
-            "causal_masked_flops": int(round(causal_saved)),
-            "flops_causal_adjusted": int(round(total - causal_saved)),
-            "bytes_lower_bound": int(moved),
-            "repeats": stage.repeats,
-            "by_op": by_op,
-        }
-    return out
+    plan = json.loads(path.read_text())
+    return Windows({(w["stage"], int(w["step"])): (WHOLE if w["units"] is None else set(w["units"]))
+                    for w in plan["windows"]})
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run a workload under NVTX ranges, or count its FLOPs.")
+    parser = argparse.ArgumentParser(description="Run a workload under NVTX ranges (and probe, count or window it).")
     parser.add_argument("--callable", dest="spec", default="nsightflow.decoder:build")
     parser.add_argument("--args", default="{}", help="JSON object of keyword arguments for the callable")
     parser.add_argument("--domain", default=DEFAULT_DOMAIN)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--mode", choices=["profile", "torch", "flops"], default="profile",
-                        help="profile: NVTX ranges for nsys/ncu; torch: torch.profiler trace to --trace; flops: counts")
+                        help="profile: NVTX ranges for nsys/ncu; torch: torch.profiler trace to --trace; "
+                             "flops: only the analytic count (to --flops-out)")
     parser.add_argument("--trace", type=Path, help="Chrome trace path for --mode torch")
-    parser.add_argument("--out", type=Path, help="write the run's JSON (manifest or FLOP counts) here")
+    parser.add_argument("--flops-out", type=Path, help="run the probe pass and write the analytic FLOP counts here")
+    parser.add_argument("--windows", type=Path, help="capture plan: the probe pass opens ncu profiler windows")
+    parser.add_argument("--ceilings-out", type=Path, help="measure the device's matmul and copy ceilings, write here")
+    parser.add_argument("--out", type=Path, help="write the run's record (stages, params, environment) here")
     ns = parser.parse_args(argv)
     try:
         args = json.loads(ns.args)
         workload = build_workload(ns.spec, args)
+        result: dict = {}
         if ns.mode == "profile":
-            result = {"stage_wall_s": run_profiled(workload, ns.domain, ns.warmup)}
+            result["stage_wall_s"] = run_profiled(workload, ns.domain, ns.warmup)
         elif ns.mode == "torch":
             if ns.trace is None:
                 parser.error("--mode torch needs --trace PATH")
-            result = {"stage_wall_s": run_torch_profiled(workload, ns.trace, ns.domain, ns.warmup)}
-        else:
-            result = count_flops(workload)
+            result["stage_wall_s"] = run_torch_profiled(workload, ns.trace, ns.domain, ns.warmup)
+        if ns.windows is not None:
+            probe_pass(workload, ns.domain, count=False, windows=_read_windows(ns.windows))
+        elif ns.flops_out is not None or ns.mode == "flops":
+            counts = probe_pass(workload, ns.domain if ns.mode == "profile" else None, count=True)
+            if ns.flops_out is not None:
+                _write_json(ns.flops_out, counts)
+            result["analytic"] = counts
+        if ns.ceilings_out is not None:
+            _write_json(ns.ceilings_out, measure_ceilings(workload))
     except WorkloadError as exc:
         print(f"nsightflow: {exc}", file=sys.stderr)
         return 2
     result.update(
-        callable=ns.spec, args=args, domain=ns.domain, params=workload.params,
-        stages=result.get("stages", {}) if ns.mode == "flops" else [
-            {"name": s.name, "repeats": s.repeats} for s in workload.stages
-        ],
+        callable=ns.spec, args=args, domain=ns.domain, params=workload.params, dtype=workload.dtype,
+        iterations=workload.iterations,
+        stages=[{"name": s.name, "repeats": s.repeats, "steps": s.repeats * workload.iterations}
+                for s in workload.stages],
         trace_labels={trace_label(workload, s.name): s.name for s in workload.stages},
         environment=environment(workload),
     )
     if ns.out:
-        ns.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ns.out.with_suffix(ns.out.suffix + ".tmp")
-        tmp.write_text(json.dumps(result, indent=2, default=str))
-        tmp.replace(ns.out)
+        _write_json(ns.out, result)
     return 0
 
 

@@ -1,0 +1,206 @@
+"""Analytic FLOPs and bytes of each operator, tallied per stage.
+
+Why not ``FlopCounterMode`` itself: it decomposes operators it has no formula for (which changes the
+kernels that run), its attention formulas assert on grouped-query shapes, and which attention ops it
+knows differs between torch versions. Here attention is counted from shapes by this module (any number
+of key/value heads, the causal mask, every SDPA backend, forward and backward), the other matmul-like
+operators by torch's own formula registry, and every other operator counts zero FLOPs. A formula that
+raises is recorded as "not counted" for its stage; it never stops the workload.
+
+Model FLOPs are what the model's maths needs: a causal attention's masked half is subtracted in
+``flops_causal_adjusted``; ``flops`` counts attention in full, as FlopCounterMode does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "convolution", "_convolution", "convolution_backward",
+            "cudnn_convolution", "convolution_overrideable", "_slow_conv2d_forward"}
+# SDPA operators (any backend) and the layout of their query/key/value: (b, h, s, d) for the
+# _scaled_dot_product_* family, (b, s, h, d) for the lower-level kernels called directly.
+ATTENTION_FORWARD = {
+    "_scaled_dot_product_flash_attention": "bhsd",
+    "_scaled_dot_product_flash_attention_for_cpu": "bhsd",
+    "_scaled_dot_product_efficient_attention": "bhsd",
+    "_scaled_dot_product_cudnn_attention": "bhsd",
+    "_scaled_dot_product_fused_attention_overrideable": "bhsd",
+    "_flash_attention_forward": "bshd",
+    "_efficient_attention_forward": "bshd",
+}
+ATTENTION_BACKWARD = {f"{name}_backward": layout for name, layout in ATTENTION_FORWARD.items()}
+GATHER_OPS = {"embedding", "index_select", "gather", "take", "index", "embedding_bag"}
+CLASSES = ("gemm", "attention", "other")
+
+
+def causal_kept(sq: int, sk: int) -> int:
+    """(query, key) pairs a causal mask keeps: query i sees keys 0..i (torch's top-left alignment)."""
+    if sq <= sk:
+        return sq * (sq + 1) // 2
+    return sk * (sk + 1) // 2 + (sq - sk) * sk
+
+
+def _named_args(func, args: tuple, kwargs: dict) -> dict:
+    """Arguments of an aten call by schema name (positions differ between operators and versions)."""
+    names = [a.name for a in func._schema.arguments]
+    out = dict(zip(names, args))
+    out.update(kwargs)
+    return out
+
+
+def attention_flops(name: str, func, args: tuple, kwargs: dict) -> tuple[int, int]:
+    """(FLOPs in full, FLOPs the causal mask removes) of one SDPA call, from its shapes.
+
+    Forward: Q·Kᵀ and P·V, 2·b·hq·sq·sk·(d + dv). Backward: dV, dP, dQ, dK, twice the forward
+    (the score recomputation of flash kernels is an implementation detail, not model work).
+    Grouped-query and multi-query attention use the query heads: each query head does its own products.
+    """
+    a = _named_args(func, args, kwargs)
+    layout = ATTENTION_FORWARD.get(name) or ATTENTION_BACKWARD[name]
+    q, k, v = a["query"], a["key"], a["value"]
+    if layout == "bhsd":
+        b, hq, sq, d = q.shape
+        sk, dv = k.shape[-2], v.shape[-1]
+    else:
+        b, sq, hq, d = q.shape
+        sk, dv = k.shape[1], v.shape[-1]
+    full = 2 * b * hq * sq * sk * (d + dv)
+    if name in ATTENTION_BACKWARD:
+        full *= 2
+    causal = bool(a.get("is_causal", False)) or a.get("custom_mask_type", 0) == 1
+    masked = full - full * causal_kept(sq, sk) // (sq * sk) if causal else 0
+    return int(full), int(masked)
+
+
+def op_flops(func, args: tuple, kwargs: dict, out) -> tuple[str, int, int]:
+    """(class, FLOPs, FLOPs masked by causality) of one operator; raises when its formula fails."""
+    from torch.utils.flop_counter import flop_registry
+
+    name = func.overloadpacket.__name__
+    if name in ATTENTION_FORWARD or name in ATTENTION_BACKWARD:
+        full, masked = attention_flops(name, func, args, kwargs)
+        return "attention", full, masked
+    formula = flop_registry.get(func.overloadpacket)
+    if formula is None:
+        return "other", 0, 0
+    flops = int(formula(*args, **kwargs, out_val=out))
+    return ("gemm" if name in GEMM_OPS else "other"), flops, 0
+
+
+def moved_bytes(inputs: list, output, gathers: bool = False) -> int:
+    """Bytes an operator touches: each distinct input tensor once, plus new outputs.
+
+    Outputs that alias an input (views, in-place results) add nothing; a lookup (``gathers``)
+    reads only as many table bytes as it returns. Re-reads are not counted, so this is a lower
+    bound on what the operators must touch; DRAM traffic itself can be lower when an
+    intermediate stays in cache.
+    """
+    import torch
+
+    def tensors(x):
+        if isinstance(x, torch.Tensor):
+            yield x
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                yield from tensors(y)
+
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    ins = list(tensors(inputs))
+    outs = list(tensors(output))
+    if gathers and ins and outs:
+        table = ins[0]
+        seen.add((table.untyped_storage().data_ptr(), table.storage_offset()))
+        total += min(table.numel() * table.element_size(), sum(t.numel() * t.element_size() for t in outs))
+    in_storage = {t.untyped_storage().data_ptr() for t in ins if t.device.type != "meta"}
+    for t in ins:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        if key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+    for t in outs:
+        if t.untyped_storage().data_ptr() in in_storage:
+            continue  # a view or an in-place result: its bytes were counted as an input
+        total += t.numel() * t.element_size()
+    return total
+
+
+@dataclass
+class StageCount:
+    """What the counter saw of one stage, over all its steps."""
+
+    steps: int = 0
+    flops: int = 0
+    masked: int = 0
+    attention_full: int = 0
+    bytes: int = 0
+    by_class: dict = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
+    by_op: dict = field(default_factory=dict)
+    failures: dict = field(default_factory=dict)  # op -> first error
+    graph_replays: int = 0
+
+    def record(self) -> dict:
+        """The stage's entry in analytic_flops.json; FLOPs are None when part of the work was not counted."""
+        why = []
+        if self.failures:
+            why.append("a FLOP formula failed for " + "; ".join(f"{op}: {err}" for op, err in self.failures.items()))
+        if self.graph_replays:
+            why.append(f"the stage replays CUDA graphs ({self.graph_replays} replays): the operators inside a graph "
+                       "run without passing through PyTorch's dispatcher, so they cannot be counted")
+        ok = not why
+        return {
+            "flops": self.flops if ok else None,
+            "flops_causal_adjusted": self.flops - self.masked if ok else None,
+            "attention_flops_full": self.attention_full if ok else None,
+            "causal_masked_flops": self.masked if ok else None,
+            "by_class": dict(self.by_class) if ok else None,
+            "bytes_lower_bound": self.bytes if ok else None,
+            "repeats": self.steps,
+            "by_op": dict(self.by_op),
+            "not_counted": why,
+        }
+
+
+class Tally:
+    """FLOPs and bytes per stage, fed one operator at a time by the probe pass."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, StageCount] = {}
+        self.current: StageCount | None = None
+
+    def begin(self, stage: str) -> None:
+        self.current = self.stages.setdefault(stage, StageCount())
+        self.current.steps += 1
+
+    def end(self) -> None:
+        self.current = None
+
+    def graph_replay(self) -> None:
+        if self.current is not None:
+            self.current.graph_replays += 1
+
+    def add(self, func, args: tuple, kwargs: dict, out) -> None:
+        s = self.current
+        if s is None:
+            return
+        name = func.overloadpacket.__name__
+        try:
+            klass, flops, masked = op_flops(func, args, kwargs, out)
+        except Exception as exc:  # a formula that cannot handle these shapes: say so, keep running
+            s.failures.setdefault(name, repr(exc)[:300])
+            return
+        s.flops += flops
+        s.masked += masked
+        s.by_class[klass] += flops
+        if klass == "attention":
+            s.attention_full += flops
+        if flops:
+            s.by_op[f"aten.{name}"] = s.by_op.get(f"aten.{name}", 0) + flops
+        if not getattr(func, "is_view", False):  # views move no data
+            s.bytes += moved_bytes(list(args) + list(kwargs.values()), out, gathers=name in GATHER_OPS)
+
+    def result(self) -> dict:
+        return {"stages": {name: s.record() for name, s in self.stages.items()},
+                "method": "operators seen by a TorchDispatchMode in a pass outside the measured ranges: attention "
+                          "from shapes (nsightflow.flops), matmul-like operators from torch.utils.flop_counter's "
+                          "formulas, other operators 0 FLOPs; bytes: each operator's tensors touched once"}

@@ -1,0 +1,167 @@
+"""The probe pass: every operator of a stage step numbered, marked, counted, and (under ncu) windowed.
+
+ncu's own filters cannot ask for "one launch of each distinct kernel, grid, block and shared memory,
+in each sampled step" (``--filter-mode per-launch-config`` ignores the kernel's name; ``--kernel-id``
+takes one invocation number for every function). So the harness decides: ncu runs with
+``--profile-from-start off``, and the probe pass opens ``cudaProfilerStart/Stop`` windows around
+exactly the *units* whose kernels the plan needs. A unit is one operator (``2·i + 1`` for the step's
+i-th operator) or the gap before one (``2·i``: work launched between operators, e.g. a CUDA-graph
+replay or compiled code). Profiler windows are process-wide, so kernels launched by autograd's own
+thread inside a backward operator are captured too.
+
+In the timeline run the same pass marks each operator with an NVTX range (domain ``<domain>.ops``,
+message = the call's signature, payload = its index in the step) and each step with a range in
+``<domain>.probe``: the SQLite export then says which unit, and which call, launched each kernel, and
+the plan is made from that (nsightflow.plan).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from nsightflow.flops import Tally
+
+from nsightflow.harness import ops_domain
+
+WHOLE = None  # a window over the whole step
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        shape = ",".join(map(str, x.shape))
+        strides = "" if x.is_contiguous() else ":" + ",".join(map(str, x.stride()))
+        return f"{str(x.dtype).removeprefix('torch.')}[{shape}{strides}]"
+    if isinstance(x, (list, tuple)):
+        return "(" + ",".join(_describe(y) for y in x) + ")"
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return repr(x)
+    return type(x).__name__
+
+
+def signature(func, args: tuple, kwargs: dict) -> str:
+    """An operator call's identity: its name and a digest of its arguments (tensor shapes, dtypes and
+    strides; other values as written). Two launches of one kernel with one grid can still do different work
+    (a GEMM's K is not in its launch configuration); launches of equal calls do the same."""
+    body = ",".join(_describe(a) for a in args)
+    if kwargs:
+        body += ";" + ",".join(f"{k}={_describe(v)}" for k, v in sorted(kwargs.items()))
+    return f"{func.overloadpacket.__name__}#{hashlib.blake2b(body.encode(), digest_size=6).hexdigest()}"
+
+
+class Windows:
+    """Which units of which stage steps ncu must see, and the profiler switch that shows them."""
+
+    def __init__(self, plan: dict[tuple[str, int], set[int] | None],
+                 start: Callable[[], None] | None = None, stop: Callable[[], None] | None = None) -> None:
+        if start is None or stop is None:
+            import torch.cuda.profiler as cuda_profiler
+
+            start, stop = cuda_profiler.start, cuda_profiler.stop
+        self.plan, self._start, self._stop = plan, start, stop
+        self.units: set[int] | None = set()
+        self.open = False
+
+    def wanted(self, stage: str, step: int) -> bool:
+        return (stage, step) in self.plan
+
+    def whole(self, stage: str, step: int) -> bool:
+        return (stage, step) in self.plan and self.plan[(stage, step)] is WHOLE
+
+    def begin_step(self, stage: str, step: int) -> None:
+        self.units = self.plan.get((stage, step), set())
+        self.switch(0)
+
+    def switch(self, unit: int) -> None:
+        """Open or close the window for the unit the step is entering."""
+        want = self.units is WHOLE or unit in self.units
+        if want and not self.open:
+            self._start()
+            self.open = True
+        elif not want and self.open:
+            self._stop()
+            self.open = False
+
+    def end_step(self) -> None:
+        if self.open:
+            self._stop()
+            self.open = False
+        self.units = set()
+
+
+class OpProbe(TorchDispatchMode):
+    """Numbers the operators of one step; marks, counts and windows them as configured."""
+
+    def __init__(self, domain: str | None, tally: Tally | None, windows: Windows | None) -> None:
+        super().__init__()
+        self.tally, self.windows = tally, windows
+        self.index = 0
+        self._lock = threading.Lock()
+        self._nvtx = None
+        self._names: dict[str, object] = {}
+        if domain is not None:
+            import nvtx
+
+            self._nvtx = nvtx.get_domain(ops_domain(domain))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        with self._lock:
+            i = self.index
+            self.index += 1
+            if self.windows is not None:
+                self.windows.switch(2 * i + 1)
+        mark = self._mark(func, args, kwargs, i)
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            if mark is not None:
+                self._nvtx.pop_range()
+            if self.windows is not None:
+                with self._lock:
+                    self.windows.switch(2 * i + 2)
+        if self.tally is not None:
+            self.tally.add(func, args, kwargs, out)
+        return out
+
+    def _mark(self, func, args: tuple, kwargs: dict, i: int):
+        if self._nvtx is None:
+            return None
+        sig = signature(func, args, kwargs)
+        attrs = self._names.get(sig)
+        if attrs is None:  # one registered message per distinct call; the payload (its index) changes per call
+            attrs = self._names[sig] = self._nvtx.get_event_attributes(message=sig)
+        self._nvtx.push_range(attrs, payload=i)
+        return True
+
+
+@contextmanager
+def graph_replays_counted(tally: Tally | None) -> Iterator[None]:
+    """Record CUDA-graph replays in the tally: their operators bypass the dispatcher, so the stage's
+    FLOPs cannot be counted and must say so rather than show the rest as the whole."""
+    if tally is None:
+        yield
+        return
+    import torch
+
+    cls = getattr(torch.cuda, "CUDAGraph", None)
+    if cls is None:
+        yield
+        return
+    original = cls.replay
+
+    def replay(self, *a, **k):
+        tally.graph_replay()
+        return original(self, *a, **k)
+
+    cls.replay = replay
+    try:
+        yield
+    finally:
+        cls.replay = original
