@@ -1,7 +1,6 @@
-"""nsys readers on a real timeline of the default workload (H200), checked against the raw files."""
+"""nsys stats readers (analysis of captures without a SQLite export) and commands, on a real H200 timeline."""
 
 import csv
-import sqlite3
 
 from conftest import DATA
 from nsightflow import nsys
@@ -41,32 +40,6 @@ def test_stage_table_reads_wall_time():
     assert stages.loc["prefill", "range_instances"] == 1
 
 
-def test_launch_sequence_agrees_with_nsys_own_projection():
-    seq = nsys.launch_sequence(D / "timeline.sqlite")
-    rows = _kern_rows()
-    for label, stage in (("nsightflow:prefill", "prefill"), ("nsightflow:decode", "decode")):
-        expect_n = sum(int(r["Kern Inst"]) for r in rows if r["NVTX Range"] == label)
-        expect_ns = sum(float(r["Total Time (ns)"]) for r in rows if r["NVTX Range"] == label)
-        got = seq[seq.stage == stage]
-        assert len(got) == expect_n
-        assert got["duration_ns"].sum() == expect_ns
-    # Each decode range carries its step index as the NVTX payload.
-    dec = seq[seq.stage == "decode"]
-    assert sorted(dec["step"].unique()) == list(range(8))
-    assert (dec.groupby("step").size() == 136).all()
-    assert (dec["step"] == dec["range_index"]).all()
-
-
-def test_launch_sequence_grid_block_from_sqlite():
-    seq = nsys.launch_sequence(D / "timeline.sqlite")
-    con = sqlite3.connect(D / "timeline.sqlite")
-    first = seq[seq.stage == "prefill"].iloc[0]
-    row = con.execute("SELECT gridX, gridY, gridZ, blockX, blockY, blockZ FROM CUPTI_ACTIVITY_KIND_KERNEL "
-                      "WHERE start = ?", (int(first["start"]),)).fetchone()
-    assert first["grid"] == f"({row[0]}, {row[1]}, {row[2]})"
-    assert first["block"] == f"({row[3]}, {row[4]}, {row[5]})"
-
-
 def test_gpu_name_and_commands():
     assert nsys.gpu_name(D / "timeline.sqlite") == "NVIDIA H200"
     argv = nsys.stats_argv("nsys", "t.nsys-rep", "out/stats")
@@ -74,6 +47,8 @@ def test_gpu_name_and_commands():
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--report"] == list(nsys.STATS_REPORTS)
     prof = nsys.profile_argv("nsys", "out/t", ["python", "-c", "print('$(x); y')"])
     assert "--trace=cuda,nvtx" in prof and prof[-3:] == ["python", "-c", "print('$(x); y')"]
+    # Graph kernels one by one, and the SQLite export from the same nsys call.
+    assert "--cuda-graph-trace=node" in prof and "--export=sqlite" in prof
 
 
 def test_split_range():

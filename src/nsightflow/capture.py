@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 
 from nsightflow import ncu, nsys
-from nsightflow.select import select_kernels
+from nsightflow.attribution import read_timeline
+from nsightflow.matching import match_to_plan
+from nsightflow.metrics import result_metrics
+from nsightflow.plan import CapturePlan, expected_frame, plan_capture
 
 
 class ToolError(RuntimeError):
@@ -55,9 +57,20 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
     gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""
     _append(log, argv, gpu_note + stdout + f"\n[nsightflow] exit code {proc.returncode}\n")
     if check and proc.returncode != 0:
-        tail = "\n".join(stdout.strip().splitlines()[-10:])
-        raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}; log: {log}\n{tail}")
+        raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}; log: {log}\n{failure_lines(stdout)}")
     return stdout, proc.returncode
+
+
+def failure_lines(output: str, tail: int = 10) -> str:
+    """What explains a failed run: the harness's own error (``nsightflow: ...``) and the last lines of a
+    traceback, wherever they are in the output, then its last lines (a profiler prints progress after the
+    program has failed)."""
+    lines = output.strip().splitlines()
+    why = [ln for ln in lines if ln.startswith("nsightflow: ")]
+    if not why and "Traceback (most recent call last):" in output:
+        start = max(i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last):"))
+        why = [ln for ln in lines[start:] if ln and not ln.startswith(("[", "==PROF==", "Generated:"))][-6:]
+    return "\n".join(dict.fromkeys(why + lines[-tail:]))
 
 
 def require(binary: str) -> None:
@@ -79,14 +92,19 @@ def _publish(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
-def timeline(nsys_bin: str, program: list[str], rep: str | Path, log: str | Path, timeout_s: float | None) -> str:
-    """nsys profile → ``rep`` (.nsys-rep); returns what nsys and the program printed."""
+def timeline(nsys_bin: str, program: list[str], rep: str | Path, sqlite_out: str | Path, log: str | Path,
+             timeout_s: float | None) -> str:
+    """nsys profile → ``rep`` (.nsys-rep) and its SQLite export; returns what nsys and the program printed."""
     rep = Path(rep)
     tmp_base = rep.with_name(rep.stem + ".tmp")
     out, _ = run_tool(nsys.profile_argv(nsys_bin, tmp_base, program), log, timeout_s, gpu=True)
     produced = Path(str(tmp_base) + ".nsys-rep")
     if not produced.exists():
         raise ToolError(f"nsys wrote no .nsys-rep (only a .qdstrm?): its importer may lack libdw.so.1; log: {log}")
+    exported = Path(str(tmp_base) + ".sqlite")
+    if not exported.exists():
+        raise ToolError(f"nsys wrote no SQLite export beside {produced.name} (--export=sqlite); log: {log}")
+    _publish(exported, Path(sqlite_out))
     _publish(produced, rep)
     return out
 
@@ -115,11 +133,14 @@ def write_manifest(harness_json: str | Path, manifest: str | Path, versions: dic
     return data
 
 
-def torch_profile(program: list[str], trace: str | Path, manifest: str | Path, log: str | Path,
-                  versions: dict, settings: dict, timeout_s: float | None = None) -> None:
-    """The workload under torch.profiler → Chrome trace ``trace``, and the run's manifest."""
+def torch_profile(program: list[str], trace: str | Path, manifest: str | Path, flops: str | Path,
+                  ceilings: str | Path, log: str | Path, versions: dict, settings: dict,
+                  timeout_s: float | None = None) -> None:
+    """The workload under torch.profiler → Chrome trace ``trace``; the analytic count and the measured
+    ceilings ride on the same program launch; and the run's manifest."""
     harness_json = Path(str(manifest) + ".harness.json")
-    argv = list(program) + ["--mode", "torch", "--trace", str(trace), "--out", str(harness_json)]
+    argv = list(program) + ["--mode", "torch", "--trace", str(trace), "--out", str(harness_json),
+                            "--flops-out", str(flops), "--ceilings-out", str(ceilings)]
     out, _ = run_tool(argv, log, timeout_s, gpu=True)
     write_manifest(harness_json, manifest, versions, [{"what": "torch.profiler run (harness)", "argv": argv}], settings,
                    tool_warnings(out))
@@ -145,95 +166,74 @@ def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str |
     os.replace(tmp, out_dir)
 
 
-def check_ranges(stages, kernels, domain: str | None) -> None:
-    """Fail before ncu runs when the timeline shows the stages' ranges missing, or empty of kernels."""
-    seen = [f"{d}:{s}" for d, s in zip(stages["domain"], stages["stage"])] or ["none"]
-    mine = stages[stages["domain"] == domain] if domain is not None else stages
-    if mine.empty:
-        raise ValueError(f"the timeline has no NVTX range in domain {domain!r}; ranges it saw (domain:name): "
-                         f"{', '.join(seen)}. The harness annotates stages in config 'nvtx_domain'; a workload "
-                         "that annotates its own ranges must use push/pop ranges (nvtx.annotate) in that domain.")
-    idle = sorted(set(mine["stage"]) - set(kernels[kernels["domain"] == mine["domain"].iloc[0]]["stage"]))
-    if idle:
-        raise ValueError(f"no GPU kernels were launched inside the NVTX ranges of stage(s) {idle}: the work runs "
-                         "outside the stage (in setup, on another thread, or on the CPU); ncu would profile nothing.")
+def make_plan(sqlite: str | Path, domain: str, sample_steps: list, mode: str, plan_out: str | Path,
+              log: str | Path) -> CapturePlan:
+    """Attribute the timeline and write the run's capture plan (nsightflow.plan); the log says what it chose."""
+    tl = read_timeline(sqlite, domain)
+    plan = plan_capture(tl, domain, sample_steps, mode)
+    plan.write(plan_out)
+    with open(log, "w") as fh:
+        for stage, s in plan.stages.items():
+            fh.write(f"{stage}: {s['launches']} launches in {s['steps']} step(s) of {s['structures']} launch "
+                     f"sequence(s); profiling {s['profiled']} ({s['classes']} classes) in steps {s['sampled_steps']}"
+                     f" + {s['extra_steps']}\n")
+        for w in plan.windows:
+            fh.write(f"window {w.stage} step {w.step}: {w.why}\n")
+    return plan
 
 
-def selection(stats_dir: str | Path, sqlite: str | Path, top_n: int | None, coverage: float | None,
-              sample_steps: list, selected_csv: str | Path, plans_dir: str | Path,
-              kernel_filter: bool = True, domain: str | None = None) -> list[ncu.CapturePlan]:
-    """Pick kernels per stage and write one capture plan (JSON) per ncu run.
-
-    With ``kernel_filter`` a capture takes only the selected kernels (an ncu alternation of
-    their mangled names); without it, every launch of the sampled stage steps.
-    """
-    kernels = nsys.kernel_table(Path(stats_dir) / "nvtx_kern_sum.csv")
-    stages = nsys.stage_table(Path(stats_dir) / "nvtx_sum.csv")
-    check_ranges(stages, kernels, domain)
-    selected = select_kernels(kernels, top_n, coverage)
-    to_capture = selected if kernel_filter else select_kernels(kernels, None, 1.0)
-    plans = ncu.plan_captures(nsys.launch_sequence(sqlite), to_capture, sample_steps)
-    if not kernel_filter:
-        for plan in plans:
-            plan.kernels = []
-    plans_dir = Path(plans_dir)
-    tmp = plans_dir.with_name(plans_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for plan in plans:
-        (tmp / f"{plan.capture_id}.json").write_text(json.dumps(asdict(plan), indent=1))
-    selected.to_csv(Path(selected_csv), index=False)
-    shutil.rmtree(plans_dir, ignore_errors=True)
-    os.replace(tmp, plans_dir)
-    return plans
+def range_plan(sqlite: str | Path, domain: str, sample_steps: list, plan_out: str | Path) -> CapturePlan:
+    """Whole-step windows over the sampled steps: one range-replay result per window."""
+    plan = plan_capture(read_timeline(sqlite, domain), domain, sample_steps, "every_launch")
+    sampled = {(stage, step) for stage, s in plan.stages.items() for step in s["sampled_steps"]}
+    plan.windows = [w for w in plan.windows if (w.stage, w.step) in sampled]
+    plan.expected = []
+    plan.write(plan_out)
+    return plan
 
 
-def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: str | Path, cmd_json: str | Path,
-                log: str | Path, *,
-                metrics: list[str], sections: list[str], replay_mode: str, clock_control: str,
-                cache_control: str, timeout_s: float | None, stats_dir: str | Path | None = None,
-                fallback: bool = False) -> None:
-    """One targeted ncu run of a plan → ``rep`` (.ncu-rep); fails with a diagnosis when nothing, or
-    less than planned, was profiled. With ``fallback`` a refused replay mode is retried with the next
-    one (range → app-range → kernel); the record says which mode produced the numbers and why."""
-    plan = json.loads(Path(plan_json).read_text())
+def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: str | Path, csv_out: str | Path,
+                cmd_json: str | Path, log: str | Path, *, metrics: list[str], sections: list[str], replay_mode: str,
+                clock_control: str, cache_control: str, timeout_s: float | None, ranges: bool = False) -> None:
+    """One ncu run of the whole program (``--profile-from-start off``; the harness opens the plan's windows),
+    exported to raw CSV and checked against the plan before anything is published: every planned launch
+    profiled, nothing else, in order, with matching grid, block and name (ranges: one result per window)."""
+    plan = CapturePlan.read(plan_json)
     rep = Path(rep)
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
-    expr = ncu.nvtx_include(plan["domain"], plan["stage"])
-    seen = []
-    if stats_dir:
-        st = nsys.stage_table(Path(stats_dir) / "nvtx_sum.csv")
-        seen = [f"{d}:{s}" for d, s in zip(st["domain"], st["stage"])]
-    tried: list[dict] = []
-    mode = replay_mode
-    while True:
-        argv = ncu.capture_argv(ncu_bin, tmp_base, program, nvtx_expr=expr, kernels=plan["kernels"] or None,
-                                launch_skip=plan["launch_skip"], launch_count=plan["launch_count"],
-                                metrics=metrics, sections=sections, replay_mode=mode,
-                                clock_control=clock_control, cache_control=cache_control)
-        what = f"stage {plan['stage']!r} steps {plan['steps']} with --nvtx-include {expr!r} (replay mode {mode})"
-        out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True)
-        try:
-            ncu.check_capture(out, rc, what=what, ranges_seen=seen, domain=plan["domain"], stage=plan["stage"],
-                              expected=plan["launch_count"] if mode in ("kernel", "application") else None)
-            break
-        except ncu.CaptureError as exc:
-            if not (fallback and mode in ncu.FALLBACK):
-                raise
-            causes = [ln for ln in str(exc).splitlines() if ln.startswith(("cause:", "ncu said:"))]
-            tried.append({"replay_mode": mode, "why": "; ".join(causes) or str(exc).splitlines()[0]})
-            mode = ncu.FALLBACK[mode]
+    argv = ncu.capture_argv(ncu_bin, tmp_base, list(program) + ["--windows", str(plan_json)], metrics=metrics,
+                            sections=sections, replay_mode=replay_mode, clock_control=clock_control,
+                            cache_control=cache_control)
+    expected = len(plan.windows) if ranges else len(plan.expected)
+    what = (f"{len(plan.windows)} range windows" if ranges else
+            f"{expected} planned launches in {len(plan.windows)} windows ({plan.mode})")
+    out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True)
+    ncu.check_capture(out, rc, what=what, expected=expected)
     produced = Path(str(tmp_base) + ".ncu-rep")
     if not produced.exists():
         raise ToolError(f"ncu wrote no report for {what}; log: {log}")
-    record = {"argv": argv, "capture_id": plan["capture_id"], "replay_mode": mode, "fallback_from": tried,
-              "warnings": ncu.warnings(out), "clock_control": clock_control}
-    Path(cmd_json).write_text(json.dumps(record, indent=1))
+    text = export(ncu_bin, produced, log)
+    raw, _ = ncu.parse_raw_csv(text)
+    if ranges:
+        if len(raw) != expected:
+            raise ToolError(f"range capture: {len(raw)} results for {expected} windows; log: {log}")
+    else:
+        match_to_plan(result_metrics(raw), expected_frame(plan), rep.name)  # raises on any disagreement
+    record = {"argv": argv, "what": "ranges" if ranges else plan.mode, "replay_mode": replay_mode,
+              "report": rep.name, "results": len(raw), "warnings": ncu.warnings(out), "clock_control": clock_control}
+    _write_atomic(Path(csv_out), text)
+    _write_atomic(Path(cmd_json), json.dumps(record, indent=1))
     _publish(produced, rep)
 
 
-def ncu_export(ncu_bin: str, rep: str | Path, csv_out: str | Path, log: str | Path) -> None:
-    """``ncu --import --page raw --csv --print-units base`` → ``csv_out`` (checked to parse)."""
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(text)
+    _publish(tmp, path)
+
+
+def export(ncu_bin: str, rep: str | Path, log: str | Path) -> str:
+    """``ncu --import --page raw --csv --print-units base`` of a report: the CSV text (checked to parse)."""
     argv = ncu.export_argv(ncu_bin, rep)
     require(ncu_bin)
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -241,6 +241,4 @@ def ncu_export(ncu_bin: str, rep: str | Path, csv_out: str | Path, log: str | Pa
     if proc.returncode != 0:
         raise ToolError(f"ncu --import failed with {proc.returncode}; log: {log}")
     ncu.parse_raw_csv(proc.stdout)  # raises on an empty or malformed export
-    tmp = Path(str(csv_out) + ".tmp")
-    tmp.write_text(proc.stdout)
-    _publish(tmp, Path(csv_out))
+    return proc.stdout

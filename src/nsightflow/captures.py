@@ -1,7 +1,8 @@
 """Analysis of captures made elsewhere: recognise the files by content, normalise them, match ncu to nsys.
 
-A directory may hold nsys stats CSV exports, an nsys SQLite export, ncu raw CSV exports (with or
-without ``--print-units base``), nsightflow's own ``analytic_flops.json``, and binary reports
+A directory may hold an nsys SQLite export (stages attributed by time window, as in a run of
+nsightflow), nsys stats CSV exports (times only, when there is no SQLite export), ncu raw CSV exports
+(with or without ``--print-units base``), nsightflow's own ``analytic_flops.json``, and binary reports
 (``.nsys-rep``/``.ncu-rep``, exported first when the tool is installed). Exports are recognised by
 what they contain, never by their names; binary reports by their suffix (their format is opaque).
 """
@@ -16,7 +17,6 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import pandas as pd
 
 from nsightflow import ncu
 
@@ -130,11 +130,14 @@ def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = 
             raise CapturesError(f"exporting {rep} failed: {exc}") from exc
         kern_sum, nvtx_sum = tmp / "exported" / "nvtx_kern_sum.csv", tmp / "exported" / "nvtx_sum.csv"
         sqlite = tmp / "timeline.sqlite"
-    if kern_sum is None or nvtx_sum is None:
-        raise CapturesError(f"{directory}: no nsys stats CSV exports of nvtx_sum and nvtx_kern_sum were recognised "
-                            f"(files seen: {len(unknown) + sum(map(len, found.values()))}); make them with: {NSYS_STATS_CMD}")
-    shutil.copy(kern_sum, tmp / "stats" / "nvtx_kern_sum.csv")
-    shutil.copy(nvtx_sum, tmp / "stats" / "nvtx_sum.csv")
+    if sqlite is None and (kern_sum is None or nvtx_sum is None):
+        raise CapturesError(f"{directory}: no timeline: neither an nsys SQLite export nor the nsys stats CSV exports "
+                            f"of nvtx_sum and nvtx_kern_sum were recognised (files seen: "
+                            f"{len(unknown) + sum(map(len, found.values()))}); make them with: {NSYS_SQLITE_CMD} "
+                            f"(or, for times only: {NSYS_STATS_CMD})")
+    for src, name in ((kern_sum, "nvtx_kern_sum.csv"), (nvtx_sum, "nvtx_sum.csv")):
+        if src is not None:
+            shutil.copy(src, tmp / "stats" / name)
     exports = list(found.get("ncu_raw", []))
     # Raw exports given: they are the ncu data (reports beside them are not exported again, whatever
     # their names). None given: every .ncu-rep is exported, which needs ncu here.
@@ -166,53 +169,3 @@ def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = 
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.replace(out_dir)
     return index
-
-
-def _name_key(name: str) -> str:
-    """A kernel name with what differs between nsys's and ncu's demangling removed.
-
-    ncu drops casts such as ``(int)`` / ``(unsigned long)`` and the ``native::`` namespace that
-    nsys keeps; dropping every namespace qualifier and cast leaves a key both agree on.
-    """
-    name = re.sub(r"\((?:unsigned |signed )?(?:int|long|short|char|bool|long long)\)", "", name)
-    return re.sub(r"(?:\b[A-Za-z_]\w*|<unnamed>)::", "", name).replace(" ", "")
-
-
-def expected_launches(results: pd.DataFrame, launches: pd.DataFrame) -> tuple[list[dict], str, list[int]]:
-    """The timeline launch behind each ncu result of one export, found without a capture plan.
-
-    Results are grouped by the NVTX range and payload (step) ncu recorded; inside a step they are
-    an ordered subsequence of the timeline's launches, matched greedily on name key, grid and block.
-    Returns (expected rows in result order, stage, steps).
-    """
-    res = results.sort_values("ncu_id").reset_index(drop=True)
-    if res["nvtx_range"].isna().any():
-        raise CapturesError("an ncu export has results without an NVTX range: capture with --nvtx so that each "
-                            "result names its stage")
-    stages = set(res["nvtx_range"])
-    if len(stages) != 1:
-        raise CapturesError(f"an ncu export spans several NVTX ranges {sorted(stages)}: export one stage per file")
-    stage = stages.pop()
-    seq = launches[launches["stage"] == stage]
-    if seq.empty:
-        raise CapturesError(f"the timeline has no launches in NVTX range {stage!r} that an ncu export names")
-    out: list[dict] = []
-    steps: list[int] = []
-    for payload, group in res.groupby(res["nvtx_payload"].fillna(-1), sort=False):
-        step = int(payload)
-        cand = seq[seq["step"] == step] if step >= 0 else seq[seq["range_index"] == 0]
-        cand = cand.sort_values("seq").reset_index(drop=True)
-        keys = [(_name_key(k), g, b) for k, g, b in zip(cand["kernel"], cand["grid"], cand["block"])]
-        j = 0
-        for _, r in group.iterrows():
-            want = (_name_key(r["ncu_kernel"]), str(r["grid"]), str(r["block"]))
-            while j < len(keys) and keys[j] != want:
-                j += 1
-            if j == len(keys):
-                raise CapturesError(f"ncu result {int(r['ncu_id'])} ({r['ncu_kernel'][:80]} grid {r['grid']}) has no "
-                                    f"matching launch in {stage} step {step} of the timeline: were the nsys and ncu "
-                                    "captures made from the same program and configuration?")
-            out.append(cand.loc[j, ["kernel", "grid", "block", "step", "duration_ns"]].to_dict())
-            j += 1
-        steps.append(step if step >= 0 else 0)
-    return out, stage, sorted(set(steps))

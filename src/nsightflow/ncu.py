@@ -1,14 +1,14 @@
-"""Nsight Compute: filters that really match, sampling offsets, command lines, raw-CSV parsing.
+"""Nsight Compute: the capture command, its diagnosis, and raw-CSV parsing.
 
 Findings this module is built on (ncu 2025.3.1, see ../shared/gpu-host/README.md):
-- ``--nvtx-include "D@R/"`` splits at the first ``@``: a range name containing ``@`` must go
-  through ``regex:D@...`` with the ``@`` written as ``\\x40``.
-- ``--launch-skip/--launch-count`` count only launches that pass the NVTX and kernel filters.
-- ncu prints shortened kernel names (``at::native::`` and ``(int)`` casts dropped). An alternation
-  of nsys's demangled names under ``--kernel-name-base demangled`` missed cuBLASLt's ``nvjet_*``
-  GEMMs, so the kernel filter matches the mangled (linker) names that nsys also records: they are
-  unique per template instantiation, plain identifiers, and the same in both tools.
-- "No kernels were profiled" exits 0: only the output tells.
+- ``--profile-from-start off`` profiles every kernel launched between ``cudaProfilerStart`` and
+  ``cudaProfilerStop``, from any thread and inside CUDA-graph replays: the harness opens those
+  windows around exactly the launches a capture plan names (nsightflow.probe, nsightflow.plan),
+  so no NVTX or kernel-name filter is needed (and none can miss);
+- "No kernels were profiled" exits 0: only the output tells;
+- ncu prints shortened kernel names (``at::native::`` and ``(int)`` casts dropped): results are
+  joined to the timeline by order, with grid, block and a name key checked (nsightflow.matching);
+- range replay refuses SASS instruction counts: range captures use the hardware counters only.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -66,135 +65,38 @@ DEFAULT_METRICS = (
     + [m for pairs in SASS_FLOP_METRICS.values() for m, _ in pairs]
     + list(BYTE_METRICS.values()) + list(PEAK_METRICS.values())
 )
-
-_REGEX_SPECIAL = re.compile(r"([\\^$.|?*+()\[\]{}])")
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+# Each tensor-precision counter costs a replay pass of its own (H200: 6 passes with all five, 3 with one), but
+# a workload's declared dtype does not say which precisions its kernels use, and no all-precision tensor
+# counter tells them apart on Hopper (sm__inst_executed_pipe_tensor also counts HFMA2 of elementwise
+# kernels): the default collects every precision.
 
 
 class CaptureError(RuntimeError):
-    """An ncu capture that profiled nothing or was refused; the message is the diagnosis."""
+    """An ncu capture that profiled nothing, too little, or was refused; the message is the diagnosis."""
 
 
-def escape_regex(text: str) -> str:
-    """Escape ``text`` for ncu's (ECMAScript) regex, with ``@`` and ``/`` as hex escapes.
+RANGE_REPLAY_MODES = ("range", "app-range")  # one result per window
 
-    ``@`` and ``/`` carry meaning in ``--nvtx-include`` (domain and range-path separators),
-    so they must not appear literally even inside a regex.
+
+def resolve_metrics(spec, extra: list[str], ranges: bool = False) -> list[str]:
+    """The metrics of a capture: config ``ncu.metrics`` ('default': DEFAULT_METRICS) plus ``extra_metrics``; for a
+    range capture without SASS instruction counts, which range replay refuses."""
+    base = DEFAULT_METRICS if spec == "default" else list(spec)
+    out = list(dict.fromkeys(base + list(extra)))
+    return [m for m in out if "__sass_" not in m] if ranges else out
+
+
+def capture_argv(ncu: str, out_base: str | Path, program: list[str], *, metrics: list[str] | None = None,
+                 sections: list[str] | None = None, replay_mode: str = "kernel", clock_control: str = "none",
+                 cache_control: str = "all") -> list[str]:
+    """The ncu command line of a windowed capture (an argv list: no shell ever sees a name from the config).
+
+    ``--profile-from-start off``: nothing is profiled until the program opens a window. Range replay refuses
+    that option (ncu 2025.3.1); there the program's start/stop pairs are the ranges themselves.
     """
-    return _REGEX_SPECIAL.sub(r"\\\1", text).replace("@", r"\x40").replace("/", r"\x2f")
-
-
-def nvtx_include(domain: str, name: str) -> str:
-    """An ``--nvtx-include`` expression matching push/pop range ``name`` in ``domain``.
-
-    Plain names use ncu's literal form ``D@R/``; any other name (``@``, ``/``, spaces,
-    punctuation) uses ``regex:D@^...$/`` with the name escaped. ``domain`` '' is the default domain.
-    """
-    if _PLAIN_NAME.match(name) and (not domain or _PLAIN_NAME.match(domain)):
-        return f"{domain}@{name}/" if domain else f"{name}/"
-    if domain and not _PLAIN_NAME.match(domain):
-        raise CaptureError(
-            f"NVTX domain {domain!r} contains characters that ncu's --nvtx-include cannot express "
-            "(seen on ncu 2025.3.1: a domain with a space matched nothing in any form); "
-            "use a domain of letters, digits, '_', '.', '-'"
-        )
-    body = "^" + escape_regex(name) + "$"
-    return f"regex:{domain}@{body}/" if domain else f"regex:{body}/"
-
-
-def kernel_name_filter(names: list[str]) -> str:
-    """``--kernel-name`` value matching exactly these names (mangled names, with --kernel-name-base mangled)."""
-    if not names:
-        raise ValueError("kernel_name_filter needs at least one kernel name")
-    return "regex:^(" + "|".join(escape_regex(n) for n in sorted(set(names))) + ")$"
-
-
-def resolve_steps(spec: list, repeats: int) -> list[int]:
-    """Decode steps to sample: items 'first', 'middle', 'last', 'every:K', or step indices."""
-    steps: set[int] = set()
-    for item in spec:
-        if isinstance(item, int) and not isinstance(item, bool):
-            if not 0 <= item < repeats:
-                raise ValueError(f"sample step {item} is outside 0..{repeats - 1}")
-            steps.add(item)
-        elif item == "first":
-            steps.add(0)
-        elif item == "middle":
-            steps.add((repeats - 1) // 2)
-        elif item == "last":
-            steps.add(repeats - 1)
-        elif isinstance(item, str) and item.startswith("every:") and item[6:].isdigit() and int(item[6:]) > 0:
-            steps.update(range(0, repeats, int(item[6:])))
-        else:
-            raise ValueError(f"sample step {item!r}: use 'first', 'middle', 'last', 'every:K' or a step index")
-    return sorted(steps)
-
-
-@dataclass
-class CapturePlan:
-    """One ncu run: the launches of ``kernels`` inside one stage step (or a whole stage)."""
-
-    capture_id: str
-    domain: str
-    stage: str
-    steps: list[int]
-    kernels: list[str]  # mangled names for the kernel filter; empty: every launch in the stage step
-    launch_skip: int
-    launch_count: int
-    expected: list[dict] = field(default_factory=list)  # timeline launches it should profile, in order
-
-
-def plan_captures(launches: pd.DataFrame, selected: pd.DataFrame, sample_steps: list,
-                  repeated_threshold: int = 2) -> list[CapturePlan]:
-    """One plan per stage (a stage run once) or per sampled step (a stage repeated, e.g. decode).
-
-    With the NVTX filter on the stage and the kernel-name filter on its selected kernels,
-    ncu counts only matching launches, so the skip for step s is the number of matching
-    launches in the steps before s, and the count the number in step s: read off the timeline.
-    """
-    plans: list[CapturePlan] = []
-    for (domain, stage), sel in selected.groupby(["domain", "stage"], sort=True):
-        seq = launches[(launches["domain"] == domain) & (launches["stage"] == stage)]
-        match = seq[seq["kernel"].isin(set(sel["kernel"]))].sort_values(["range_index", "seq"])
-        names = set(match["mangled"])
-        n_ranges = int(seq["range_index"].max()) + 1 if len(seq) else 0
-        if n_ranges == 0 or match.empty:
-            continue
-        if n_ranges < repeated_threshold:
-            groups = [(list(range(n_ranges)), match)]
-        else:
-            groups = [([s], match[match["range_index"] == s]) for s in resolve_steps(sample_steps, n_ranges)]
-        for steps, rows in groups:
-            skip = int((match["range_index"] < min(steps)).sum())
-            tag = stage if len(groups) == 1 and n_ranges < repeated_threshold else f"{stage}.step{steps[0]}"
-            plans.append(CapturePlan(
-                capture_id=safe_id(tag), domain=domain, stage=stage, steps=steps, kernels=sorted(names),
-                launch_skip=skip, launch_count=len(rows),
-                expected=rows[["kernel", "grid", "block", "step", "duration_ns"]].to_dict("records"),
-            ))
-    return plans
-
-
-def safe_id(text: str) -> str:
-    """A file-name-safe, stable id for a capture."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "capture"
-
-
-def capture_argv(ncu: str, out_base: str | Path, program: list[str], *, nvtx_expr: str | None,
-                 kernels: list[str] | None, launch_skip: int = 0, launch_count: int | None = None,
-                 metrics: list[str] | None = None, sections: list[str] | None = None,
-                 replay_mode: str = "kernel", clock_control: str = "none", cache_control: str = "all") -> list[str]:
-    """The ncu command line (an argv list: no shell ever sees a name from the config)."""
-    argv = [ncu, "--force-overwrite", "--export", str(out_base), "--nvtx",
+    start = [] if replay_mode in RANGE_REPLAY_MODES else ["--profile-from-start", "off"]
+    argv = [ncu, "--force-overwrite", "--export", str(out_base), "--nvtx", *start,
             f"--replay-mode={replay_mode}", f"--clock-control={clock_control}", f"--cache-control={cache_control}"]
-    if nvtx_expr:
-        argv += ["--nvtx-include", nvtx_expr]
-    if kernels and replay_mode in ("kernel", "application"):
-        argv += ["--kernel-name-base", "mangled", "--kernel-name", kernel_name_filter(kernels)]
-    if launch_skip:
-        argv += ["--launch-skip", str(launch_skip)]
-    if launch_count is not None:
-        argv += ["--launch-count", str(launch_count)]
     for section in sections or []:
         argv += ["--section", section]
     if metrics:
@@ -209,23 +111,24 @@ def export_argv(ncu: str, report: str | Path) -> list[str]:
 
 _REFUSALS = [
     ("Unsupported API during capture", "range replay refused an API the workload calls inside the range "
-     "(PyTorch calls cuKernelSetAttribute): use replay_mode 'app-range' or 'kernel'"),
+     "(PyTorch calls cuKernelSetAttribute): use ncu.ranges 'app-range'"),
     ("ERR_NVGPUCTRPERM", "no permission to read GPU performance counters: run as root or set "
      "NVreg_RestrictProfilingToAdminUsers=0 for the nvidia kernel module"),
     ("not supported in range replay", "a metric (SASS instruction counts) is not collectable in range replay: "
-     "use replay_mode 'kernel' or drop the SASS metrics"),
+     "range captures must use hardware counters only"),
     ("Failed to find metric", "a requested metric does not exist on this GPU: check `ncu --query-metrics`"),
 ]
 
 
-# Next replay mode to try when one is refused. app-range does capture a PyTorch decode step (seen on the
-# H200), but gives one result per range, which nsightflow cannot join per kernel: the chain ends in kernel.
-FALLBACK = {"range": "kernel", "app-range": "kernel", "application": "kernel"}
+_PROFILED = re.compile(r'^==PROF== Profiling ".*" - (\d+):')
 
 
 def profiled_count(log_text: str) -> int:
-    """Kernels (or ranges) ncu says it profiled: one ``==PROF== Profiling`` line each."""
-    return sum(1 for line in log_text.splitlines() if line.startswith("==PROF== Profiling"))
+    """Results ncu says it profiled: distinct ids of ``==PROF== Profiling "name" - ID:`` lines (application
+    replay prints a result once per pass, each time in a new run of the program)."""
+    ids = {m.group(1) for m in map(_PROFILED.match, log_text.splitlines()) if m}
+    plain = sum(1 for line in log_text.splitlines() if line.startswith("==PROF== Profiling"))
+    return len(ids) if ids else plain
 
 
 def warnings(log_text: str) -> list[str]:
@@ -233,42 +136,28 @@ def warnings(log_text: str) -> list[str]:
     return [line.strip() for line in log_text.splitlines() if line.startswith(("==WARNING==", "==ERROR=="))]
 
 
-def check_capture(log_text: str, returncode: int, *, what: str, ranges_seen: list[str],
-                  domain: str = "", stage: str = "", expected: int | None = None) -> None:
-    """Raise CaptureError with a diagnosis when ncu was refused, profiled nothing (which exits 0),
-    or profiled fewer launches than the timeline planned.
-
-    The diagnosis names the expression used, the ranges the timeline saw, the known cause that
-    applies and, where the stage was seen under another domain or name, the corrected expression.
-    """
+def check_capture(log_text: str, returncode: int, *, what: str, expected: int | None = None) -> None:
+    """Raise CaptureError with a diagnosis when ncu was refused, profiled nothing (which exits 0), or
+    profiled another number of launches than the plan names."""
     causes = [fix for needle, fix in _REFUSALS if needle in log_text]
     empty = "No kernels were profiled" in log_text or "No ranges were profiled" in log_text
     got = profiled_count(log_text)
-    partial = expected is not None and not empty and returncode == 0 and not causes and got < expected
-    if returncode == 0 and not empty and not causes and not partial:
+    wrong = expected is not None and not empty and returncode == 0 and not causes and got != expected
+    if returncode == 0 and not empty and not causes and not wrong:
         return
-    seen = ", ".join(ranges_seen) or "none"
-    if partial:
-        lines = [f"ncu profiled {got} of the {expected} launches planned for {what}: a partial capture would be "
-                 "scaled wrongly, so it is refused.",
-                 "likely causes: the program launched different kernels under ncu than under nsys (non-deterministic "
-                 "dispatch, autotuning that differs run to run: warm up more), or the kernel filter missed names "
-                 "(set ncu.kernel_filter false to take every launch of the step)."]
+    if wrong:
+        lines = [f"ncu profiled {got} launches for {what}, the plan names {expected}: a capture that does not match "
+                 "its plan would be scaled wrongly, so it is refused.",
+                 "likely causes: the program launched other kernels under ncu than under nsys (non-deterministic "
+                 "dispatch, autotuning that differs run to run: warm up more), or another thread launched kernels "
+                 "while a window was open; ncu.capture 'every_launch' profiles whole steps instead."]
     else:
         lines = [f"ncu captured nothing for {what} (exit code {returncode})."]
     lines += [f"cause: {c}" for c in causes]
     if empty:
         lines.append("ncu said: " + ("No kernels were profiled" if "No kernels" in log_text else "No ranges were profiled"))
-        lines.append(f"NVTX ranges the timeline saw (domain:name): {seen}")
-        same_name = [r for r in ranges_seen if r.split(":", 1)[-1] == stage and r != f"{domain}:{stage}"]
-        if stage and not any(r == f"{domain}:{stage}" for r in ranges_seen):
-            lines.append(f"the timeline has no range {stage!r} in domain {domain!r}"
-                         + (f"; it has {same_name}: corrected expression {nvtx_include(*same_name[0].split(':', 1))!r}"
-                            if same_name else ""))
-        lines.append("known causes: the range must be push/pop (nvtx.annotate or range_push/pop, not start/end) in "
-                     "the domain named; a range name with '@' needs the regex form nsightflow builds; CUDA "
-                     "initialisation inside the range; the kernel-name filter must match the mangled names nsys "
-                     "recorded.")
+        lines.append("the program never opened a profiler window: it must run nsightflow's harness with --windows "
+                     "(cudaProfilerStart/Stop around the planned launches), under ncu --profile-from-start off")
     tail = "\n".join(log_text.strip().splitlines()[-15:])
     raise CaptureError("\n".join(lines) + f"\n--- last lines of ncu output ---\n{tail}")
 
@@ -340,8 +229,8 @@ def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
 
     Metric columns (names with ``__``) become floats in base units (bytes, ns, hz: auto-scaled
     units such as ``Mbyte`` or ``usecond`` are converted) with thousands separators removed and
-    ``n/a``/``no data`` as NaN; the NVTX push/pop column becomes ``nvtx_domain``,
-    ``nvtx_range`` and ``nvtx_payload`` of the innermost range.
+    ``n/a``/``no data`` as NaN; the NVTX push/pop column becomes ``nvtx_stack`` (every range, outermost
+    first) and ``nvtx_domain``, ``nvtx_range`` and ``nvtx_payload`` of the innermost range.
     """
     text = Path(source).read_text() if isinstance(source, Path) or "\n" not in str(source) else str(source)
     rows = list(csv.reader(io.StringIO(text)))
@@ -373,6 +262,7 @@ def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
         columns[col] = [_number(v) * scale for v in cells]
     nvtx_col = next((c for c in header if "Push/Pop_Range" in c), None)
     stacks = [parse_nvtx(v) for v in columns[nvtx_col]] if nvtx_col else [[] for _ in body]
+    columns["nvtx_stack"] = stacks
     columns["nvtx_domain"] = [s[-1]["domain"] if s else None for s in stacks]
     columns["nvtx_range"] = [s[-1]["range"] if s else None for s in stacks]
     columns["nvtx_payload"] = [s[-1]["payload"] if s else None for s in stacks]

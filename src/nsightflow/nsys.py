@@ -1,11 +1,11 @@
 """Nsight Systems: command lines, and the timeline's tables as DataFrames.
 
-Three readers feed the rest of the pipeline:
-- ``kernel_table``: GPU time and instances per (NVTX stage, kernel), from ``nvtx_kern_sum``;
-- ``stage_table``: wall time and instances per NVTX range, from ``nvtx_sum``;
-- ``launch_sequence``: every kernel launched inside a range, in launch order, with the
-  range's step payload, grid and block, from the SQLite export. Sampling offsets for ncu
-  and the join between ncu results and timeline kernels are computed from it.
+The nsight path reads the SQLite export (nsightflow.attribution: attribution by time window, across
+threads and CUDA graphs). The stats CSV readers here serve analysis of captures made elsewhere that
+come without a SQLite export:
+- ``kernel_table``: GPU time and instances per (NVTX stage, kernel), from ``nvtx_kern_sum`` (nsys
+  attributes per thread: a backward stage's autograd kernels are not in it);
+- ``stage_table``: wall time and instances per NVTX range, from ``nvtx_sum``.
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ from pathlib import Path
 import pandas as pd
 
 STATS_REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum")
-LAUNCH_COLUMNS = ["domain", "stage", "step", "range_index", "kernel", "mangled", "grid", "block", "start", "end",
-                  "duration_ns", "seq"]
 
 
 def profile_argv(nsys: str, out_base: str | Path, program: list[str], trace: str = "cuda,nvtx") -> list[str]:
-    """``nsys profile`` of ``program``; writes ``out_base.nsys-rep``. No OS-runtime tracing (it grows past GBs)."""
-    return [nsys, "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none",
-            "--force-overwrite=true", "-o", str(out_base), *program]
+    """``nsys profile`` of ``program``; writes ``out_base.nsys-rep`` and its SQLite export ``out_base.sqlite``.
+
+    Kernels inside CUDA graphs are traced one by one (``--cuda-graph-trace=node``; by default nsys
+    shows a replayed graph as one item and its kernels in no range). No OS-runtime tracing (it grows
+    past GBs), no CPU sampling."""
+    return [nsys, "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none", "--cuda-graph-trace=node",
+            "--export=sqlite", "--force-overwrite=true", "-o", str(out_base), *program]
 
 
 def stats_argv(nsys: str, rep: str | Path, out_prefix: str | Path) -> list[str]:
@@ -92,62 +94,6 @@ def stage_table(nvtx_sum: str | Path) -> pd.DataFrame:
         "range_instances": df["Instances"].astype("int64").values,
         "wall_ns": df["Total Time (ns)"].astype("float64").values,
     })
-
-
-_LAUNCHES_SQL = """
-WITH domains AS (
-    SELECT domainId, text AS domain FROM NVTX_EVENTS WHERE eventType = 75
-),
-ranges AS (
-    SELECT n.start, n."end", n.globalTid,
-           COALESCE(n.text, s.value) AS name,
-           COALESCE(d.domain, '') AS domain,
-           COALESCE(n.int64Value, n.uint64Value, n.int32Value, n.uint32Value) AS payload,
-           n.eventType
-    FROM NVTX_EVENTS n
-    LEFT JOIN StringIds s ON s.id = n.textId
-    LEFT JOIN domains d ON d.domainId = n.domainId
-    WHERE n.eventType IN (59, 60) AND n."end" IS NOT NULL
-)
-SELECT r.domain, r.name AS stage, r.payload, r.start AS range_start, r."end" AS range_end,
-       k.start, k."end", k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
-       dn.value AS kernel, COALESCE(mn.value, dn.value) AS mangled, rt.start AS launch_start
-FROM CUPTI_ACTIVITY_KIND_KERNEL k
-JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
-JOIN StringIds dn ON dn.id = k.demangledName
-LEFT JOIN StringIds mn ON mn.id = k.mangledName
-JOIN ranges r ON rt.start >= r.start AND rt."end" <= r."end"
-     AND (r.eventType = 60 OR rt.globalTid = r.globalTid)
-ORDER BY rt.start
-"""
-
-
-def launch_sequence(sqlite_path: str | Path) -> pd.DataFrame:
-    """Every kernel launched inside an NVTX range, in launch order.
-
-    A kernel belongs to the innermost range whose CPU interval contains its launch call on
-    the same thread (what nsys' own projection does for push/pop ranges). Columns: domain,
-    stage, step (the range's payload, else its instance index), range_index, kernel (demangled,
-    as nsys stats prints it), mangled (the linker name ncu's kernel filter matches exactly),
-    grid, block, start, end, duration_ns, seq (launch index within the range).
-    """
-    path = Path(sqlite_path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no SQLite export; make it with: nsys export --type sqlite -o {path} REPORT.nsys-rep")
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
-        df = pd.read_sql_query(_LAUNCHES_SQL, con)
-    if df.empty:
-        return pd.DataFrame(columns=LAUNCH_COLUMNS)
-    # Innermost range: for a launch inside nested ranges keep the one that started last.
-    df = df.sort_values(["launch_start", "range_start"]).drop_duplicates(["launch_start", "kernel"], keep="last")
-    df["range_index"] = df.groupby(["domain", "stage"])["range_start"].rank(method="dense").astype(int) - 1
-    df["step"] = df["payload"].where(df["payload"].notna(), df["range_index"]).astype(int)
-    df["grid"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.gridX, df.gridY, df.gridZ)]
-    df["block"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.blockX, df.blockY, df.blockZ)]
-    df["duration_ns"] = df["end"] - df["start"]
-    df = df.sort_values("launch_start", ignore_index=True)
-    df["seq"] = df.groupby(["domain", "stage", "range_index"]).cumcount()
-    return df[LAUNCH_COLUMNS]
 
 
 def gpu_name(sqlite_path: str | Path) -> str | None:

@@ -1,0 +1,321 @@
+"""Which stage step (and probe unit) each kernel of an nsys SQLite export belongs to, by time window.
+
+A kernel belongs to the stage step whose range, on the harness's thread, contains the call that
+launched it, whichever thread made that call: autograd launches backward kernels from its own
+device thread, inside the backward range's window. Kernels inside a CUDA graph (traced with
+``--cuda-graph-trace=node``) carry the correlation id of the graph launch that ran them. The harness
+synchronizes before every range ends, so the window holds all the work launched in it; a kernel
+whose launch call is not in the export is placed by its own start time.
+
+nsys' own projection (``nvtx_kern_sum``) attributes per thread and shows graphs as a whole, so
+the per-stage tables come from here. Everything is read column-wise and joined with numpy
+(sorted searches, no SQL range join), so a million launches take seconds.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from nsightflow.harness import ops_domain, probe_domain
+
+PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75
+LAUNCH_COLUMNS = ["pass_", "stage", "step", "range_index", "unit", "op", "seq", "kernel_key", "class_key", "structure",
+                  "twin", "kernel", "mangled", "grid", "block", "smem", "start", "end", "duration_ns", "launch_ns", "tid",
+                  "graph"]
+
+
+class TimelineError(ValueError):
+    """The export cannot be attributed; the message names the file and what is missing."""
+
+
+@dataclass
+class Timeline:
+    """A timeline attributed to stage steps: one row per kernel launched inside a harness range.
+
+    ``launches``: pass_ ('ranged' or 'probe'), stage, step, range_index, unit (probe pass: the
+    operator or gap that launched it, see nsightflow.probe; -1 otherwise), op (the operator call's
+    signature, 'gap' between operators), seq (launch order in its step), kernel_key (kernel, grid,
+    block, dynamic shared memory), class_key (what makes launches identical: the call's signature,
+    the launch's ordinal in its unit, and the kernel key; a ranged-pass launch takes the class of its
+    twin in the probe pass, or its kernel key where the step has no twin), structure (an id of the
+    step's sequence of kernel keys: steps with equal ids launch the same kernels in the same order),
+    twin (the step's probe pass launched the same sequence), kernel (demangled), mangled, grid, block,
+    smem, start, end, duration_ns, launch_ns, tid (launching thread), graph (ran inside a CUDA graph).
+    ``ranges``: the harness's stage ranges (stage, step, range_index, start, end, tid).
+    ``probe_ops``: operator ranges of the probe pass.
+    """
+
+    launches: pd.DataFrame
+    ranges: pd.DataFrame
+    probe_ops: pd.DataFrame
+    gpu_name: str | None
+    source: str
+    domain: str
+
+
+def _columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+
+
+def _strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
+    ids = [int(i) for i in np.unique(ids[~pd.isna(ids)])]
+    out: dict[int, str] = {}
+    for i in range(0, len(ids), 900):
+        chunk = ids[i:i + 900]
+        q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(chunk))})"
+        out.update(dict(con.execute(q, chunk)))
+    return out
+
+
+def _nvtx(con: sqlite3.Connection) -> pd.DataFrame:
+    """Every closed push/pop or start/end range with its domain name, text and payload."""
+    cols = _columns(con, "NVTX_EVENTS")
+    payload = [c for c in ("int64Value", "uint64Value", "int32Value", "uint32Value") if c in cols]
+    pay = f"COALESCE({', '.join(payload)})" if payload else "NULL"
+    df = pd.read_sql_query(
+        f'SELECT start, "end", eventType, globalTid, domainId, text, textId, {pay} AS payload FROM NVTX_EVENTS '
+        f"WHERE eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})", con)
+    domains = df[df["eventType"] == DOMAIN_CREATE].set_index("domainId")["text"].to_dict()
+    df = df[(df["eventType"] != DOMAIN_CREATE) & df["end"].notna()].copy()
+    texts = _strings(con, df["textId"].to_numpy(dtype=float))
+    df["name"] = df["text"].where(df["text"].notna(), df["textId"].map(texts))
+    df["domain"] = df["domainId"].map(domains).fillna("")
+    df["end"] = df["end"].astype("int64")
+    return df.sort_values("start", kind="stable").reset_index(drop=True)
+
+
+def _top_level(ranges: pd.DataFrame) -> pd.DataFrame:
+    """Ranges not nested in an earlier one of the same set (a workload's own ranges in the harness's domain)."""
+    if ranges.empty:
+        return ranges
+    ends = ranges["end"].to_numpy()
+    keep = np.ones(len(ranges), dtype=bool)
+    keep[1:] = ranges["start"].to_numpy()[1:] > np.maximum.accumulate(ends)[:-1]
+    return ranges[keep]
+
+
+def _harness_ranges(nvtx: pd.DataFrame, domain: str) -> pd.DataFrame:
+    """The harness's own step ranges in ``domain``: push/pop, top level, on the thread that opened most."""
+    mine = nvtx[(nvtx["domain"] == domain) & (nvtx["eventType"] == PUSH_POP)]
+    if mine.empty:
+        return mine.assign(stage=[], step=[], range_index=[])
+    tid = mine["globalTid"].mode().iloc[0]
+    mine = _top_level(mine[mine["globalTid"] == tid]).copy()
+    mine["stage"] = mine["name"].astype(str)
+    mine["range_index"] = mine.groupby("stage").cumcount()
+    mine["step"] = mine["payload"].where(mine["payload"].notna(), mine["range_index"]).astype("int64")
+    return mine.reset_index(drop=True)
+
+
+def _kernels(con: sqlite3.Connection) -> pd.DataFrame:
+    """Every kernel with the time of the call that launched it (graph kernels: the graph launch's)."""
+    cols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
+    opt = {c: c if c in cols else "NULL" for c in ("mangledName", "graphNodeId", "dynamicSharedMemory", "globalPid")}
+    k = pd.read_sql_query(
+        'SELECT start, "end", correlationId, demangledName, gridX, gridY, gridZ, blockX, blockY, blockZ, '
+        f'{opt["mangledName"]} AS mangledName, {opt["graphNodeId"]} AS graphNodeId, '
+        f'{opt["dynamicSharedMemory"]} AS smem, {opt["globalPid"]} AS globalPid '
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL", con)
+    rt = pd.read_sql_query(
+        "SELECT correlationId, start AS launch_ns, globalTid AS tid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+        "WHERE correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)", con)
+    # correlation ids are unique within a process: match the process too (bits 24-47 of the global ids)
+    k["pid"] = (k["globalPid"].fillna(0).to_numpy(dtype="int64") >> 24) & 0xFFFFFF
+    rt["pid"] = (rt["tid"].to_numpy(dtype="int64") >> 24) & 0xFFFFFF
+    rt = rt.drop_duplicates(["correlationId", "pid"])
+    k = k.merge(rt, on=["correlationId", "pid"], how="left")
+    k["launch_ns"] = k["launch_ns"].fillna(k["start"]).astype("int64")
+    k["tid"] = k["tid"].fillna(-1).astype("int64")
+    return k
+
+
+def _owner(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Index of the (sorted, disjoint) interval holding each time, -1 where none does."""
+    i = np.searchsorted(starts, times, side="right") - 1
+    ok = (i >= 0) & (times <= ends[np.clip(i, 0, None)])
+    return np.where(ok, i, -1)
+
+
+def guess_domain(nvtx: pd.DataFrame) -> str:
+    """The NVTX domain of a timeline's stages when nobody said (captures made elsewhere): the domain with
+    the most push/pop ranges, nsightflow's probe and operator domains aside."""
+    pp = nvtx[(nvtx["eventType"] == PUSH_POP) & ~nvtx["domain"].str.endswith((".probe", ".ops"))]
+    return str(pp["domain"].value_counts().index[0]) if len(pp) else ""
+
+
+def read_timeline(sqlite_path: str | Path, domain: str | None) -> Timeline:
+    """Attribute every kernel of an nsys SQLite export to the harness's stage steps and probe units.
+
+    ``domain``: the NVTX domain of the stage ranges (None: the domain with the most push/pop ranges)."""
+    path = Path(sqlite_path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no SQLite export; make it with: nsys export --type sqlite -o {path} "
+                                "REPORT.nsys-rep")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise TimelineError(f"{path}: not a readable SQLite database ({exc}); export it again with nsys export "
+                            "--type sqlite") from exc
+    missing = {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "StringIds"} - tables
+    if missing:
+        raise TimelineError(f"{path}: the export has no {sorted(missing)} table(s): it holds no NVTX ranges or no CUDA "
+                            "kernels. Profile with nsys profile --trace=cuda,nvtx.")
+    with con:
+        nvtx = _nvtx(con)
+        k = _kernels(con)
+        names = _strings(con, np.concatenate([k["demangledName"].to_numpy(dtype=float),
+                                              k["mangledName"].to_numpy(dtype=float)]))
+        gpu = None
+        if "TARGET_INFO_GPU" in tables:
+            row = con.execute("SELECT name FROM TARGET_INFO_GPU LIMIT 1").fetchone()
+            gpu = row[0] if row else None
+    con.close()
+
+    if domain is None:
+        domain = guess_domain(nvtx)
+    ranges = _harness_ranges(nvtx, domain)
+    probes = _harness_ranges(nvtx, probe_domain(domain))
+    ops = nvtx[(nvtx["domain"] == ops_domain(domain)) & (nvtx["eventType"] == PUSH_POP)]
+    ops = _top_level(ops).reset_index(drop=True)
+
+    t = k["launch_ns"].to_numpy()
+    parts = []
+    for pass_, rng in (("ranged", ranges), ("probe", probes)):
+        if rng.empty:
+            continue
+        owner = _owner(t, rng["start"].to_numpy(), rng["end"].to_numpy())
+        sel = owner >= 0
+        part = k[sel].copy()
+        own = rng.iloc[owner[sel]]
+        part["pass_"] = pass_
+        part["stage"] = own["stage"].to_numpy()
+        part["step"] = own["step"].to_numpy()
+        part["range_index"] = own["range_index"].to_numpy()
+        parts.append(part)
+    if not parts:
+        launches = pd.DataFrame(columns=LAUNCH_COLUMNS)
+    else:
+        launches = pd.concat(parts, ignore_index=True)
+        launches["unit"], launches["op"] = _units(launches, ops, probes)
+        launches["smem"] = launches["smem"].fillna(0).astype("int64")
+        launches["mangledName"] = launches["mangledName"].fillna(launches["demangledName"])
+        _describe_kernels(launches, names)
+        launches["duration_ns"] = launches["end"] - launches["start"]
+        launches["graph"] = launches["graphNodeId"].notna()
+        launches = launches.sort_values(["pass_", "launch_ns", "start"], kind="stable", ignore_index=True)
+        launches["seq"] = launches.groupby(["pass_", "stage", "step"]).cumcount()
+        launches = _classes(launches)[LAUNCH_COLUMNS]
+    return Timeline(launches=launches, ranges=ranges[["stage", "step", "range_index", "start", "end", "globalTid"]]
+                    .rename(columns={"globalTid": "tid"}), probe_ops=ops, gpu_name=gpu, source=str(path), domain=domain)
+
+
+KERNEL_FIELDS = ["demangledName", "mangledName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "smem"]
+
+
+def _describe_kernels(launches: pd.DataFrame, names: dict[int, str]) -> None:
+    """kernel, mangled, grid, block and kernel_key columns, built once per distinct launch configuration
+    (a timeline of a million launches has a few hundred) and spread by code."""
+    codes, uniques = pd.MultiIndex.from_frame(launches[KERNEL_FIELDS]).factorize()
+    u = pd.DataFrame(list(uniques), columns=KERNEL_FIELDS)
+    kernel = u["demangledName"].map(names).fillna("?")
+    mangled = u["mangledName"].map(names).fillna(kernel)
+    grid = [f"({x}, {y}, {z})" for x, y, z in zip(u["gridX"], u["gridY"], u["gridZ"], strict=True)]
+    block = [f"({x}, {y}, {z})" for x, y, z in zip(u["blockX"], u["blockY"], u["blockZ"], strict=True)]
+    key = [f"{m}|{g}|{b}|{sm}" for m, g, b, sm in zip(mangled, grid, block, u["smem"], strict=True)]
+    for col, values in (("kernel", kernel.to_numpy()), ("mangled", mangled.to_numpy()), ("grid", grid),
+                        ("block", block), ("kernel_key", key)):
+        launches[col] = np.asarray(values, dtype=object)[codes]
+
+
+def _units(launches: pd.DataFrame, ops: pd.DataFrame, probes: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Probe-pass unit of each launch (see nsightflow.probe) and the operator call that launched it.
+
+    Unit: 2·i+1 inside its step's i-th operator, 2·i in the gap before it; -1 where the step's operators
+    overlap in time (dispatched by two threads at once), so which one launched a kernel is unknown, and
+    -1 for ranged-pass launches. Operator: the call's signature (the op range's message), 'gap' outside one.
+    """
+    units = np.full(len(launches), -1, dtype="int64")
+    names = np.full(len(launches), "", dtype=object)
+    probe = (launches["pass_"] == "probe").to_numpy()
+    if not probe.any():
+        return units, names
+    names[probe] = "gap"
+    if ops.empty:
+        units[probe] = 0  # no operator marks: the whole step is the gap before its first operator
+        return units, names
+    starts, ends = ops["start"].to_numpy(), ops["end"].to_numpy()
+    index = ops["payload"].fillna(-1).astype("int64").to_numpy()
+    texts = ops["name"].astype(str).to_numpy()
+    op_step = _owner(starts, probes["start"].to_numpy(), probes["end"].to_numpy())
+    overlap = np.zeros(len(starts), dtype=bool)
+    overlap[1:] = starts[1:] < np.maximum.accumulate(ends)[:-1]
+    bad_steps = set(op_step[overlap | np.roll(overlap, -1)])
+    t = launches["launch_ns"].to_numpy()[probe]
+    step_of = _owner(t, probes["start"].to_numpy(), probes["end"].to_numpy())
+    i = np.searchsorted(starts, t, side="right") - 1
+    j = np.clip(i, 0, None)
+    same_step = (i >= 0) & (op_step[j] == step_of)
+    inside = same_step & (t <= ends[j])
+    unit = np.where(inside, 2 * index[j] + 1, np.where(same_step, 2 * (index[j] + 1), 0))
+    unit[np.isin(step_of, list(bad_steps))] = -1
+    units[probe] = unit
+    names[probe] = np.where(inside, texts[j], "gap")
+    return units, names
+
+
+def _classes(launches: pd.DataFrame) -> pd.DataFrame:
+    """Class keys, twins and structures (see Timeline)."""
+    probe = (launches["pass_"] == "probe").to_numpy()
+    launches["class_key"] = launches["kernel_key"]
+    if probe.any():
+        p = launches[probe]
+        ordinal = p.groupby(["stage", "step", "unit"]).cumcount()
+        codes, uniques = pd.MultiIndex.from_arrays([p["op"], ordinal, p["kernel_key"]]).factorize()
+        keys = np.asarray([f"{op}#{k}|{kk}" for op, k, kk in uniques], dtype=object)
+        launches.loc[probe, "class_key"] = keys[codes]
+    # A step's launch sequence, as one id per distinct sequence of kernel keys, per pass.
+    kcode = pd.Series(pd.factorize(launches["kernel_key"])[0], index=launches.index)
+    seqs = kcode.groupby([launches["pass_"], launches["stage"], launches["step"]], sort=False).agg(tuple)
+    seq_id = pd.Series(pd.factorize(seqs)[0], index=seqs.index, name="seq_id").reset_index()
+    ranged = seq_id[seq_id["pass_"] == "ranged"].drop(columns="pass_")
+    probes = seq_id[seq_id["pass_"] == "probe"].drop(columns="pass_").rename(columns={"seq_id": "probe_id"})
+    steps = ranged.merge(probes, on=["stage", "step"], how="left")
+    steps["twin"] = steps["seq_id"] == steps["probe_id"]
+    steps["structure"] = steps["seq_id"]
+    merged = launches[["stage", "step"]].merge(steps[["stage", "step", "twin", "structure"]], on=["stage", "step"],
+                                               how="left")
+    launches["twin"] = merged["twin"].fillna(False).astype(bool).to_numpy()
+    launches["structure"] = merged["structure"].fillna(-1).astype("int64").to_numpy()
+    # A ranged launch in a step with a twin takes its twin's class (same step, same position).
+    mine = ~probe & launches["twin"].to_numpy()
+    if mine.any():
+        by_pos = launches.loc[probe, ["stage", "step", "seq", "class_key"]]
+        twin = launches.loc[mine, ["stage", "step", "seq"]].merge(by_pos, on=["stage", "step", "seq"], how="left")
+        launches.loc[mine, "class_key"] = twin["class_key"].to_numpy()
+    return launches
+
+
+def stage_table(tl: Timeline) -> pd.DataFrame:
+    """Wall time per stage from the harness's ranges: domain-free columns stage, range_instances, wall_ns."""
+    r = tl.ranges.assign(wall=tl.ranges["end"] - tl.ranges["start"])
+    out = r.groupby("stage", sort=False).agg(range_instances=("step", "size"), wall_ns=("wall", "sum")).reset_index()
+    out["wall_ns"] = out["wall_ns"].astype("float64")
+    return out
+
+
+def kernel_table(tl: Timeline) -> pd.DataFrame:
+    """GPU time and launches per (stage, kernel) of the ranged pass; columns as nsightflow.nsys.kernel_table."""
+    ranged = tl.launches[tl.launches["pass_"] == "ranged"]
+    n_ranges = tl.ranges.groupby("stage").size().rename("range_instances")
+    out = ranged.groupby(["stage", "kernel"], as_index=False, sort=False).agg(
+        instances=("duration_ns", "size"), total_ns=("duration_ns", "sum"), classes=("class_key", "nunique"))
+    out["total_ns"] = out["total_ns"].astype("float64")
+    out = out.merge(n_ranges, left_on="stage", right_index=True, how="left")
+    out["launches_per_range"] = out["instances"] / out["range_instances"]
+    return out.sort_values(["stage", "total_ns"], ascending=[True, False], ignore_index=True)
