@@ -4,10 +4,12 @@ import csv
 import json
 import statistics
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import DATA
-from nsightflow import aggregate, metrics, ncu
+from nsightflow import aggregate, attribution, matching, metrics, ncu, plan
 
 D = DATA / "h200_tinyllm"
 
@@ -56,72 +58,121 @@ def test_peaks_come_from_the_capture_with_their_source():
     assert fallback["compute"] == 989.4e12 and "datasheet" in fallback["compute_source"]
 
 
-def test_match_to_timeline_checks_order_grid_and_block():
+def _matched(folder, captures, sample_steps):
+    """The ncu results of whole-step captures joined to a plan made from the same timeline."""
+    tl = attribution.read_timeline(folder / "timeline.sqlite", "nsightflow")
+    exp = plan.expected_frame(plan.plan_capture(tl, "nsightflow", sample_steps, "every_launch"))
+    parts, start = [], 0
+    for cap in captures:
+        raw, _ = ncu.parse_raw_csv(folder / f"{cap}.raw.csv")
+        res = metrics.result_metrics(raw)
+        parts.append(matching.match_to_plan(res, exp.iloc[start:start + len(res)], cap))
+        start += len(res)
+    assert start == len(exp)
+    return tl, pd.concat(parts, ignore_index=True)
+
+
+def test_results_are_joined_to_the_plan_by_order_grid_block_and_name():
+    tl, matched = _matched(D, ["prefill", "decode.step3"], [3])
+    assert len(matched) == 128 + 136 and set(matched["step"]) == {0, 3}
     raw, _ = ncu.parse_raw_csv(D / "prefill.raw.csv")
-    plan = json.loads((D / "plans" / "prefill.json").read_text())
-    res = metrics.match_to_timeline(metrics.result_metrics(raw), plan["expected"], "prefill")
-    assert len(res) == 128 and res["kernel"].tolist() == [e["kernel"] for e in plan["expected"]]
-    broken = [dict(e) for e in plan["expected"]]
-    broken[5]["grid"] = "(1, 1, 1)"
-    with pytest.raises(ValueError, match="launch 5 differs"):
-        metrics.match_to_timeline(metrics.result_metrics(raw), broken, "prefill")
-    with pytest.raises(ValueError, match="predicts 127"):
-        metrics.match_to_timeline(metrics.result_metrics(raw), plan["expected"][:-1], "prefill")
+    res = metrics.result_metrics(raw)
+    exp = plan.expected_frame(plan.plan_capture(tl, "nsightflow", [3], "every_launch")).iloc[:128]
+    broken = exp.copy()
+    broken.loc[5, "grid"] = "(1, 1, 1)"
+    with pytest.raises(matching.MatchError, match="result 5 .* differs from the planned launch"):
+        matching.match_to_plan(res, broken, "prefill")
+    swapped = exp.copy()
+    swapped.loc[7, "kernel"] = exp.loc[8, "kernel"] if exp.loc[8, "kernel"] != exp.loc[7, "kernel"] else "other"
+    with pytest.raises(matching.MatchError, match="differs from the planned launch"):
+        matching.match_to_plan(res, swapped, "prefill")
+    with pytest.raises(matching.MatchError, match="the plan names 127"):
+        matching.match_to_plan(res, exp.iloc[:127], "prefill")
 
 
-def test_stage_numbers_scale_samples_with_timeline_counts():
-    agg = aggregate.aggregate_run(D / "stats", D / "timeline.sqlite", D / "selected_kernels.csv",
-                                  [D / "plans" / "decode.step3.json", D / "plans" / "prefill.json"],
-                                  [D / "decode.step3.raw.csv", D / "prefill.raw.csv"],
-                                  D / "analytic_flops.json", "bfloat16")
-    st = agg["stages"].set_index("stage")
-    pk = agg["peaks"]
-    # Prefill ran once and every launch was captured: measured FLOPs are the plain sum.
+def test_stage_numbers_scale_each_class_with_its_timeline_launches():
+    tl, matched = _matched(D, ["prefill", "decode.step3"], [3])
+    model = json.loads((D / "analytic_flops.json").read_text())["stages"]
+    raw, _ = ncu.parse_raw_csv(D / "prefill.raw.csv")
+    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
+    windowed = set(zip(matched["stage"], matched["step"]))
+    classes, kernels, st = aggregate.tables(tl, matched, windowed, model, pk, 0.5, 10, 0.9)
+    st = st.set_index("stage")
+    # Prefill ran once and every launch was captured: measured FLOPs are the plain sum of the cells.
     pre_flops = _all_flops(D / "prefill.raw.csv")
     assert st.loc["prefill", "flops_measured"] == pytest.approx(pre_flops, rel=1e-9)
     busy = sum(float(r["Total Time (ns)"]) for r in csv.DictReader((D / "stats" / "nvtx_kern_sum.csv").open())
                if r["NVTX Range"] == "nsightflow:prefill") * 1e-9
-    model = json.loads((D / "analytic_flops.json").read_text())["stages"]
     # HFU: the FLOPs the GPU executed; MFU: the model's FLOPs (causal-adjusted); both on timeline time.
     assert st.loc["prefill", "hfu_busy"] == pytest.approx(pre_flops / (busy * pk["compute"]), rel=1e-9)
     assert st.loc["prefill", "mfu_busy"] == pytest.approx(
         model["prefill"]["flops_causal_adjusted"] / (busy * pk["compute"]), rel=1e-9)
-    # Decode: every step launches the same kernels, so scaling step 3 to all launches is 8 x step 3.
+    # Decode: every step launches the same classes, so scaling step 3 to all launches is 8 x step 3.
     dec_flops = _all_flops(D / "decode.step3.raw.csv")
     assert st.loc["decode", "flops_measured"] == pytest.approx(8 * dec_flops, rel=1e-9)
     assert st.loc["decode", "coverage"] == 1.0 and st.loc["prefill", "coverage"] == 1.0
+    assert st.loc["decode", "classes"] == 22 and st.loc["prefill", "classes"] == 27
+    # A class's counters come from its own launches: one nvjet GEMM runs with two grids in decode (4x12, 4x22).
+    nvjet = classes[(classes["stage"] == "decode") & (classes["kernel"] == "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT")]
+    assert len(nvjet) == 2 and nvjet["flops_per_launch"].nunique() == 2
     # Decode's 4-token steps run on padded tensor-core tiles: executed FLOPs far above the model's, explained.
     ratio = 8 * dec_flops / model["decode"]["flops"]
     assert st.loc["decode", "executed_over_model"] == pytest.approx(ratio, rel=1e-9) and ratio > 3
-    assert any(n.startswith("decode: the GPU executed 3.56x the model's FLOPs") for n in agg["notes"])
-    # Prefill measured within 5% of FlopCounterMode once causal attention is accounted for.
+    assert any(n.startswith("decode: the GPU executed 3.56x the model's FLOPs") for n in aggregate.stage_notes(st.reset_index()))
+    # Prefill measured within 5% of the analytic count once causal attention is accounted for.
     assert abs(st.loc["prefill", "flops_measured"] / st.loc["prefill", "flops_analytic_causal"] - 1) < 0.05
     # Wall time far above GPU busy time (CPU-bound dispatch at this size) is flagged.
     assert st.loc["decode", "diverges"] and st.loc["decode", "mfu_wall"] < st.loc["decode", "mfu_busy"]
-    assert any("sampled from steps [3] of 8" in n for n in agg["notes"])
+    # The kernel table sums its classes; top-N marks the report's focus only.
+    assert kernels.groupby("stage")["instances"].sum().to_dict() == {"decode": 1088, "prefill": 128}
+    assert kernels["selected"].any() and not kernels["selected"].all()
 
 
-def test_range_replay_results_are_refused_with_the_fix(tmp_path):
+def test_a_missing_cell_is_never_a_zero():
+    raw, _ = ncu.parse_raw_csv(D / "prefill.raw.csv")
+    raw.loc[3, "sm__ops_path_tensor_src_bf16_dst_fp32.sum"] = np.nan  # as an 'n/a' cell parses
+    res = metrics.result_metrics(raw)
+    assert np.isnan(res.loc[3, "flops"]) and np.isfinite(res.loc[4, "flops"])
+    tl, matched = _matched(D, ["prefill", "decode.step3"], [3])
+    bad = matched.copy()
+    bad.loc[3, "flops"] = np.nan
+    values = metrics.launch_values(tl.launches[tl.launches["pass_"] == "ranged"], bad, {("prefill", 0), ("decode", 3)})
+    classes = metrics.class_summary(values)
+    hit = classes[(classes["stage"] == "prefill") & (classes["class_key"] == bad.loc[3, "class_key"])]
+    assert hit["flops"].isna().all()  # the class has no number, not a smaller one
+    st = metrics.stage_measured(values).set_index("stage")
+    assert st.loc["prefill", "covered_ns"] < st.loc["prefill", "busy_ns"]  # and coverage says so
+
+
+def test_range_exports_are_not_joined_per_kernel(tmp_path):
     # A range-replay export has no Grid/Block columns (one row per range): derived here from the real
-    # prefill export by dropping them, since aggregation must refuse it rather than guess a join.
+    # prefill export by dropping them, since aggregation must refuse to join it per kernel.
     rows = list(csv.reader((D / "prefill.raw.csv").open()))
     keep = [i for i, h in enumerate(rows[0]) if h not in ("Grid Size", "Block Size")]
     export = tmp_path / "prefill.raw.csv"
     with export.open("w", newline="") as fh:
         csv.writer(fh, quoting=csv.QUOTE_ALL).writerows([[r[i] for i in keep] for r in rows])
-    with pytest.raises(ValueError, match="replay_mode"):
-        aggregate.aggregate_run(D / "stats", D / "timeline.sqlite", D / "selected_kernels.csv",
-                                [D / "plans" / "prefill.json"], [export], D / "analytic_flops.json", "bfloat16")
+    raw, _ = ncu.parse_raw_csv(export)
+    with pytest.raises(ValueError, match="one result per range"):
+        aggregate._kernel_results(raw, export)
 
 
-def test_filtered_run_counts_only_the_selected_kernels():
-    # The default config's run on the H200: captures filtered to the selected kernels by mangled name.
+def test_filtered_run_counts_only_the_captured_classes():
+    # The older default run on the H200: top kernels only, in decode steps 0, 3 and 7.
     F = DATA / "h200_tinyllm_filtered"
-    caps = ["decode.step0", "decode.step3", "decode.step7", "prefill"]
-    agg = aggregate.aggregate_run(F / "stats", F / "timeline.sqlite", F / "selected_kernels.csv",
-                                  [F / "plans" / f"{c}.json" for c in caps], [F / f"{c}.raw.csv" for c in caps],
-                                  F / "analytic_flops.json", "bfloat16")
-    st = agg["stages"].set_index("stage")
+    caps = ["prefill", "decode.step0", "decode.step3", "decode.step7"]
+    tl = attribution.read_timeline(F / "timeline.sqlite", "nsightflow")
+    parts = []
+    for cap in caps:
+        raw, _ = ncu.parse_raw_csv(F / f"{cap}.raw.csv")
+        parts.append(matching.search_timeline(metrics.result_metrics(raw), tl.launches, "nsightflow", cap))
+    matched = pd.concat(parts, ignore_index=True)
+    raw, _ = ncu.parse_raw_csv(F / "prefill.raw.csv")
+    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
+    model = json.loads((F / "analytic_flops.json").read_text())["stages"]
+    _, _, st = aggregate.tables(tl, matched, {("prefill", 0), ("decode", 0), ("decode", 3), ("decode", 7)},
+                                model, pk, 0.5, 10, 0.9)
+    st = st.set_index("stage")
     selected = list(csv.DictReader((F / "selected_kernels.csv").open()))
     rows = list(csv.DictReader((F / "stats" / "nvtx_kern_sum.csv").open()))
     for stage in ("prefill", "decode"):
@@ -129,8 +180,7 @@ def test_filtered_run_counts_only_the_selected_kernels():
         mine = [r for r in rows if r["NVTX Range"] == f"nsightflow:{stage}"]
         covered = sum(float(r["Total Time (ns)"]) for r in mine if r["Kernel Name"] in chosen)
         assert st.loc[stage, "coverage"] == pytest.approx(covered / sum(float(r["Total Time (ns)"]) for r in mine))
-        assert st.loc[stage, "captured_kernels"] == len(chosen)
     assert st.loc["prefill", "flops_measured"] == pytest.approx(_all_flops(F / "prefill.raw.csv"), rel=1e-9)
-    # Decode: three sampled steps, each launching the same kernels; scaled to 8 steps.
-    dec = sum(_all_flops(F / f"{c}.raw.csv") for c in caps[:3])
+    # Decode: three sampled steps, each launching the same classes; scaled to 8 steps.
+    dec = sum(_all_flops(F / f"{c}.raw.csv") for c in caps[1:])
     assert st.loc["decode", "flops_measured"] == pytest.approx(dec * 8 / 3, rel=1e-9)

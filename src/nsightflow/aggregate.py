@@ -1,4 +1,8 @@
-"""Assemble one run's tables from its files: timeline stats, capture plans, ncu exports, FLOP counts."""
+"""Assemble one run's tables: the attributed timeline, the capture and its plan, the analytic counts.
+
+Every backend ends here with the same shapes: a kernel table (per stage and kernel), a stage table
+(per stage: times, FLOPs, bytes, MFU, HFU, bandwidth), peaks, notes and diagnostics.
+"""
 
 from __future__ import annotations
 
@@ -8,112 +12,180 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nsightflow import metrics, ncu, nsys
+from nsightflow import attribution, metrics, ncu, nsys
+from nsightflow.matching import match_to_plan, search_timeline
+from nsightflow.plan import CapturePlan, expected_frame
 from nsightflow.select import select_kernels
+
+MODE_TEXT = {
+    "representatives": "one profiled launch per class of identical launches (the same operator call, by shapes "
+                       "and arguments, launching the same kernel with the same grid, block and shared memory) in each "
+                       "profiled step; the other launches take their class's counters, and unprofiled steps those of "
+                       "the launch at the same position in the profiled steps",
+    "every_launch": "every launch of the sampled steps profiled, each class's mean scaled by its launches in the "
+                    "timeline",
+}
 
 
 def _kernel_results(raw: pd.DataFrame, export: str | Path) -> pd.DataFrame:
-    """Per-result metrics of one export; refuses per-range exports, which cannot be joined per kernel."""
+    """Per-result metrics of one export; a per-range export (range replay) cannot be joined per kernel."""
     if "Grid Size" not in raw.columns:
-        raise ValueError(f"{export}: one result per NVTX range (range or app-range replay), not per kernel; "
-                         "nsightflow's per-kernel join and scaling need kernel results: set ncu.replay_mode "
-                         "to 'kernel' (or 'application')")
+        raise ValueError(f"{export}: one result per range (range or app-range replay), not per kernel: give it as "
+                         "a range capture (ncu.ranges), or capture with replay mode 'kernel'")
     return metrics.result_metrics(raw)
 
 
-def aggregate_run(stats_dir: str | Path, sqlite: str | Path, selected_csv: str | Path, plans: list[str | Path],
-                  exports: list[str | Path], flops_json: str | Path, dtype: str, divergence: float = 0.5,
-                  ceiling_json: str | Path | None = None) -> dict:
-    """Per-kernel and per-stage tables for one run, plus peaks and notes on anything not measured."""
-    matched, raws = [], []
-    for plan_path, export in zip(sorted(map(Path, plans)), sorted(map(Path, exports))):
-        plan = json.loads(plan_path.read_text())
-        if Path(export).stem.removesuffix(".raw") != plan["capture_id"]:
-            raise ValueError(f"export {export} does not belong to plan {plan_path}")
-        raw, _ = ncu.parse_raw_csv(Path(export))
-        raws.append(raw)
-        m = metrics.match_to_timeline(_kernel_results(raw, export), plan["expected"], plan["capture_id"])
-        m["stage"] = plan["stage"]
-        matched.append(m)
-    if not matched:
-        raise ValueError("no ncu captures to aggregate: the selection planned none")
+def _ranked(kernels: pd.DataFrame, top_n: int | None, coverage: float | None) -> pd.DataFrame:
+    """Every kernel ranked by time within its stage, the top-N selection (the report's focus) marked."""
+    ranked = select_kernels(kernels, None, 1.0)
+    chosen = select_kernels(kernels, top_n, coverage) if (top_n or coverage) else ranked.iloc[0:0]
+    key = ["stage", "kernel"]
+    ranked["selected"] = ranked.set_index(key).index.isin(chosen.set_index(key).index)
+    return ranked
+
+
+def _peaks(results: pd.DataFrame, device: str | None, dtype: str, ceiling: dict | None) -> dict:
+    pk = metrics.peaks(results, device, dtype)
+    return metrics.with_ceiling(pk, ceiling) if ceiling and "error" not in ceiling else pk
+
+
+def tables(tl: attribution.Timeline, matched: pd.DataFrame, windowed: set[tuple[str, int]], analytic: dict, pk: dict,
+           divergence: float, top_n: int | None, coverage: float | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(classes, kernels, stages) of a run whose ncu results are joined to its timeline; ``windowed``: the
+    (stage, step) pairs whose launches were profiled."""
+    values = metrics.launch_values(tl.launches[tl.launches["pass_"] == "ranged"], matched, windowed)
+    classes = metrics.class_summary(values)
+    kernels = _ranked(metrics.kernel_summary(classes, tl.ranges, pk), top_n, coverage)
+    stages = metrics.stage_summary(attribution.stage_table(tl), metrics.stage_measured(values), analytic, pk,
+                                   divergence)
+    return classes, kernels, stages
+
+
+def aggregate_run(sqlite: str | Path, domain: str, plan_json: str | Path, export: str | Path,
+                  flops_json: str | Path, dtype: str, divergence: float, top_n: int | None = None,
+                  coverage: float | None = None, ceiling_json: str | Path | None = None,
+                  ranges_export: str | Path | None = None, ranges_plan: str | Path | None = None) -> dict:
+    """Per-class, per-kernel and per-stage tables of one Nsight run, plus peaks, notes and estimates."""
+    tl = attribution.read_timeline(sqlite, domain)
+    plan = CapturePlan.read(plan_json)
+    raw, _ = ncu.parse_raw_csv(Path(export))
+    matched = match_to_plan(_kernel_results(raw, export), expected_frame(plan), Path(export).name)
     analytic = json.loads(Path(flops_json).read_text())["stages"]
     ceiling = json.loads(Path(ceiling_json).read_text()) if ceiling_json else None
-    return summarise(Path(stats_dir), sqlite, pd.read_csv(selected_csv), matched, raws, analytic, dtype,
-                     divergence, ceiling)
+    device = next(iter(raw["device__attribute_display_name"].dropna()), None) \
+        if "device__attribute_display_name" in raw.columns else None
+    pk = _peaks(matched, device or tl.gpu_name, dtype, ceiling)
+    windowed = {(w.stage, w.step) for w in plan.windows}
+    classes, kernels, stages = tables(tl, matched, windowed, analytic, pk, divergence, top_n, coverage)
+    notes = [f"capture: {MODE_TEXT[plan.mode]}."]
+    estimates = []
+    for stage, s in plan.stages.items():
+        text = f"{s['profiled']} of {s['launches']} launches profiled ({s['classes']} classes of identical launches)"
+        if s["steps"] > 1:
+            text += (f", in steps {s['sampled_steps']} of {s['steps']}"
+                     + (f" and {s['extra_steps']} (launch sequences no sampled step has)" if s["extra_steps"] else "")
+                     + "; the other steps scaled launch by launch from the sampled steps with the same launch sequence")
+        notes.append(f"{stage}: {text}.")
+        if s["profiled"] < s["launches"]:
+            estimates.append({"source": stage, "message": text})
+    whole = [w for w in plan.windows if w.units is None and plan.mode == "representatives"]
+    for w in whole:
+        notes.append(f"{w.stage} step {w.step}: {w.why}.")
+    if ranges_export:
+        stages = with_range_totals(stages, ranges_export, ranges_plan, tl)
+    notes += stage_notes(stages, analytic)
+    return {"classes": classes, "kernels": kernels, "stages": stages, "peaks": pk, "notes": notes,
+            "estimates": estimates, "results": matched}
 
 
-def aggregate_captures(imported: str | Path, divergence: float = 0.5) -> dict:
-    """Tables for captures made elsewhere (see nsightflow.captures): ncu results matched to the timeline
-    without capture plans; the dtype is the precision that did most of the tensor work."""
-    from nsightflow.captures import expected_launches
+def range_results(export: str | Path, plan_json: str | Path) -> pd.DataFrame:
+    """One row per range window of a range-replay capture: stage, step and the window's counter totals."""
+    raw, _ = ncu.parse_raw_csv(Path(export))
+    plan = CapturePlan.read(plan_json)
+    if len(raw) != len(plan.windows):
+        raise ValueError(f"{export}: {len(raw)} range results, the range plan has {len(plan.windows)} windows")
+    res = metrics.result_metrics(raw).sort_values("ncu_id").reset_index(drop=True)
+    res["stage"] = [w.stage for w in plan.windows]
+    res["step"] = [w.step for w in plan.windows]
+    return res
 
+
+def with_range_totals(stages: pd.DataFrame, export: str | Path, plan_json: str | Path,
+                      tl: attribution.Timeline) -> pd.DataFrame:
+    """Stage totals from range replay (mean over the sampled step windows × the stage's steps) beside the
+    per-kernel totals: tensor FLOPs and DRAM bytes (range replay cannot count SASS instructions)."""
+    res = range_results(export, plan_json)
+    n = tl.ranges.groupby("stage").size()
+    per = res.groupby("stage").agg(tensor=("flops_tensor", metrics._mean_strict), dram=("dram_bytes", metrics._mean_strict))
+    out = stages.copy()
+    out["flops_tensor_ranges"] = [per.loc[s, "tensor"] * n[s] if s in per.index else np.nan for s in out["stage"]]
+    out["dram_bytes_ranges"] = [per.loc[s, "dram"] * n[s] if s in per.index else np.nan for s in out["stage"]]
+    return out
+
+
+def aggregate_captures(imported: str | Path, divergence: float, top_n: int | None = None,
+                       coverage: float | None = None) -> dict:
+    """Tables for captures made elsewhere (see nsightflow.captures): ncu results joined to the timeline without
+    a plan; the dtype is the precision that did most of the tensor work."""
     imported = Path(imported)
-    launches = nsys.launch_sequence(imported / "timeline.sqlite") if (imported / "timeline.sqlite").exists() else None
-    matched, raws = [], []
-    for export in sorted((imported / "ncu").glob("*.raw.csv")):
-        raw, _ = ncu.parse_raw_csv(export)
-        res = _kernel_results(raw, export)
-        expected, stage, _ = expected_launches(res, launches)
-        m = metrics.match_to_timeline(res, expected, export.name.removesuffix(".raw.csv"))
-        m["stage"] = stage
-        matched.append(m)
-        raws.append(raw)
     flops = imported / "analytic_flops.json"
     analytic = json.loads(flops.read_text())["stages"] if flops.exists() else {}
-    if not matched:
-        kernels = nsys.kernel_table(imported / "stats" / "nvtx_kern_sum.csv")
-        stages = nsys.stage_table(imported / "stats" / "nvtx_sum.csv")
-        ranked = select_kernels(kernels, None, 1.0).assign(selected=False)
-        ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
-        pk = metrics.peaks(pd.DataFrame(columns=["sm_hz", "dram_hz", "bf16_dense_per_cycle", "ffma_per_cycle",
-                                                 "dram_bytes_per_cycle"]), nsys.gpu_name(imported / "timeline.sqlite")
-                           if (imported / "timeline.sqlite").exists() else None, "bfloat16")
-        ssum = metrics.stage_summary(kernels, ranked, stages, analytic, pk, divergence)
-        return {"kernels": ranked, "stages": ssum, "peaks": pk, "results": pd.DataFrame(),
-                "notes": ["no ncu exports among the captures: times only, from the nsys timeline."]}
-    results = pd.concat(matched, ignore_index=True)
-    tensor = {p: results[f"flops_tensor_{p}"].sum() for p in metrics.DTYPE_BY_TENSOR_PRECISION}
-    dtype = metrics.DTYPE_BY_TENSOR_PRECISION[max(tensor, key=tensor.get)] if max(tensor.values()) > 0 else "float32"
-    selected = results[["stage", "kernel"]].drop_duplicates()
-    agg = summarise(imported / "stats", imported / "timeline.sqlite", selected, matched, raws, analytic, dtype,
-                    divergence, None)
-    agg["notes"].insert(0, f"analysis of existing captures: precision taken as {dtype} (most tensor-pipe FLOPs)"
-                        + ("" if analytic else "; no analytic_flops.json among them, so no model FLOPs and no MFU, "
-                           "only HFU from the counted FLOPs"))
-    return agg
-
-
-def summarise(stats_dir: Path, sqlite: str | Path, selected: pd.DataFrame, matched: list[pd.DataFrame],
-              raws: list[pd.DataFrame], analytic: dict, dtype: str, divergence: float,
-              ceiling: dict | None) -> dict:
-    """Kernel and stage tables from ncu results already joined to the timeline (shared by every ncu path)."""
-    kernels = nsys.kernel_table(stats_dir / "nvtx_kern_sum.csv")
-    stages = nsys.stage_table(stats_dir / "nvtx_sum.csv")
-    results = pd.concat(matched, ignore_index=True)
+    exports = sorted((imported / "ncu").glob("*.raw.csv"))
+    if not (imported / "timeline.sqlite").exists():
+        return _times_only(imported, analytic, divergence, top_n, coverage)
+    tl = attribution.read_timeline(imported / "timeline.sqlite", _domain(imported))
+    domain = tl.domain
+    matched = []
+    raws = []
+    for export in exports:
+        raw, _ = ncu.parse_raw_csv(export)
+        raws.append(raw)
+        matched.append(search_timeline(_kernel_results(raw, export), tl.launches, domain, export.name))
+    results = pd.concat(matched, ignore_index=True) if matched else pd.DataFrame(
+        columns=["ncu_id", "stage", "class_key", "step", "duration_ns", "sm_hz", "dram_hz", "bf16_dense_per_cycle",
+                 "ffma_per_cycle", "dram_bytes_per_cycle"] + metrics.COUNTERS)
+    tensor = {p: results[f"flops_tensor_{p}"].sum() for p in metrics.DTYPE_BY_TENSOR_PRECISION} if matched else {}
+    dtype = (metrics.DTYPE_BY_TENSOR_PRECISION[max(tensor, key=tensor.get)]
+             if tensor and max(tensor.values()) > 0 else "float32")
     device = next((str(r["device__attribute_display_name"].iloc[0]) for r in raws
-                   if "device__attribute_display_name" in r.columns and len(r)), None) or nsys.gpu_name(sqlite)
-    pk = metrics.peaks(results, device, dtype)
-    if ceiling:
-        pk = metrics.with_ceiling(pk, ceiling)
-    # Every kernel of each stage, ranked by time: captured ones get counts, the rest stay empty.
-    ranked = select_kernels(kernels, None, 1.0)
-    ranked["selected"] = ranked.set_index(["stage", "kernel"]).index.isin(selected.set_index(["stage", "kernel"]).index)
-    ksum = metrics.kernel_summary(results, ranked, pk)
-    ssum = metrics.stage_summary(kernels, ksum, stages, analytic, pk, divergence)
-    notes = stage_notes(ssum)
-    sampled = results.groupby("stage")["step"].apply(lambda x: sorted(set(int(v) for v in x))).to_dict()
-    for stage, steps in sampled.items():
-        n = int(stages.loc[stages["stage"] == stage, "range_instances"].iloc[0])
-        if n > 1:
-            notes.append(f"{stage}: counts sampled from steps {steps} of {n} and scaled to all launches "
-                         "with the timeline's instance counts.")
-    return {"kernels": ksum, "stages": ssum, "peaks": pk, "notes": notes, "results": results}
+                   if "device__attribute_display_name" in r.columns and len(r)), None) or tl.gpu_name
+    pk = _peaks(results, device, dtype, None)
+    windowed = set(zip(results["stage"], results["step"])) if len(results) else set()
+    classes, kernels, stages = tables(tl, results, windowed, analytic, pk, divergence, top_n, coverage)
+    notes = [f"analysis of existing captures: precision taken as {dtype} (most tensor-pipe FLOPs)"
+             + ("" if analytic else "; no analytic_flops.json among them, so no model FLOPs and no MFU, "
+                "only HFU from the counted FLOPs")]
+    if not exports:
+        notes.append("no ncu exports among the captures: times only, from the nsys timeline.")
+    notes += stage_notes(stages, analytic)
+    return {"classes": classes, "kernels": kernels, "stages": stages, "peaks": pk, "notes": notes,
+            "estimates": [], "results": results}
+
+
+def _domain(imported: Path) -> str | None:
+    """The NVTX domain of imported captures when index.json records one, else None (guessed from the timeline)."""
+    index = imported / "index.json"
+    return json.loads(index.read_text()).get("domain") if index.exists() else None
+
+
+def _times_only(imported: Path, analytic: dict, divergence: float, top_n, coverage) -> dict:
+    """Only nsys stats CSVs: per-thread kernel tables and wall times, no counters."""
+    kernels = nsys.kernel_table(imported / "stats" / "nvtx_kern_sum.csv")
+    stages = nsys.stage_table(imported / "stats" / "nvtx_sum.csv")
+    pk = metrics.peaks(pd.DataFrame(columns=["sm_hz", "dram_hz", "bf16_dense_per_cycle", "ffma_per_cycle",
+                                             "dram_bytes_per_cycle"]), None, "bfloat16")
+    ranked = _ranked(kernels, top_n, coverage)
+    ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
+    busy = kernels.groupby("stage", as_index=False)["total_ns"].sum().rename(columns={"total_ns": "busy_ns"})
+    ssum = metrics.stage_summary(stages, busy, analytic, pk, divergence)
+    return {"classes": pd.DataFrame(), "kernels": ranked, "stages": ssum, "peaks": pk, "estimates": [],
+            "results": pd.DataFrame(),
+            "notes": ["no SQLite export and no ncu exports among the captures: times only, from nsys stats "
+                      "(kernels attributed per thread, as nsys projects them)."]}
 
 
 def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str | Path, ceiling_json: str | Path,
-                    dtype: str, top_n: int | None, coverage: float | None, kind: str,
-                    divergence: float = 0.5) -> dict:
+                    dtype: str, top_n: int | None, coverage: float | None, kind: str, divergence: float) -> dict:
     """One run's tables from a torch.profiler trace: timeline times, analytic FLOPs and bytes, measured ceilings.
 
     There are no hardware counters on this path: per-kernel FLOPs and bytes stay empty, and the
@@ -127,31 +199,39 @@ def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str
     ceiling = json.loads(Path(ceiling_json).read_text())
     pk = metrics.ceiling_peaks(ceiling, dtype)
     analytic = json.loads(Path(flops_json).read_text())["stages"]
-    ranked = select_kernels(kernels, None, 1.0)
-    chosen = select_kernels(kernels, top_n, coverage)
-    ranked["selected"] = ranked.set_index(["stage", "kernel"]).index.isin(chosen.set_index(["stage", "kernel"]).index)
+    ranked = _ranked(kernels, top_n, coverage)
     ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
-    ssum = metrics.stage_summary(kernels, ranked, stages, analytic, pk, divergence)
+    busy = kernels.groupby("stage", as_index=False)["total_ns"].sum().rename(columns={"total_ns": "busy_ns"})
+    ssum = metrics.stage_summary(stages, busy, analytic, pk, divergence)
     what = "CUDA kernels (CUPTI)" if kind == "gpu" else "CPU operators (self time)"
     notes = [f"torch.profiler backend: the kernel table lists {what}; there are no hardware counters on this path, "
-             "so FLOPs are FlopCounterMode's and bytes a lower bound (each operator's tensors touched once; "
+             "so FLOPs are the analytic count's and bytes a lower bound (each operator's tensors touched once; "
              "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage."]
-    notes += stage_notes(ssum)
-    return {"kernels": ranked, "stages": ssum, "peaks": pk, "notes": notes}
+    notes += stage_notes(ssum, analytic)
+    return {"classes": pd.DataFrame(), "kernels": ranked, "stages": ssum, "peaks": pk, "notes": notes,
+            "estimates": []}
 
 
-def stage_notes(ssum: pd.DataFrame) -> list[str]:
-    """Per stage: what the counters did not cover, wall time far above busy time, and FLOP differences."""
+def stage_notes(ssum: pd.DataFrame, analytic: dict | None = None) -> list[str]:
+    """Per stage: what the counters did not cover, wall time far above busy time, FLOP differences, and
+    analytic counts that could not be made."""
     notes = []
     for _, s in ssum.iterrows():
         if np.isfinite(s["coverage"]) and s["coverage"] < 0.999:
-            notes.append(f"{s['stage']}: FLOPs and bytes are counted for the captured kernels only, "
-                         f"{s['coverage']:.1%} of the stage's GPU time; the rest is not measured, so its HFU is a lower bound.")
+            notes.append(f"{s['stage']}: FLOPs and bytes are counted for {s['coverage']:.1%} of the stage's GPU time; "
+                         "the rest is not measured, so its HFU and bandwidth are lower bounds.")
         if s["diverges"]:
             notes.append(f"{s['stage']}: busy time is {s['busy_over_wall']:.0%} of the range's wall time: the device "
                          "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
                          "measures the program, MFU on busy time the kernels.")
+        for why in ((analytic or {}).get(s["stage"], {}) or {}).get("not_counted", []):
+            notes.append(f"{s['stage']}: no analytic FLOPs (so no MFU): {why}.")
         notes += flop_notes(s)
+        if "flops_tensor_ranges" in s and np.isfinite(s["flops_tensor_ranges"]):
+            notes.append(f"{s['stage']}: range replay counted {s['flops_tensor_ranges']:.4g} tensor FLOPs and "
+                         f"{s['dram_bytes_ranges']:.4g} DRAM bytes; per-kernel results give "
+                         f"{s['flops_tensor_measured']:.4g} and {s['dram_bytes_measured']:.4g} (a range keeps data in "
+                         "L2 from one kernel to the next; kernel replay flushes the caches before each kernel).")
     return notes
 
 
@@ -160,8 +240,8 @@ def flop_notes(s: pd.Series) -> list[str]:
     a, c, m, r = s["flops_analytic"], s["flops_analytic_causal"], s["flops_measured"], s["executed_over_model"]
     notes = []
     if np.isfinite(a) and np.isfinite(c) and a != c:
-        notes.append(f"{s['stage']}: FlopCounterMode counts causal attention as full ({a:.4g}); only the "
-                     f"unmasked part is computed ({c:.4g} after adjusting); measured {m:.4g}.")
+        notes.append(f"{s['stage']}: causal attention computes only the unmasked part: model FLOPs {c:.4g} "
+                     f"({a:.4g} with attention in full); measured {m:.4g}.")
     if np.isfinite(r) and r > 1.2:
         notes.append(f"{s['stage']}: the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU). Tensor-core "
                      "instructions work on fixed tiles (Hopper wgmma: 64 rows, N of 8 or more; flash-attention "
@@ -171,7 +251,7 @@ def flop_notes(s: pd.Series) -> list[str]:
     elif np.isfinite(r) and r < 0.8 and s["coverage"] >= 0.999:
         notes.append(f"{s['stage']}: ncu counted {r:.2f}x the model's FLOPs although every kernel was captured: "
                      "part of the work runs on pipes the default metrics do not count (e.g. integer or FP8 "
-                     "without its metric), or FlopCounterMode over-counts an operator.")
+                     "without its metric), or the analytic count over-counts an operator.")
     return notes
 
 
@@ -180,23 +260,20 @@ def command_records(cmd_jsons: list[str | Path], ncu_bin: str) -> list[dict]:
     out = []
     for p in sorted(map(Path, cmd_jsons)):
         cmd = json.loads(p.read_text())
-        out.append({"what": f"ncu capture {cmd['capture_id']} (replay mode {cmd.get('replay_mode', 'kernel')})",
+        out.append({"what": f"ncu capture ({cmd.get('what', 'kernels')}, replay mode {cmd.get('replay_mode')})",
                     "argv": cmd["argv"]})
-        out.append({"what": f"export {cmd['capture_id']}", "argv": ncu.export_argv(ncu_bin, f"{cmd['capture_id']}.ncu-rep")})
+        out.append({"what": "export", "argv": ncu.export_argv(ncu_bin, Path(cmd["report"]).name)})
     return out
 
 
 def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> list[dict]:
-    """The report's diagnostics: tool warnings, replay-mode fallbacks, clock state, low coverage and every
-    number that is estimated rather than measured. Each item: level (warning, estimate, info), source, message."""
+    """The report's diagnostics: tool warnings, clock state, coverage and every number that is estimated
+    rather than measured. Each item: level (warning, estimate, info), source, message."""
     out: list[dict] = []
     for w in (manifest or {}).get("warnings", []):
         out.append({"level": "warning", "source": "nsys", "message": w})
     for rec in records:
-        src = f"ncu capture {rec['capture_id']}"
-        for tried in rec.get("fallback_from", []):
-            out.append({"level": "warning", "source": src, "message": f"replay mode {tried['replay_mode']} refused "
-                        f"({tried['why']}); the numbers come from replay mode {rec.get('replay_mode')}"})
+        src = f"ncu capture ({rec.get('what', 'kernels')})"
         out += [{"level": "warning", "source": src, "message": w} for w in rec.get("warnings", [])]
     clocks = {rec.get("clock_control") for rec in records}
     if "none" in clocks:
@@ -218,9 +295,7 @@ def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> li
         if np.isfinite(st.get("bytes_analytic", np.nan)):
             out.append({"level": "estimate", "source": st["stage"], "message": "bytes touched by operators are a lower "
                         "bound computed from tensor sizes, not a measurement"})
-    for note in agg["notes"]:
-        if "sampled from steps" in note:
-            out.append({"level": "estimate", "source": note.split(":", 1)[0], "message": note.split(": ", 1)[1]})
+    out += [{"level": "estimate", **e} for e in agg.get("estimates", [])]
     return out
 
 

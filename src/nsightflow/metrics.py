@@ -3,8 +3,9 @@
 Rules this module keeps:
 - counts (FLOPs, bytes) come from ncu and do not depend on clocks; times come from the nsys
   timeline, because ncu locks clocks and flushes caches by default;
-- sampled launches are scaled to all launches with the timeline's instance counts, and the
-  share of the stage's GPU time that the captured kernels cover is stated beside every total;
+- profiled launches stand for their class (same kernel, grid, block, shared memory): a class's
+  mean counters are scaled by its launches in the timeline, and the share of the stage's GPU time
+  whose classes were profiled (coverage) is stated beside every total;
 - peaks come from the capture's own ``peak_sustained`` metrics times the clock measured in the
   same result where ncu has them (dense tensor rate: the aggregate bf16 counter's peak is the
   sparse rate), else from a datasheet table keyed by device name; each peak names its source.
@@ -40,10 +41,11 @@ DTYPE_BY_TENSOR_PRECISION = {"bf16": "bfloat16", "fp16": "float16", "tf32": "flo
 
 
 def _col(df: pd.DataFrame, name: str) -> pd.Series:
-    """A metric column as floats, zeros where the metric was not collected or had no data."""
+    """A metric column as floats: NaN where the metric was not collected or a cell had no data
+    (never a zero: a missing count must not read as "nothing happened")."""
     if name not in df.columns:
-        return pd.Series(0.0, index=df.index)
-    return pd.to_numeric(df[name], errors="coerce").fillna(0.0)
+        return pd.Series(np.nan, index=df.index)
+    return pd.to_numeric(df[name], errors="coerce")
 
 
 def result_metrics(raw: pd.DataFrame) -> pd.DataFrame:
@@ -55,14 +57,17 @@ def result_metrics(raw: pd.DataFrame) -> pd.DataFrame:
     out["block"] = raw.get("Block Size")
     out["nvtx_range"] = raw.get("nvtx_range")
     out["nvtx_payload"] = raw.get("nvtx_payload")
+    out["nvtx_stack"] = raw.get("nvtx_stack")
     for key, metric in TIME_METRICS.items():
         out[key] = _col(raw, metric)
     for prec, metric in TENSOR_FLOP_METRICS.items():
         out[f"flops_tensor_{prec}"] = _col(raw, metric)
     for prec, pairs in SASS_FLOP_METRICS.items():
         out[f"flops_{prec}"] = sum(_col(raw, m) * k for m, k in pairs)
-    flop_cols = [c for c in out.columns if c.startswith("flops_")]
-    out["flops"] = out[flop_cols].sum(axis=1)
+    # Precisions not collected (a metric list without them) are not summed; a collected n/a cell makes the sum NaN.
+    tensor_cols = [f"flops_tensor_{p}" for p, m in TENSOR_FLOP_METRICS.items() if m in raw.columns]
+    out["flops_tensor"] = out[tensor_cols].sum(axis=1, skipna=False) if tensor_cols else np.nan
+    out["flops"] = out[["flops_tensor"] + [f"flops_{p}" for p in SASS_FLOP_METRICS]].sum(axis=1, skipna=False)
     out["dram_bytes"] = _col(raw, BYTE_METRICS["dram_read"]) + _col(raw, BYTE_METRICS["dram_write"])
     out["l2_bytes"] = _col(raw, BYTE_METRICS["l2"])
     out["l1_bytes"] = _col(raw, BYTE_METRICS["l1"])
@@ -71,30 +76,94 @@ def result_metrics(raw: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def match_to_timeline(results: pd.DataFrame, expected: list[dict], capture_id: str) -> pd.DataFrame:
-    """Attach the timeline's full kernel name and step to each ncu result, by launch order.
+COUNTERS = ["flops", "flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes"]
 
-    ncu prints shortened names, so names cannot be joined directly; the k-th profiled launch
-    is the k-th expected launch of the plan, and grid and block sizes must agree.
+
+def _mean_strict(x: pd.Series) -> float:
+    return x.mean(skipna=False)
+
+
+def launch_values(ranged: pd.DataFrame, matched: pd.DataFrame, windowed: set[tuple[str, int]]) -> pd.DataFrame:
+    """Counters of every launch of the ranged pass, measured or scaled.
+
+    In a profiled step (``windowed``) a launch takes the mean of its class's profiled launches in that
+    step (all of them are identical; see nsightflow.plan). In any other step a launch takes the mean,
+    over the profiled steps with the same structure (launch sequence), of the launch at its position:
+    decode steps repeat their kernels while the work of some (attention over a growing cache) changes.
+    NaN where nothing measured stands for it: never a zero.
     """
-    if len(results) != len(expected):
-        raise ValueError(
-            f"capture {capture_id}: ncu profiled {len(results)} launches, the timeline predicts {len(expected)}; "
-            "the program's launch sequence changed between the nsys and ncu runs (non-deterministic dispatch?)")
-    res = results.sort_values("ncu_id").reset_index(drop=True)
-    exp = pd.DataFrame(expected).reset_index(drop=True)
-    bad = [i for i in range(len(res))
-           if str(res.loc[i, "grid"]) != str(exp.loc[i, "grid"]) or str(res.loc[i, "block"]) != str(exp.loc[i, "block"])]
-    if bad:
-        i = bad[0]
-        raise ValueError(
-            f"capture {capture_id}: launch {i} differs between ncu ({res.loc[i, 'ncu_kernel']} grid {res.loc[i, 'grid']} "
-            f"block {res.loc[i, 'block']}) and the timeline ({exp.loc[i, 'kernel']} grid {exp.loc[i, 'grid']} "
-            f"block {exp.loc[i, 'block']}); {len(bad)} launches differ")
-    res["kernel"] = exp["kernel"]
-    res["step"] = exp["step"]
-    res["capture_id"] = capture_id
-    return res
+    cols = ["stage", "step", "seq", "class_key", "structure", "kernel", "duration_ns"]
+    out = ranged[cols].copy()
+    if matched.empty:
+        for c in COUNTERS:
+            out[c] = np.nan
+        out["profiled"] = 0
+        return out
+    g = matched.groupby(["stage", "step", "class_key"])
+    reps = g[COUNTERS].agg(_mean_strict).join(g.size().rename("profiled"))
+    win = pd.MultiIndex.from_frame(out[["stage", "step"]]).isin(list(windowed))
+    measured = out[win].merge(reps, left_on=["stage", "step", "class_key"], right_index=True, how="left")
+    measured["profiled"] = measured["profiled"].fillna(0).astype("int64")
+    slots = measured.groupby(["stage", "structure", "seq"])[COUNTERS].agg(_mean_strict)
+    rest = out[~win].merge(slots, left_on=["stage", "structure", "seq"], right_index=True, how="left")
+    rest["profiled"] = 0
+    return pd.concat([measured, rest]).sort_index()
+
+
+def class_summary(values: pd.DataFrame) -> pd.DataFrame:
+    """Per (stage, class of identical launches): launches, GPU time, profiled launches and counter totals
+    (NaN where any of its launches has no number)."""
+    g = values.groupby(["stage", "class_key"], sort=False)
+    out = g.agg(kernel=("kernel", "first"), instances=("duration_ns", "size"), total_ns=("duration_ns", "sum"),
+                profiled=("profiled", "sum")).reset_index()
+    out["total_ns"] = out["total_ns"].astype("float64")
+    for c in COUNTERS:
+        out[c] = g[c].agg(lambda x: x.sum(skipna=False)).to_numpy()
+        out[f"{c}_per_launch"] = out[c] / out["instances"]
+    return out
+
+
+def kernel_summary(classes: pd.DataFrame, ranges: pd.DataFrame, pk: dict) -> pd.DataFrame:
+    """Per (stage, kernel): launches, time and counters summed over its classes; per-launch means, intensity,
+    achieved rates and share of peak. A kernel with any class unmeasured has no counters (NaN)."""
+    n_ranges = ranges.groupby("stage").size().rename("range_instances")
+    g = classes.groupby(["stage", "kernel"], sort=False)
+    out = g.agg(instances=("instances", "sum"), total_ns=("total_ns", "sum"), classes=("class_key", "size"),
+                sampled_launches=("profiled", "sum")).reset_index()
+    for c in COUNTERS:
+        out[c] = g[c].agg(lambda x: x.sum(skipna=False)).to_numpy()
+        out[f"{c}_per_launch"] = out[c] / out["instances"]
+    out = out.merge(n_ranges, left_on="stage", right_index=True, how="left")
+    out["launches_per_range"] = out["instances"] / out["range_instances"]
+    return with_rates(out, pk)
+
+
+def with_rates(out: pd.DataFrame, pk: dict) -> pd.DataFrame:
+    """Average time per launch, intensity, achieved FLOP/s and bytes/s, and their share of the peaks."""
+    out["avg_ns"] = out["total_ns"] / out["instances"]
+    if "flops_per_launch" not in out:
+        return out
+    out["arithmetic_intensity"] = out["flops_per_launch"] / out["dram_bytes_per_launch"].replace(0, np.nan)
+    out["achieved_flops_per_s"] = out["flops_per_launch"] / (out["avg_ns"] * 1e-9)
+    out["achieved_dram_bytes_per_s"] = out["dram_bytes_per_launch"] / (out["avg_ns"] * 1e-9)
+    out["compute_utilisation"] = out["achieved_flops_per_s"] / pk["compute"]
+    out["dram_utilisation"] = out["achieved_dram_bytes_per_s"] / pk["dram"]
+    return out
+
+
+def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
+    """Per stage: GPU busy time, the time of launches with counters (coverage), their counter totals, the
+    launches profiled and the classes they represent."""
+    rows = []
+    for stage, g in values.groupby("stage", sort=False):
+        ok = g[g[COUNTERS].notna().all(axis=1)]
+        prof = g[g["profiled"] > 0].drop_duplicates(["step", "class_key"])
+        row = {"stage": stage, "busy_ns": float(g["duration_ns"].sum()), "covered_ns": float(ok["duration_ns"].sum()),
+               "profiled": int(prof["profiled"].sum()), "classes": int(len(prof))}
+        for c in COUNTERS:
+            row[c] = float(ok[c].sum()) if len(ok) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def peaks(results: pd.DataFrame, device_name: str | None, dtype: str) -> dict:
@@ -141,6 +210,10 @@ def ceiling_peaks(ceiling: dict, dtype: str) -> dict:
     """Peaks from the measured ceilings (torch backend: the only denominators a CPU has), datasheet beside."""
     precision = DTYPE_PRECISION.get(dtype, dtype)
     name = ceiling.get("device_name")
+    if "error" in ceiling:
+        return {"precision": precision, "device_name": name, "compute": np.nan, "dram": np.nan,
+                "compute_source": f"unknown: the ceiling was {ceiling['error']}",
+                "dram_source": f"unknown: the ceiling was {ceiling['error']}"}
     out = {"precision": precision, "device_name": name,
            "compute": ceiling["matmul_flops_per_s"],
            "compute_source": f"measured on {name}: {ceiling['method']['matmul']}",
@@ -162,26 +235,6 @@ def with_ceiling(pk: dict, ceiling: dict) -> dict:
                               f"{ceiling['method']['copy']}"}
 
 
-def kernel_summary(matched: pd.DataFrame, selected: pd.DataFrame, pk: dict) -> pd.DataFrame:
-    """Per (stage, kernel): timeline time and instances, per-launch counts from ncu, intensity, share of peak."""
-    per_launch = matched.groupby(["stage", "kernel"], as_index=False).agg(
-        sampled_launches=("ncu_id", "size"), flops_per_launch=("flops", "mean"),
-        dram_bytes_per_launch=("dram_bytes", "mean"), l2_bytes_per_launch=("l2_bytes", "mean"),
-        l1_bytes_per_launch=("l1_bytes", "mean"), ncu_duration_ns=("duration_ns", "mean"))
-    out = selected.merge(per_launch, on=["stage", "kernel"], how="left")
-    out["avg_ns"] = out["total_ns"] / out["instances"]
-    out["flops"] = out["flops_per_launch"] * out["instances"]
-    out["dram_bytes"] = out["dram_bytes_per_launch"] * out["instances"]
-    out["l2_bytes"] = out["l2_bytes_per_launch"] * out["instances"]
-    out["l1_bytes"] = out["l1_bytes_per_launch"] * out["instances"]
-    out["arithmetic_intensity"] = out["flops_per_launch"] / out["dram_bytes_per_launch"].replace(0, np.nan)
-    out["achieved_flops_per_s"] = out["flops_per_launch"] / (out["avg_ns"] * 1e-9)
-    out["achieved_dram_bytes_per_s"] = out["dram_bytes_per_launch"] / (out["avg_ns"] * 1e-9)
-    out["compute_utilisation"] = out["achieved_flops_per_s"] / pk["compute"]
-    out["dram_utilisation"] = out["achieved_dram_bytes_per_s"] / pk["dram"]
-    return out
-
-
 def _util(amount: float, seconds: float, peak: float) -> float:
     """amount / (seconds × peak): a utilisation, NaN where any part is missing or zero."""
     if not (seconds and peak) or not np.isfinite(amount) or not np.isfinite(peak):
@@ -189,36 +242,45 @@ def _util(amount: float, seconds: float, peak: float) -> float:
     return amount / (seconds * peak)
 
 
-def stage_summary(kernels: pd.DataFrame, ksum: pd.DataFrame, stages: pd.DataFrame, analytic: dict,
-                  pk: dict, divergence: float = 0.5) -> pd.DataFrame:
+def _num(v) -> float:
+    return np.nan if v is None else float(v)
+
+
+def stage_summary(stages: pd.DataFrame, measured: pd.DataFrame, analytic: dict, pk: dict,
+                  divergence: float) -> pd.DataFrame:
     """Per stage: wall and GPU busy time (timeline), FLOPs and bytes (ncu, scaled), utilisation on each time.
 
-    MFU divides the model's FLOPs (FlopCounterMode, causal-adjusted) by time × peak; HFU divides
+    MFU divides the model's FLOPs (nsightflow.flops, causal-adjusted) by time × peak; HFU divides
     the FLOPs the hardware executed (ncu counters), which include tile padding and recomputation.
     Both use measured times; their ratio (``executed_over_model``) shows wasted tensor work.
 
-    ``kernels`` is the timeline's full per-stage kernel table (for busy time), ``ksum`` the
-    captured kernels (kernel_summary), ``analytic`` the harness' FlopCounterMode counts.
+    ``stages``: wall time per stage (stage, range_instances, wall_ns); ``measured``: per stage busy_ns,
+    covered_ns and counter totals (stage_measured; counters NaN where the backend has none);
+    ``analytic``: the analytic counts per stage (values None where they could not be counted).
     """
     rows = []
+    m_by = measured.set_index("stage")
     for _, st in stages.iterrows():
         name = st["stage"]
-        allk = kernels[kernels["stage"] == name]
-        cap = ksum[(ksum["stage"] == name) & ksum.get("sampled_launches", pd.Series(np.nan, index=ksum.index)).notna()]
-        busy_ns = float(allk["total_ns"].sum())
-        covered_ns = float(cap["total_ns"].sum())
-        flops = float(cap["flops"].sum()) if len(cap) else np.nan
-        dram = float(cap["dram_bytes"].sum()) if len(cap) else np.nan
+        m = m_by.loc[name] if name in m_by.index else pd.Series(dtype=float)
+        busy_ns = float(m.get("busy_ns", 0.0))
+        flops, dram = float(m.get("flops", np.nan)), float(m.get("dram_bytes", np.nan))
         an = analytic.get(name, {})
-        model = an.get("flops_causal_adjusted", an.get("flops", np.nan))
+        model = _num(an.get("flops_causal_adjusted", an.get("flops")))
+        by_class = an.get("by_class") or {}
         wall_s, busy_s = st["wall_ns"] * 1e-9, busy_ns * 1e-9
+        covered = float(m.get("covered_ns", np.nan))
         row = {
             "stage": name, "range_instances": int(st["range_instances"]),
             "wall_ms": st["wall_ns"] / 1e6, "gpu_busy_ms": busy_ns / 1e6,
-            "kernels": int(len(allk)), "captured_kernels": int(len(cap)),
-            "coverage": covered_ns / busy_ns if busy_ns else np.nan,
-            "flops_measured": flops, "flops_analytic": an.get("flops", np.nan),
-            "flops_analytic_causal": an.get("flops_causal_adjusted", np.nan),
+            "kernels": int(m.get("kernels", m.get("classes", 0)) or 0), "classes": int(m.get("classes", 0) or 0),
+            "profiled_launches": int(m.get("profiled", 0) or 0),
+            "coverage": covered / busy_ns if busy_ns and np.isfinite(covered) else np.nan,
+            "flops_measured": flops, "flops_tensor_measured": float(m.get("flops_tensor", np.nan)),
+            "flops_analytic": _num(an.get("flops")),
+            "flops_analytic_causal": _num(an.get("flops_causal_adjusted")),
+            "flops_analytic_gemm": _num(by_class.get("gemm")), "flops_analytic_attention": _num(by_class.get("attention")),
+            "flops_analytic_other": _num(by_class.get("other")),
             "executed_over_model": flops / model if model else np.nan,
             "dram_bytes_measured": dram,
             "mfu_wall": _util(model, wall_s, pk["compute"]), "mfu_busy": _util(model, busy_s, pk["compute"]),
@@ -226,13 +288,11 @@ def stage_summary(kernels: pd.DataFrame, ksum: pd.DataFrame, stages: pd.DataFram
             "dram_bw_util_busy": _util(dram, busy_s, pk["dram"]),
             "dram_bw_util_wall": _util(dram, wall_s, pk["dram"]),
         }
-        row["bytes_analytic"] = an.get("bytes_lower_bound", np.nan)
+        row["bytes_analytic"] = _num(an.get("bytes_lower_bound"))
         row["bw_util_busy_model"] = _util(row["bytes_analytic"], busy_s, pk["dram"])
         if "ceiling_compute" in pk:
             row["mfu_busy_ceiling"] = _util(model, busy_s, pk["ceiling_compute"])
             row["dram_bw_util_busy_ceiling"] = _util(dram, busy_s, pk["ceiling_dram"])
-        if "sampled_launches" not in ksum or ksum["sampled_launches"].isna().all():
-            row["coverage"] = np.nan  # no hardware counters on this path: nothing is "captured"
         row["busy_over_wall"] = busy_ns / st["wall_ns"] if st["wall_ns"] else np.nan
         row["diverges"] = bool(row["busy_over_wall"] < divergence)
         rows.append(row)

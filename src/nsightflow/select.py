@@ -20,7 +20,7 @@ def select_kernels(kernels: pd.DataFrame, top_n: int | None = None, coverage: fl
     if coverage is not None and not 0 < coverage <= 1:
         raise ValueError(f"coverage must be in (0, 1], got {coverage}")
     chosen = []
-    for _, group in kernels.groupby(["domain", "stage"], sort=True):
+    for _, group in kernels.groupby("stage", sort=True):
         g = group.sort_values(["total_ns", "kernel"], ascending=[False, True]).reset_index(drop=True)
         total = g["total_ns"].sum()
         g["rank"] = range(1, len(g) + 1)
