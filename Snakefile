@@ -17,7 +17,6 @@ if BACKEND == "nsight":
 
     include: "workflow/rules/preflight.smk"
     include: "workflow/rules/timeline.smk"
-    include: "workflow/rules/select.smk"
     include: "workflow/rules/ncu.smk"
     include: "workflow/rules/aggregate.smk"
 
@@ -30,8 +29,6 @@ else:
     include: "workflow/rules/captures.smk"
 
 
-include: "workflow/rules/flops.smk"
-include: "workflow/rules/ceilings.smk"
 include: "workflow/rules/report.smk"
 
 

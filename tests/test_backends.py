@@ -23,17 +23,22 @@ def cpu_run(tmp_path_factory):
 
 def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
     st = pd.read_csv(cpu_run / "results" / "tinyllm" / "stages.csv").set_index("stage")
-    # The default decoder's matmuls (FlopCounterMode on the CPU counts matmuls, not the attention op):
-    b, t, d, f, v, n, steps = 4, 512, 1024, 2816, 32000, 4, 8
+    # The default decoder's arithmetic, from its shapes: matmuls, plus attention counted in full.
+    b, t, d, f, v, n, steps, h = 4, 512, 1024, 2816, 32000, 4, 8, 16
 
     def matmuls(tokens):
         return n * 2 * b * tokens * (d * 3 * d + d * d + d * 2 * f + f * d) + 2 * b * d * v
 
-    assert st.loc["prefill", "flops_analytic"] == matmuls(t)
-    assert st.loc["decode", "flops_analytic"] == steps * matmuls(1)
+    def attention(sq, sk):
+        return n * 2 * b * h * sq * sk * (2 * d // h)
+
+    assert st.loc["prefill", "flops_analytic"] == matmuls(t) + attention(t, t)
+    assert st.loc["prefill", "flops_analytic_causal"] == matmuls(t) + attention(t, t) * (t + 1) // (2 * t)
+    assert st.loc["decode", "flops_analytic"] == sum(matmuls(1) + attention(1, t + s + 1) for s in range(steps))
     for stage in ("prefill", "decode"):
         assert st.loc[stage, "wall_ms"] > 0 and st.loc[stage, "gpu_busy_ms"] > 0
-        assert st.loc[stage, "mfu_busy"] > 0 and st.loc[stage, "bytes_analytic"] > 0
+        assert st.loc[stage, "bytes_analytic"] > 0
+        assert 0 < st.loc[stage, "mfu_busy"] < 1  # against the best matmul rate this CPU reaches
     html = (cpu_run / "results" / "report.html").read_text()
     assert "Backend: <b>torch</b>" in html and "no CUDA GPU" in html
     assert "<td>prefill</td>" in html and "<td>decode</td>" in html
@@ -42,8 +47,11 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
     assert "<h3>Diagnostics</h3>" in page and "lower bound computed from tensor sizes" in page
     trace = json.loads((cpu_run / "results" / "tinyllm" / "torch" / "trace.json").read_text())
     assert any(e.get("name") == "nsightflow:decode" for e in trace["traceEvents"])
-    ceiling = json.loads(next((cpu_run / "results" / "ceilings").glob("*/bfloat16.json")).read_text())
-    mfu = st.loc["prefill", "flops_analytic"] / (st.loc["prefill", "gpu_busy_ms"] * 1e-3 * ceiling["matmul_flops_per_s"])
+    # The ceiling was measured in the same program launch as the trace, in the workload's dtype.
+    ceiling = json.loads((cpu_run / "results" / "tinyllm" / "ceilings.json").read_text())
+    assert ceiling["dtype"] == "bfloat16"
+    mfu = st.loc["prefill", "flops_analytic_causal"] / (st.loc["prefill", "gpu_busy_ms"] * 1e-3
+                                                         * ceiling["matmul_flops_per_s"])
     assert st.loc["prefill", "mfu_busy"] == pytest.approx(mfu)
 
 

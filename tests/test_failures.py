@@ -51,10 +51,16 @@ def test_names_with_shell_and_nvtx_characters_reach_the_tools_intact(tmp_path):
     assert not list(wf.rglob("pwned"))  # no shell ever ran the name
     page = (wf / "results" / "w" / "report.html").read_text()
     assert "say &quot;hi&quot;; $(touch pwned)" in page
-    # On the Nsight path the same name becomes one argv element of an escaped regex include.
-    argv = ncu.capture_argv("ncu", "o", ["prog"], nvtx_expr=ncu.nvtx_include("nsightflow", WEIRD), kernels=None)
-    expr = argv[argv.index("--nvtx-include") + 1]
-    assert expr.startswith("regex:nsightflow@^") and "\\x40" in expr and "\\x2f" in expr and "@line" not in expr
+    # On the Nsight path no stage name reaches ncu's command line at all: the harness reads the plan's
+    # windows (JSON) and opens them itself, so the name round-trips exactly.
+    from nsightflow.harness import _read_windows
+    from nsightflow.plan import CapturePlan, Window
+
+    plan_json = tmp_path / "plan.json"
+    CapturePlan("representatives", "nsightflow", [Window(WEIRD, 1, [3, 4], "test")], []).write(plan_json)
+    argv = ncu.capture_argv("ncu", "o", ["python", "-m", "nsightflow.harness", "--windows", str(plan_json)])
+    assert not any(WEIRD in a or "pwned" in a for a in argv)
+    assert _read_windows(plan_json).plan == {(WEIRD, 1): {3, 4}}
 
 
 def test_a_hung_workload_is_stopped_by_the_timeout(tmp_path):

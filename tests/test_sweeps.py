@@ -126,7 +126,7 @@ def test_one_points_parameter_reruns_only_that_point(swept):
     finally:
         (swept / "config" / "config.yaml").write_text(base)
     assert {run for _, run in jobs} == {"other", None}
-    assert sorted(r for r, _ in jobs) == ["aggregate_torch", "analytic_flops", "report", "run_report", "torch_profile"]
+    assert sorted(r for r, _ in jobs) == ["aggregate_torch", "report", "run_report", "torch_profile"]
 
 
 def test_adding_a_point_runs_only_it_and_the_report(swept):

@@ -1,20 +1,21 @@
 rule aggregate:
     input:
-        stats="results/{run}/timeline/stats",
+        unpack(range_inputs),
         sqlite="results/{run}/timeline/timeline.sqlite",
-        selected="results/{run}/selected_kernels.csv",
-        plans=plan_files,
-        exports=export_files,
+        plan="results/{run}/plan.json",
+        export="results/{run}/ncu/capture.raw.csv",
+        cmd="results/{run}/ncu/capture.cmd.json",
         flops="results/{run}/analytic_flops.json",
-        ceiling=ceiling_file,
-        cmds=cmd_files,
+        ceilings="results/{run}/ceilings.json",
         manifest="results/{run}/manifest.json",
     output:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
         summary="results/{run}/summary.json",
     params:
-        dtype=workload_dtype,
+        domain=config["nvtx_domain"],
+        top_n=config["select"]["top_n"],
+        coverage=config["select"]["coverage"],
         divergence=config["report"]["divergence"],
         ncu=config["tools"]["ncu"],
     log:

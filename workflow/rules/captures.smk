@@ -25,6 +25,8 @@ rule aggregate_captures:
         manifest="results/{run}/manifest.json",
     params:
         divergence=config["report"]["divergence"],
+        top_n=config["select"]["top_n"],
+        coverage=config["select"]["coverage"],
     log:
         "results/{run}/logs/aggregate.log",
     conda:

@@ -25,17 +25,11 @@ TOOL_VERSIONS = tool_versions(BACKEND, config["tools"]["nsys"], config["tools"][
 
 wildcard_constraints:
     run="|".join(re.escape(r) for r in RUNS),
-    capture="[A-Za-z0-9_.-]+",
     device="[A-Za-z0-9_.+-]+",
-    dtype="[a-z0-9]+",
 
 
 def run_spec(wildcards):
     return RUNS[wildcards.run]
-
-
-def workload_dtype(wildcards):
-    return str(run_spec(wildcards)["args"].get("dtype", "bfloat16"))
 
 
 def program(wildcards):
@@ -46,34 +40,13 @@ def program(wildcards):
     return harness_argv(spec["callable"], spec["args"], config["nvtx_domain"], config["warmup"], config["tools"]["python"])
 
 
-def ceiling_file(wildcards):
-    return f"results/ceilings/{DEVICE}/{workload_dtype(wildcards)}.json"
-
-
-def ncu_metrics():
-    from nsightflow.ncu import DEFAULT_METRICS
-
-    base = DEFAULT_METRICS if config["ncu"]["metrics"] == "default" else config["ncu"]["metrics"]
-    return list(dict.fromkeys(list(base) + list(config["ncu"]["extra_metrics"])))
-
-
-def _captures(run):
-    """Capture ids the selection checkpoint planned for one run."""
-    plans = checkpoints.select_kernels.get(run=run).output.plans
-    return sorted(glob_wildcards(f"{plans}/{{capture}}.json").capture)
-
-
-def plan_files(wildcards):
-    return [f"results/{wildcards.run}/plans/{c}.json" for c in _captures(wildcards.run)]
-
-
-def export_files(wildcards):
-    return [f"results/{wildcards.run}/ncu/{c}.raw.csv" for c in _captures(wildcards.run)]
-
-
-def cmd_files(wildcards):
-    """The ncu command records of one run, for the report's command list."""
-    return [f"results/{wildcards.run}/ncu/{c}.cmd.json" for c in _captures(wildcards.run)]
+def range_inputs(wildcards):
+    """The range capture and its plan, when config ncu.ranges asks for range results beside the kernel ones."""
+    if config["ncu"]["ranges"] == "none":
+        return {}
+    return {"ranges": f"results/{wildcards.run}/ncu/ranges.raw.csv",
+            "ranges_plan": f"results/{wildcards.run}/ranges.plan.json",
+            "ranges_cmd": f"results/{wildcards.run}/ncu/ranges.cmd.json"}
 
 
 def captures_files(wildcards):

@@ -1,24 +1,25 @@
 rule ncu_capture:
     input:
-        plan="results/{run}/plans/{capture}.json",
-        stats="results/{run}/timeline/stats",
+        plan="results/{run}/plan.json",
         preflight=f"results/preflight/{DEVICE}.json",
     output:
-        rep="results/{run}/ncu/{capture}.ncu-rep",
-        cmd="results/{run}/ncu/{capture}.cmd.json",
+        rep="results/{run}/ncu/capture.ncu-rep",
+        csv="results/{run}/ncu/capture.raw.csv",
+        cmd="results/{run}/ncu/capture.cmd.json",
     params:
         versions=TOOL_VERSIONS,
         program=program,
         ncu=config["tools"]["ncu"],
-        metrics=ncu_metrics(),
+        metrics=config["ncu"]["metrics"],
+        extra_metrics=config["ncu"]["extra_metrics"],
         sections=config["ncu"]["sections"],
         replay_mode=config["ncu"]["replay_mode"],
-        fallback=config["ncu"]["fallback"],
         clock_control=config["ncu"]["clock_control"],
         cache_control=config["ncu"]["cache_control"],
         timeout_s=config["ncu"]["timeout_s"],
+        ranges=False,
     log:
-        "results/{run}/logs/ncu_{capture}.log",
+        "results/{run}/logs/ncu_capture.log",
     conda:
         "../../envs/nsightflow.yaml"
     resources:
@@ -27,17 +28,41 @@ rule ncu_capture:
         "../scripts/ncu_capture.py"
 
 
-rule ncu_export:
+rule range_plan:
     input:
-        rep="results/{run}/ncu/{capture}.ncu-rep",
+        sqlite="results/{run}/timeline/timeline.sqlite",
     output:
-        csv="results/{run}/ncu/{capture}.raw.csv",
+        "results/{run}/ranges.plan.json",
     params:
-        versions=TOOL_VERSIONS,
-        ncu=config["tools"]["ncu"],
+        domain=config["nvtx_domain"],
+        sample_steps=config["ncu"]["sample_steps"],
     log:
-        "results/{run}/logs/ncu_export_{capture}.log",
+        "results/{run}/logs/range_plan.log",
     conda:
         "../../envs/nsightflow.yaml"
     script:
-        "../scripts/ncu_export.py"
+        "../scripts/range_plan.py"
+
+
+use rule ncu_capture as ncu_ranges with:
+    input:
+        plan="results/{run}/ranges.plan.json",
+        preflight=f"results/preflight/{DEVICE}.json",
+    output:
+        rep="results/{run}/ncu/ranges.ncu-rep",
+        csv="results/{run}/ncu/ranges.raw.csv",
+        cmd="results/{run}/ncu/ranges.cmd.json",
+    params:
+        versions=TOOL_VERSIONS,
+        program=program,
+        ncu=config["tools"]["ncu"],
+        metrics=config["ncu"]["metrics"],
+        extra_metrics=config["ncu"]["extra_metrics"],
+        sections=[],
+        replay_mode=config["ncu"]["ranges"],
+        clock_control=config["ncu"]["clock_control"],
+        cache_control=config["ncu"]["cache_control"],
+        timeout_s=config["ncu"]["timeout_s"],
+        ranges=True,
+    log:
+        "results/{run}/logs/ncu_ranges.log",

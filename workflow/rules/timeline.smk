@@ -3,7 +3,10 @@ rule timeline:
         preflight=f"results/preflight/{DEVICE}.json",
     output:
         rep="results/{run}/timeline/timeline.nsys-rep",
+        sqlite="results/{run}/timeline/timeline.sqlite",
         manifest="results/{run}/manifest.json",
+        flops="results/{run}/analytic_flops.json",
+        ceilings="results/{run}/ceilings.json",
     params:
         versions=TOOL_VERSIONS,
         settings=capture_settings,
@@ -20,18 +23,18 @@ rule timeline:
         "../scripts/timeline.py"
 
 
-rule nsys_stats:
+rule plan:
     input:
-        rep="results/{run}/timeline/timeline.nsys-rep",
-    output:
-        stats=directory("results/{run}/timeline/stats"),
         sqlite="results/{run}/timeline/timeline.sqlite",
+    output:
+        "results/{run}/plan.json",
     params:
-        versions=TOOL_VERSIONS,
-        nsys=config["tools"]["nsys"],
+        domain=config["nvtx_domain"],
+        sample_steps=config["ncu"]["sample_steps"],
+        mode=config["ncu"]["capture"],
     log:
-        "results/{run}/logs/nsys_stats.log",
+        "results/{run}/logs/plan.log",
     conda:
         "../../envs/nsightflow.yaml"
     script:
-        "../scripts/nsys_stats.py"
+        "../scripts/plan.py"

@@ -2,6 +2,8 @@ rule torch_profile:
     output:
         trace="results/{run}/torch/trace.json",
         manifest="results/{run}/manifest.json",
+        flops="results/{run}/analytic_flops.json",
+        ceilings="results/{run}/ceilings.json",
     params:
         versions=TOOL_VERSIONS,
         settings=capture_settings,
@@ -21,14 +23,13 @@ rule aggregate_torch:
     input:
         trace="results/{run}/torch/trace.json",
         flops="results/{run}/analytic_flops.json",
-        ceiling=ceiling_file,
+        ceilings="results/{run}/ceilings.json",
         manifest="results/{run}/manifest.json",
     output:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
         summary="results/{run}/summary.json",
     params:
-        dtype=workload_dtype,
         top_n=config["select"]["top_n"],
         coverage=config["select"]["coverage"],
         divergence=config["report"]["divergence"],

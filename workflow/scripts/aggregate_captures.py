@@ -5,7 +5,7 @@ from pathlib import Path
 from nsightflow.aggregate import aggregate_captures, write_run
 
 sm = snakemake  # noqa: F821
-agg = aggregate_captures(sm.input.imported, sm.params.divergence)
+agg = aggregate_captures(sm.input.imported, sm.params.divergence, sm.params.top_n, sm.params.coverage)
 write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary)
 index = json.loads((Path(sm.input.imported) / "index.json").read_text())
 Path(sm.output.manifest).write_text(json.dumps({"captures": index, "versions": {}, "commands": []}, indent=2))

@@ -9,7 +9,7 @@ trace = torchprof.load_trace(sm.input.trace)
 manifest = json.loads(open(sm.input.manifest).read())
 labels = manifest.get("trace_labels", {})
 agg = aggregate_torch(torchprof.kernel_table(trace, labels), torchprof.stage_table(trace, labels), sm.input.flops,
-                      sm.input.ceiling, sm.params.dtype, sm.params.top_n, sm.params.coverage,
+                      sm.input.ceilings, manifest["dtype"], sm.params.top_n, sm.params.coverage,
                       torchprof.device_kind(trace), sm.params.divergence)
 write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, [], manifest))
 with open(sm.log[0], "w") as log:
