@@ -1,13 +1,19 @@
-"""Benchmark: command-to-report time of the default workflow, with the kernel filter on and off.
+"""Benchmark on the GPU host: command-to-report time of the workflow against the program alone and against
+ncu over every kernel of the ranged stages with the same metrics, all measured in this one run.
 
-Runs `snakemake --cores 1 results/report.html` in fresh copies of the workflow (GPU host) and prints a
-table: variant, ncu captures, launches profiled, seconds. Usage: python3 scripts/benchmark.py [variant ...]
-Variants: filter (default config), nofilter (ncu.kernel_filter false), program (the workload alone).
+Usage: python3 scripts/benchmark.py [variant ...]. Variants:
+  program     the workload alone (`python -m nsightflow.harness`, warm-up and ranged pass), default decoder
+  default     `snakemake --cores 1 results/report.html` in a fresh copy (cold: no preflight, no ceilings cached)
+  deep        the same with the decoder at n_layers 16
+  program16   the 16-layer workload alone
+  everything  ncu over every kernel of prefill and all decode steps, the default metrics, one program launch
+Prints a table (seconds, × program alone, launches profiled) and each workflow's per-job seconds.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,28 +25,119 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from conftest import copy_workflow  # noqa: E402
 
+from nsightflow import ncu  # noqa: E402
 
-def run(variant: str) -> tuple[int, int, float]:
+
+def _program(args: dict, runs: int = 3) -> tuple[float, int]:
+    """The workload alone: the median of ``runs`` launches (the first launch on a fresh machine is slower)."""
+    times = []
+    for _ in range(runs):
+        start = time.time()
+        subprocess.run([sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)], check=True,
+                       stdout=subprocess.DEVNULL)
+        times.append(time.time() - start)
+    print(f"  program runs (s): {[round(t, 1) for t in times]}", flush=True)
+    return sorted(times)[len(times) // 2], 0
+
+
+def _workflow(args: dict) -> tuple[float, int, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         wf = copy_workflow(Path(tmp))
-        if variant == "program":
-            start = time.time()
-            subprocess.run([sys.executable, "-m", "nsightflow.harness"], check=True, cwd=wf)
-            return 0, 0, time.time() - start
         cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
-        cfg["ncu"]["kernel_filter"] = variant == "filter"
+        cfg["workloads"][0]["args"].update(args)
         (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         start = time.time()
         subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"], cwd=wf, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seconds = time.time() - start
-        plans = [json.loads(p.read_text()) for p in (wf / "results").glob("*/plans/*.json")]
-        return len(plans), sum(p["launch_count"] for p in plans), seconds
+        plan = json.loads((wf / "results" / "tinyllm" / "plan.json").read_text())
+        return seconds, len(plan["expected"]), _jobs(wf)
 
+
+def _jobs(wf: Path) -> dict:
+    """Seconds per job, from the timestamps Snakemake's log prints before and after each job."""
+    log = sorted((wf / ".snakemake" / "log").glob("*.log"))[-1].read_text().splitlines()
+    out, stamp, rule = {}, None, None
+    for line in log:
+        if line.startswith("[") and line.endswith("]"):
+            t = time.mktime(time.strptime(line[1:-1], "%a %b %d %H:%M:%S %Y"))
+            if rule is not None and stamp is not None:
+                out[rule] = out.get(rule, 0) + t - stamp
+                rule = None
+            stamp = t
+        elif line.strip().startswith(("rule ", "localrule ")) and line.strip().endswith(":"):
+            rule = line.strip().split()[1].rstrip(":")
+    return out
+
+
+def _everything(args: dict) -> tuple[float, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "all"
+        argv = [shutil.which("ncu"), "--force-overwrite", "--export", str(base), "--nvtx",
+                "--nvtx-include", "nsightflow@prefill/", "--nvtx-include", "nsightflow@decode/",
+                "--clock-control=none", "--cache-control=all", "--metrics", ",".join(ncu.DEFAULT_METRICS),
+                sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)]
+        start = time.time()
+        out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+        return time.time() - start, ncu.profiled_count(out)
+
+
+def _passes() -> tuple[float, int]:
+    """Replay passes ncu needs for subsets of the default metrics (one empty kernel, so passes, not work)."""
+    from nsightflow.ncu import BYTE_METRICS, PEAK_METRICS, SASS_FLOP_METRICS, TENSOR_FLOP_METRICS, TIME_METRICS
+    from nsightflow.preflight import PROBE
+
+    sass = [m for pairs in SASS_FLOP_METRICS.values() for m, _ in pairs]
+    sets = {
+        "default": ncu.DEFAULT_METRICS,
+        "no SASS": [m for m in ncu.DEFAULT_METRICS if m not in sass],
+        "no L1/L2 bytes": [m for m in ncu.DEFAULT_METRICS if m not in (BYTE_METRICS["l1"], BYTE_METRICS["l2"])],
+        "time+tensor+dram+peaks": list(TIME_METRICS.values()) + list(TENSOR_FLOP_METRICS.values())
+        + [BYTE_METRICS["dram_read"], BYTE_METRICS["dram_write"]] + list(PEAK_METRICS.values()),
+        "SASS only": sass, "tensor only": list(TENSOR_FLOP_METRICS.values()),
+        "L1/L2 bytes only": [BYTE_METRICS["l1"], BYTE_METRICS["l2"]],
+    }
+    one = [m for m in ncu.DEFAULT_METRICS if m not in TENSOR_FLOP_METRICS.values() or "bf16" in m]
+    sets["bf16 tensor only, rest default"] = one
+    for guard in ("sm__inst_executed_pipe_tensor.sum", "sm__pipe_tensor_cycles_active.sum",
+                  "sm__inst_executed_pipe_tensor_op_hmma.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum",
+                  "sm__pipe_tensor_op_gmma_cycles_active.sum", "sm__pipe_tensor_op_hmma_cycles_active.sum"):
+        sets[f"bf16 + {guard}"] = one + [guard]
+    start = time.time()
+    for name, metrics in sets.items():
+        proc = subprocess.run([shutil.which("ncu"), "--clock-control", "none", "--metrics", ",".join(metrics),
+                               sys.executable, "-c", PROBE], capture_output=True, text=True)
+        out = proc.stdout + proc.stderr
+        passes = [ln.rsplit("-", 1)[-1].strip() for ln in out.splitlines() if ln.startswith("==PROF== Profiling")]
+        errors = [ln for ln in out.splitlines() if "ERROR" in ln][:2]
+        print(f"  metric set {name!r} ({len(metrics)} metrics): {passes or errors}", flush=True)
+    return time.time() - start, 0
+
+
+VARIANTS = {
+    "passes": _passes,
+    "program": lambda: _program({}),
+    "default": lambda: _workflow({}),
+    "deep": lambda: _workflow({"n_layers": 16}),
+    "program16": lambda: _program({"n_layers": 16}),
+    "everything": lambda: _everything({}),
+}
 
 if __name__ == "__main__":
-    variants = sys.argv[1:] or ["program", "filter", "nofilter"]
-    rows = [(v, *run(v)) for v in variants]
-    print(f"{'variant':10} {'captures':>8} {'launches':>8} {'seconds':>8}")
-    for v, caps, launches, seconds in rows:
-        print(f"{v:10} {caps:8d} {launches:8d} {seconds:8.1f}")
+    names = sys.argv[1:] or list(VARIANTS)
+    rows = {}
+    for name in names:
+        got = VARIANTS[name]()
+        rows[name] = got
+        print(f"{name}: {got[0]:.1f} s, {got[1]} launches profiled", flush=True)
+        if len(got) > 2:
+            print("  per job (s):", {k: round(v, 1) for k, v in got[2].items()}, flush=True)
+    alone = rows.get("program", (None,))[0]
+    print(f"\n{'variant':12} {'seconds':>8} {'x program':>10} {'launches':>9}")
+    for name, got in rows.items():
+        ratio = f"{got[0] / alone:10.1f}" if alone else f"{'':>10}"
+        print(f"{name:12} {got[0]:8.1f} {ratio} {got[1]:9d}")
+    if "default" in rows and "everything" in rows:
+        print(f"\nncu over everything / default workflow: {rows['everything'][0] / rows['default'][0]:.1f}x")
+    if "default" in rows and "deep" in rows:
+        print(f"16 layers / 4 layers (workflow): {rows['deep'][0] / rows['default'][0]:.2f}x")

@@ -1,21 +1,18 @@
 #!/usr/bin/env bash
-# On the GPU host (from the project root, after `. .gpu-bundle/activate.sh`): optionally probe ncu's
-# kernel filters, run the GPU test tier (which runs the whole workflow), and bring back the results
-# (no .ncu-rep: too big). Usage: bash scripts/gpu_run.sh [--probe] [pytest -k expression]
+# On the GPU host (from the project root, after `. .gpu-bundle/activate.sh`): run the GPU test tier (which runs
+# the whole workflow several times) and bring back its log and results (no .ncu-rep/.nsys-rep: too big).
+# Usage: bash scripts/gpu_run.sh [pytest -k expression] [timeout seconds]
 set -u
 export PYTHONUNBUFFERED=1
-if [ "${1:-}" = "--probe" ]; then
-  shift
-  python3 scripts/gpu_probe_filter.py /tmp/nsightflow-probe 2>&1 | tail -20
-  [ -n "${OUT:-}" ] && tar czf "$OUT/probe.tar.gz" --exclude='*.ncu-rep' --exclude='*.nsys-rep' -C /tmp nsightflow-probe
-fi
 keep=/tmp/nsightflow-results
 rm -rf "$keep"
-NSIGHTFLOW_KEEP_RESULTS=$keep python3 -m pytest -m gpu -v -s tests/test_gpu.py ${1:+-k "$1"} 2>&1 | tee /tmp/gpu_tests.log
+mkdir -p "$keep"
+NSIGHTFLOW_KEEP_RESULTS=$keep timeout "${2:-570}" python3 -m pytest -m gpu -v -s -p no:cacheprovider \
+  tests/test_gpu.py ${1:+-k "$1"} 2>&1 | tee /tmp/gpu_tests.log
 rc=${PIPESTATUS[0]}
 if [ -n "${OUT:-}" ]; then
   cp /tmp/gpu_tests.log "$OUT/"
-  tar czf "$OUT/results.tar.gz" --exclude='*.ncu-rep' --exclude='*.nsys-rep' -C "$keep" . 2>/dev/null
+  tar czf "$OUT/results.tar.gz" -C "$keep" . 2>/dev/null
   ls -la "$OUT"
 fi
-exit $rc
+exit "$rc"

@@ -1,8 +1,12 @@
-"""Trim real GPU-host captures for tests/data: keep headers, units and rows; drop what tests never read.
+"""Trim one run's real GPU-host results for tests/data: keep what the tests read, drop what they never do.
 
-Usage: python scripts/trim_fixtures.py RESULTS_DIR/tinyllm OUT_DIR [EXPLORE_DIR]
-- ncu raw CSVs: drop device__attribute_* (but display_name), launch__*, nvlink__*, numa__*, profiler__* columns;
-- the nsys SQLite: keep only the tables nsightflow reads (NVTX, kernels, runtime calls, strings, GPU info).
+Usage: python scripts/trim_fixtures.py RUN_DIR OUT_DIR [EXTRA_RAW_CSV ...]
+  RUN_DIR: results/<run> of a workflow run on the GPU host (kept by the GPU tier's NSIGHTFLOW_KEEP_RESULTS)
+- the nsys SQLite export: only the tables nsightflow reads (NVTX, kernels, strings, GPU info) and, of the
+  runtime calls, those that launched a kernel;
+- ncu raw CSVs: device__attribute_* (but the name), nvlink__*, numa__*, profiler__*, c2clink__* and launch__*
+  columns dropped, except the launch sizes the tests compare;
+- plan.json, analytic_flops.json, ceilings.json, manifest.json, stages.csv, kernels.csv copied as they are.
 """
 import csv
 import shutil
@@ -11,8 +15,11 @@ import sys
 from pathlib import Path
 
 DROP = ("device__attribute_", "launch__", "nvlink__", "numa__", "profiler__", "c2clink__")
-KEEP = {"device__attribute_display_name", "launch__grid_size", "launch__block_size"}
-TABLES = ["NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "StringIds", "TARGET_INFO_GPU"]
+KEEP = {"device__attribute_display_name", "launch__grid_size", "launch__block_size",
+        "launch__shared_mem_per_block_dynamic"}
+TABLES = ["NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "StringIds", "TARGET_INFO_GPU"]
+COPY = ["plan.json", "ranges.plan.json", "analytic_flops.json", "ceilings.json", "manifest.json", "stages.csv",
+        "kernels.csv"]
 
 
 def trim_csv(src: Path, dst: Path) -> None:
@@ -28,10 +35,12 @@ def trim_sqlite(src: Path, dst: Path) -> None:
     dst.unlink(missing_ok=True)
     con = sqlite3.connect(dst)
     con.execute(f"ATTACH DATABASE '{src}' AS s")
+    for t in TABLES + ["CUPTI_ACTIVITY_KIND_RUNTIME"]:
+        con.execute(con.execute("SELECT sql FROM s.sqlite_master WHERE name = ?", (t,)).fetchone()[0])
     for t in TABLES:
-        sql = con.execute("SELECT sql FROM s.sqlite_master WHERE name = ?", (t,)).fetchone()[0]
-        con.execute(sql)
         con.execute(f"INSERT INTO main.{t} SELECT * FROM s.{t}")
+    con.execute("INSERT INTO main.CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM s.CUPTI_ACTIVITY_KIND_RUNTIME "
+                "WHERE correlationId IN (SELECT correlationId FROM s.CUPTI_ACTIVITY_KIND_KERNEL)")
     con.commit()
     con.execute("DETACH DATABASE s")
     con.execute("VACUUM")
@@ -39,26 +48,11 @@ def trim_sqlite(src: Path, dst: Path) -> None:
 
 
 if __name__ == "__main__":
-    # h200_tinyllm was made with EXPLORE_DIR (scripts/gpu_explore.sh) and captures prefill, decode.step3;
-    # h200_tinyllm_filtered with no EXPLORE_DIR and every capture of the run.
     run, out = Path(sys.argv[1]), Path(sys.argv[2])
-    explore = Path(sys.argv[3]) if len(sys.argv) > 3 else None
     out.mkdir(parents=True, exist_ok=True)
-    (out / "stats").mkdir(exist_ok=True)
-    (out / "plans").mkdir(exist_ok=True)
-    for f in (run / "timeline" / "stats").glob("*.csv"):
-        shutil.copy(f, out / "stats" / f.name)
-    caps = ("prefill", "decode.step3") if explore else sorted(
-        p.name.removesuffix(".raw.csv") for p in (run / "ncu").glob("*.raw.csv"))
-    for cap in caps:
-        trim_csv(run / "ncu" / f"{cap}.raw.csv", out / f"{cap}.raw.csv")
-        shutil.copy(run / "plans" / f"{cap}.json", out / "plans" / f"{cap}.json")
-    for f in ("analytic_flops.json", "selected_kernels.csv"):
-        shutil.copy(run / f, out / f)
-    sqlite = run / "timeline" / "timeline.sqlite"
-    trim_sqlite(sqlite if sqlite.exists() else explore / "timeline.sqlite", out / "timeline.sqlite")
-    if explore:
-        trim_csv(explore / "at.raw.csv", out / "at_range.raw.csv")
-        shutil.copy(explore / "range_decode.log", out / "ncu_range_replay_decode.log")
-    else:
-        shutil.copy(run / "timeline" / "manifest.json", out / "manifest.json")
+    trim_sqlite(run / "timeline" / "timeline.sqlite", out / "timeline.sqlite")
+    for name in COPY:
+        if (run / name).exists():
+            shutil.copy(run / name, out / name)
+    for export in sorted((run / "ncu").glob("*.raw.csv")) + [Path(p) for p in sys.argv[3:]]:
+        trim_csv(export, out / export.name)

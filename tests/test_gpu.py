@@ -1,7 +1,9 @@
 """GPU tier: the whole workflow on the GPU host (H100/H200 with nsys and ncu); skipped elsewhere.
 
 Run with ``pytest -m gpu``. NSIGHTFLOW_KEEP_RESULTS=DIR keeps each workflow's results (no .ncu-rep)
-for refreshing tests/data/.
+for refreshing tests/data/. Expected values are computed here independently of the code under test:
+classes by plain SQL over the SQLite export, results' stages and steps from ncu's own NVTX cells, and
+the truth of scaled numbers from a full ncu capture of the same stages made in the same test.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
+import sys
 import time
+from collections import Counter
 
 import pandas as pd
 import pytest
@@ -19,8 +24,12 @@ import yaml
 
 from conftest import copy_workflow, snakemake
 from nsightflow import ncu, torchprof
+from nsightflow.matching import name_key
 
 pytestmark = pytest.mark.gpu
+
+SMALL = {"batch": 4, "prompt": 256, "decode_steps": 4, "n_layers": 2}
+ATTENTION = re.compile(r"flash|fmha|attention", re.I)
 
 
 def _keep(work, name):
@@ -38,65 +47,251 @@ def _configure(work, **changes):
     return {**os.environ, "PYTHONPATH": str(work / "tests")}
 
 
+def _run(tmp_path, name, workloads=None, **changes):
+    """A fresh copy of the workflow, run to its report; returns (results dir, seconds)."""
+    work = copy_workflow(tmp_path / name)
+    env = _configure(work, **({"workloads": workloads} if workloads else {}), **changes)
+    start = time.time()
+    snakemake(work, "--cores", "1", "results/report.html", env=env)
+    seconds = time.time() - start
+    _keep(work, name)
+    return work / "results", seconds
+
+
+def _sql_launches(sqlite, domain="nsightflow"):
+    """Every kernel whose launch call lies in a harness range of ``domain`` (any thread), by plain SQL:
+    a second, independent attribution by time window."""
+    con = sqlite3.connect(sqlite)
+    q = """
+    WITH d AS (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?),
+    r AS (SELECT n.start, n."end", n.globalTid AS rtid, COALESCE(n.text, s.value) AS stage,
+                 COALESCE(n.int64Value, n.uint64Value, n.int32Value, n.uint32Value) AS step
+          FROM NVTX_EVENTS n JOIN d ON d.domainId = n.domainId LEFT JOIN StringIds s ON s.id = n.textId
+          WHERE n.eventType = 59)
+    SELECT r.stage, r.step, dn.value AS kernel, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
+           k.dynamicSharedMemory AS smem, rt.globalTid = r.rtid AS same_thread, k.graphNodeId IS NOT NULL AS graph
+    FROM CUPTI_ACTIVITY_KIND_KERNEL k
+    JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
+    JOIN StringIds dn ON dn.id = k.demangledName
+    JOIN r ON rt.start BETWEEN r.start AND r."end"
+    """
+    df = pd.read_sql_query(q, con, params=(domain,))
+    df["grid"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.gridX, df.gridY, df.gridZ)]
+    df["block"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.blockX, df.blockY, df.blockZ)]
+    df["key"] = [(name_key(k), g, b, int(s)) for k, g, b, s in zip(df.kernel, df.grid, df.block, df.smem)]
+    return df
+
+
+def _sql_probe_classes(sqlite, steps, domain="nsightflow"):
+    """Classes of the probe pass's launches in ``steps`` ({(stage, step)}), by plain SQL and a plain loop:
+    (stage, step, operator call, ordinal of the launch in that call, kernel name key, grid, block, smem)."""
+    con = sqlite3.connect(sqlite)
+
+    def ranges(dom):
+        return con.execute(
+            'SELECT n.start, n."end", COALESCE(n.text, s.value), COALESCE(n.int64Value, n.uint64Value, n.int32Value, '
+            "n.uint32Value) FROM NVTX_EVENTS n JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = n.domainId "
+            "AND d.text = ? LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59 ORDER BY n.start",
+            (dom,)).fetchall()
+
+    step_ranges = [r for r in ranges(f"{domain}.probe") if (r[2], r[3]) in steps]
+    ops = ranges(f"{domain}.ops")
+    kernels = con.execute(
+        "SELECT rt.start, dn.value, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, k.dynamicSharedMemory "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId "
+        "JOIN StringIds dn ON dn.id = k.demangledName ORDER BY rt.start").fetchall()
+    out, ordinal = [], Counter()
+    for t, name, gx, gy, gz, bx, by, bz, smem in kernels:
+        step = next(((s, p) for lo, hi, s, p in step_ranges if lo <= t <= hi), None)
+        if step is None:
+            continue
+        op = next(((text, lo) for lo, hi, text, _ in ops if lo <= t <= hi), ("gap", None))
+        ordinal[(step, op)] += 1
+        out.append((*step, op[0], ordinal[(step, op)] - 1, name_key(name), f"({gx}, {gy}, {gz})", f"({bx}, {by}, {bz})",
+                    int(smem)))
+    return out
+
+
+def _result_places(raw, domain="nsightflow"):
+    """(stage, step, operator index, operator call) of each ncu result, from its own NVTX cell."""
+    out = []
+    for stack in raw["nvtx_stack"]:
+        step = next(((e["range"], e["payload"]) for e in stack if e["domain"] == f"{domain}.probe"), (None, None))
+        op = next(((e["payload"], e["range"]) for e in stack if e["domain"] == f"{domain}.ops"), (None, "gap"))
+        out.append((*step, *op))
+    return out
+
+
+def _cell_sums(raw, stages):
+    """FLOPs (tensor pipes + SASS, FMA = 2) and DRAM bytes per stage, straight from an export's cells."""
+    sass = {"fadd": 1, "fmul": 1, "ffma": 2, "dadd": 1, "dmul": 1, "dfma": 2, "hadd": 2, "hmul": 2, "hfma": 4}
+    flops = sum(raw[m] for m in ncu.TENSOR_FLOP_METRICS.values() if m in raw.columns)
+    flops = flops + sum(k * raw[f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"] for op, k in sass.items())
+    dram = raw["dram__bytes_read.sum"] + raw["dram__bytes_write.sum"]
+    return {s: (float(flops[stages == s].sum()), float(dram[stages == s].sum())) for s in set(stages)}
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    work = copy_workflow(tmp_path_factory.mktemp("wf"))
-    start = time.time()
-    snakemake(work, "--cores", "1", "results/report.html")
-    print(f"\nworkflow: command to report in {time.time() - start:.1f} s")
-    _keep(work, "default")
-    return work / "results"
+    results, seconds = _run(tmp_path_factory.mktemp("wf"), "default")
+    print(f"\nworkflow (default config, cold): command to report in {seconds:.1f} s")
+    return results
 
 
-def test_every_capture_profiled_the_planned_kernels(run_dir):
-    exports = sorted((run_dir / "tinyllm" / "ncu").glob("*.raw.csv"))
-    assert exports, "no ncu exports"
-    for export in exports:
-        df, _ = ncu.parse_raw_csv(export)
-        plan = json.loads((run_dir / "tinyllm" / "plans" / export.name.replace(".raw.csv", ".json")).read_text())
-        print(f"{export.name}: {len(df)} results, plan {plan['launch_count']}, kernel filter {len(plan['kernels'])} names")
-        assert plan["kernels"], "the default config filters captures to the selected kernels"
-        assert len(df) == plan["launch_count"] >= 1
-    pre = json.loads((run_dir / "preflight").glob("*.json").__next__().read_text())
+def test_one_launch_per_class_is_profiled_and_nothing_else(run_dir):
+    run = run_dir / "tinyllm"
+    plan = json.loads((run / "plan.json").read_text())
+    raw, _ = ncu.parse_raw_csv(run / "ncu" / "capture.raw.csv")
+    log = (run / "logs" / "ncu_capture.log").read_text()
+    assert ncu.profiled_count(log) == len(raw) == len(plan["expected"])
+    steps = {(w["stage"], w["step"]) for w in plan["windows"]}
+    want = set(_sql_probe_classes(run / "timeline" / "timeline.sqlite", steps))
+    places = _result_places(raw)
+    got, ordinal = Counter(), Counter()
+    for (stage, step, op_i, op), name, grid, block, smem in zip(
+            places, raw["Kernel Name"], raw["Grid Size"], raw["Block Size"],
+            raw["launch__shared_mem_per_block_dynamic"].astype(float).astype(int), strict=True):
+        ordinal[(stage, step, op_i)] += 1
+        got[(stage, step, op, ordinal[(stage, step, op_i)] - 1, name_key(name), grid, block, smem)] += 1
+    for stage, s in plan["stages"].items():
+        print(f"{stage}: {s['launches']} launches in {s['steps']} step(s); {s['classes']} classes profiled once "
+              f"each ({s['profiled']} launches) in steps {s['sampled_steps'] + s['extra_steps']}")
+    print(f"capture: {len(raw)} results for {len(want)} distinct (step, call, ordinal, kernel, grid, block, smem)")
+    assert set(got) == want, sorted(set(got) ^ want)[:5]
+    assert all(n == 1 for n in got.values()), [k for k, n in got.items() if n > 1]
+    # The windows were the planned units: each result's operator (from its NVTX cell) is the plan's.
+    for (stage, step, op_i, _), e in zip(places, plan["expected"], strict=True):
+        assert (stage, step) == (e["stage"], e["step"])
+        assert op_i == ((e["unit"] - 1) // 2 if e["unit"] % 2 else None)
+    pre = json.loads(next((run_dir / "preflight").glob("*.json")).read_text())
     print("preflight:", {c["name"]: c["detail"] for c in pre["checks"]})
     assert all(c["ok"] for c in pre["checks"])
 
 
-def test_decode_samples_come_from_configured_steps(run_dir):
-    for export in sorted((run_dir / "tinyllm" / "ncu").glob("decode.step*.raw.csv")):
-        step = int(export.name.split(".step")[1].split(".")[0])
-        df, _ = ncu.parse_raw_csv(export)
-        assert set(df["nvtx_range"]) == {"decode"}
-        assert set(df["nvtx_payload"]) == {step}, f"{export.name}: payloads {set(df['nvtx_payload'])}"
-
-
-def test_prefill_flops_match_flop_counter(run_dir):
+def test_stages_are_fully_covered_and_measured(run_dir):
     stages = pd.read_csv(run_dir / "tinyllm" / "stages.csv").set_index("stage")
-    pre = stages.loc["prefill"]
-    # Prefill's selected kernels cover under 100% of its time: compare the GEMM+attention FLOPs, which
-    # the top kernels hold, against the causal-adjusted model count.
-    rel = abs(pre["flops_measured"] - pre["flops_analytic_causal"]) / pre["flops_analytic_causal"]
-    print(f"prefill FLOPs measured {pre['flops_measured']:.4g}, analytic causal-adjusted "
-          f"{pre['flops_analytic_causal']:.4g}, FlopCounterMode {pre['flops_analytic']:.4g}: {rel:.2%} off")
-    assert rel < 0.05
     for stage in ("prefill", "decode"):
         s = stages.loc[stage]
+        assert s["coverage"] == 1.0
         assert s["mfu_busy"] > 0 and s["hfu_busy"] > 0 and s["mfu_busy_ceiling"] > 0
-        print(f"{stage}: wall {s['wall_ms']:.3f} ms, busy {s['gpu_busy_ms']:.3f} ms, MFU wall {s['mfu_wall']:.2%}, "
-              f"busy {s['mfu_busy']:.2%} (vs measured ceiling {s['mfu_busy_ceiling']:.2%}), HFU busy {s['hfu_busy']:.2%}, "
-              f"executed/model {s['executed_over_model']:.2f}, DRAM BW util busy {s['dram_bw_util_busy']:.2%}, "
-              f"coverage {s['coverage']:.1%}")
+        print(f"{stage}: wall {s['wall_ms']:.3f} ms, busy {s['gpu_busy_ms']:.3f} ms, classes {s['classes']}, profiled "
+              f"{s['profiled_launches']}, MFU busy {s['mfu_busy']:.2%} (vs measured ceiling {s['mfu_busy_ceiling']:.2%}), "
+              f"HFU busy {s['hfu_busy']:.2%}, executed/model {s['executed_over_model']:.2f}, DRAM BW util busy "
+              f"{s['dram_bw_util_busy']:.2%}, coverage {s['coverage']:.1%}")
+    pre = stages.loc["prefill"]
+    rel = abs(pre["flops_measured"] - pre["flops_analytic_causal"]) / pre["flops_analytic_causal"]
+    print(f"prefill FLOPs measured {pre['flops_measured']:.4g}, analytic causal-adjusted "
+          f"{pre['flops_analytic_causal']:.4g}: {rel:.2%} off")
+    assert rel < 0.05
 
 
-def test_report_pages(run_dir):
-    html = (run_dir / "report.html").read_text()
-    assert "Backend: <b>nsight</b>" in html and "<td>prefill</td>" in html and "<td>decode</td>" in html
-    page = (run_dir / "tinyllm" / "report.html").read_text()
-    assert "Roofline (captured kernels, ncu counters)" in page and "<h3>Diagnostics</h3>" in page
-    assert "clocks not locked" in page and "measured ceilings" in page
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """The small decoder, representatives (first and last decode step), and its eager timeline."""
+    wl = [{"name": "small", "callable": "nsightflow.decoder:build", "args": SMALL}]
+    results, seconds = _run(tmp_path_factory.mktemp("small"), "small", wl, ncu={"sample_steps": ["first", "last"]})
+    print(f"\nsmall decoder: command to report in {seconds:.1f} s")
+    return results / "small"
 
 
-def test_changing_top_n_reruns_selection_not_the_timeline(run_dir):
+def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path):
+    # The reference: ncu over every launch of both stages (per-thread NVTX is exact here: one thread).
+    base = tmp_path / "full"
+    argv = [shutil.which("ncu"), "--force-overwrite", "--export", str(base), "--nvtx",
+            "--nvtx-include", "nsightflow@prefill/", "--nvtx-include", "nsightflow@decode/",
+            "--clock-control=none", "--cache-control=all", "--metrics", ",".join(ncu.DEFAULT_METRICS),
+            sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(SMALL)]
+    start = time.time()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    full_s = time.time() - start
+    text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
+    keep = os.environ.get("NSIGHTFLOW_KEEP_RESULTS")
+    if keep:
+        open(f"{keep}/small_full.raw.csv", "w").write(text)
+    full, _ = ncu.parse_raw_csv(text)
+    truth = _cell_sums(full, full["nvtx_range"])
+    stages = pd.read_csv(small / "stages.csv").set_index("stage")
+    for stage in ("prefill", "decode"):
+        f, d = truth[stage]
+        mf, md = stages.loc[stage, "flops_measured"], stages.loc[stage, "dram_bytes_measured"]
+        print(f"{stage}: FLOPs {mf:.6g} vs full {f:.6g} ({mf / f - 1:+.3%}); DRAM {md:.6g} vs full {d:.6g} "
+              f"({md / d - 1:+.3%}); launches profiled {stages.loc[stage, 'profiled_launches']} vs "
+              f"{int((full['nvtx_range'] == stage).sum())}")
+        assert abs(mf / f - 1) < 0.01 and abs(md / d - 1) < 0.01
+    print(f"full capture of the small decoder: {len(full)} launches in {full_s:.1f} s")
+
+
+def test_depth_does_not_grow_the_capture(run_dir, tmp_path):
+    work = copy_workflow(tmp_path / "deep")
+    env = _configure(work, workloads=[{"name": "deep", "callable": "nsightflow.decoder:build",
+                                       "args": {"n_layers": 16}}])
+    snakemake(work, "--cores", "1", "results/deep/plan.json", env=env)
+    deep = json.loads((work / "results" / "deep" / "plan.json").read_text())
+    base = json.loads((run_dir / "tinyllm" / "plan.json").read_text())
+    for stage in ("prefill", "decode"):
+        d, b = deep["stages"][stage], base["stages"][stage]
+        print(f"{stage}: 16 layers {d['launches']} launches, {d['classes']} classes, {d['profiled']} profiled; "
+              f"4 layers {b['launches']} launches, {b['classes']} classes, {b['profiled']} profiled")
+        assert d["launches"] > 3 * b["launches"] and d["profiled"] == b["profiled"]
+
+
+def test_training_backward_gets_autograd_kernels_and_twice_the_gemm_flops(tmp_path):
+    wl = [{"name": "train", "callable": "nsightflow.training:build",
+           "args": {"batch": 4, "seq": 256, "iterations": 2, "n_layers": 2}}]
+    results, seconds = _run(tmp_path, "train", wl, ncu={"sample_steps": ["first"]})
+    run = results / "train"
+    sql = _sql_launches(run / "timeline" / "timeline.sqlite")
+    bwd = sql[sql.stage == "backward"]
+    other = int((bwd["same_thread"] == 0).sum())
+    print(f"training: {seconds:.1f} s; backward window: {len(bwd)} kernels, {other} launched by another thread")
+    assert other > 0.9 * len(bwd)
+    kernels = pd.read_csv(run / "kernels.csv")
+    per_stage = kernels.groupby("stage")["instances"].sum()
+    assert per_stage["backward"] == len(bwd) and per_stage["forward"] == len(sql[sql.stage == "forward"])
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert (stages["coverage"] == 1.0).all()
+    gemm = kernels[~kernels["kernel"].str.contains(ATTENTION)].groupby("stage")["flops_tensor"].sum()
+    ratio = gemm["backward"] / gemm["forward"]
+    print(f"GEMM tensor FLOPs measured: forward {gemm['forward']:.4g}, backward {gemm['backward']:.4g} "
+          f"(ratio {ratio:.3f}); analytic GEMM ratio "
+          f"{stages.loc['backward', 'flops_analytic_gemm'] / stages.loc['forward', 'flops_analytic_gemm']:.3f}; "
+          f"backward/forward measured FLOPs {stages.loc['backward', 'flops_measured'] / stages.loc['forward', 'flops_measured']:.3f}")
+    assert abs(ratio / 2 - 1) < 0.10
+
+
+def test_cuda_graph_decode_is_attributed_and_measures_what_eager_does(small, tmp_path):
+    wl = [{"name": "graph", "callable": "nsightflow.decoder:build", "args": {**SMALL, "cuda_graph": True}}]
+    results, seconds = _run(tmp_path, "graph", wl, ncu={"sample_steps": ["first", "last"]})
+    run = results / "graph"
+    sql = _sql_launches(run / "timeline" / "timeline.sqlite")
+    eager = _sql_launches(small / "timeline" / "timeline.sqlite")
+    g, e = sql[sql.stage == "decode"], eager[eager.stage == "decode"]
+    print(f"CUDA graph decode: {seconds:.1f} s; kernels per step {g.groupby('step').size().to_dict()} "
+          f"(in graphs: {int(g['graph'].sum())}); eager {e.groupby('step').size().to_dict()}")
+    assert g["graph"].all() and (g.groupby("step").size() == e.groupby("step").size()).all()
+    st = pd.read_csv(run / "stages.csv").set_index("stage")
+    ref = pd.read_csv(small / "stages.csv").set_index("stage")
+    rel = st.loc["decode", "flops_measured"] / ref.loc["decode", "flops_measured"] - 1
+    print(f"decode FLOPs: graph {st.loc['decode', 'flops_measured']:.6g}, eager {ref.loc['decode', 'flops_measured']:.6g} "
+          f"({rel:+.3%}); coverage {st.loc['decode', 'coverage']:.1%}")
+    assert abs(rel) < 0.01 and st.loc["decode", "coverage"] == 1.0
+    notes = json.loads((run / "summary.json").read_text())["notes"]
+    assert any("replays CUDA graphs" in n for n in notes)  # no analytic decode FLOPs, and the report says why
+
+
+def test_range_results_beside_the_kernel_totals(tmp_path):
+    wl = [{"name": "ranges", "callable": "nsightflow.decoder:build", "args": SMALL}]
+    results, seconds = _run(tmp_path, "ranges", wl, ncu={"sample_steps": ["first", "last"], "ranges": "app-range"})
+    st = pd.read_csv(results / "ranges" / "stages.csv").set_index("stage")
+    for stage in ("prefill", "decode"):
+        s = st.loc[stage]
+        print(f"{stage}: tensor FLOPs ranges {s['flops_tensor_ranges']:.6g} vs kernels {s['flops_tensor_measured']:.6g}; "
+              f"DRAM ranges {s['dram_bytes_ranges']:.6g} vs kernels {s['dram_bytes_measured']:.6g}")
+        assert abs(s["flops_tensor_ranges"] / s["flops_tensor_measured"] - 1) < 0.01
+    print(f"range capture run: {seconds:.1f} s")
+
+
+def test_changing_top_n_reruns_only_aggregation_and_reports(run_dir):
     work = run_dir.parent
     base = (work / "config" / "config.yaml").read_text()
     _configure(work, select={"top_n": 3})
@@ -106,21 +301,24 @@ def test_changing_top_n_reruns_selection_not_the_timeline(run_dir):
         (work / "config" / "config.yaml").write_text(base)
     rules = set(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", out, re.M))
     print("top_n 3 would run:", sorted(rules))
-    assert "select_kernels" in rules and "aggregate" in rules
-    assert not rules & {"timeline", "nsys_stats", "analytic_flops", "preflight", "ceilings"}
+    assert rules == {"aggregate", "run_report", "report"}
     assert "Nothing to be done" in snakemake(work, "-n", "--cores", "1", "results/report.html").stdout
 
 
+def test_report_pages(run_dir):
+    html = (run_dir / "report.html").read_text()
+    assert "Backend: <b>nsight</b>" in html and "<td>prefill</td>" in html and "<td>decode</td>" in html
+    page = (run_dir / "tinyllm" / "report.html").read_text()
+    assert "Roofline (captured kernels, ncu counters)" in page and "<h3>Diagnostics</h3>" in page
+    assert "clocks not locked" in page and "measured ceilings" in page and "one profiled launch per class" in page
+
+
 def test_auto_unit_exports_parse_to_the_same_numbers(run_dir):
-    rep = run_dir / "tinyllm" / "ncu" / "prefill.ncu-rep"
+    rep = run_dir / "tinyllm" / "ncu" / "capture.ncu-rep"
     auto = subprocess.run(["ncu", "--import", str(rep), "--page", "raw", "--csv"], capture_output=True, text=True,
                           check=True).stdout
-    keep = os.environ.get("NSIGHTFLOW_KEEP_RESULTS")
-    if keep:
-        os.makedirs(keep, exist_ok=True)
-        open(f"{keep}/prefill.autounits.raw.csv", "w").write(auto)
     a, units = ncu.parse_raw_csv(auto)
-    b, _ = ncu.parse_raw_csv(run_dir / "tinyllm" / "ncu" / "prefill.raw.csv")
+    b, _ = ncu.parse_raw_csv(run_dir / "tinyllm" / "ncu" / "capture.raw.csv")
     print("auto units seen:", sorted(set(units.values())))
     for col in ("dram__bytes_read.sum", "gpu__time_duration.sum", "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
                 "sm__cycles_elapsed.avg.per_second", "lts__t_bytes.sum"):
@@ -137,8 +335,7 @@ def test_torch_backend_on_the_gpu(tmp_path):
     st = pd.read_csv(work / "results" / "tinyllm" / "stages.csv").set_index("stage")
     k = pd.read_csv(work / "results" / "tinyllm" / "kernels.csv")
     print("torch backend on GPU:", st[["wall_ms", "gpu_busy_ms", "mfu_busy", "bw_util_busy_model"]].to_dict("index"))
-    print("top decode kernels:", k[k.stage == "decode"].head(3)["kernel"].str.slice(0, 60).tolist())
-    assert (st["gpu_busy_ms"] > 0).all() and (st["mfu_busy"] > 0).all()
+    assert (st["gpu_busy_ms"] > 0).all() and ((st["mfu_busy"] > 0) & (st["mfu_busy"] < 1)).all()
     assert not k["kernel"].str.startswith("aten::").any()  # CUDA kernels, not operators
 
 
@@ -149,41 +346,17 @@ def test_at_sign_range_unsynchronised_workload_and_a_two_point_sweep(tmp_path):
     snakemake(work, "--cores", "1", "results/report.html", env=env)
     _keep(work, "sweep")
     for n in (1024, 2048):
-        st = pd.read_csv(work / "results" / "mm" / f"n~{n}" / "stages.csv").set_index("stage")
-        export = next((work / "results" / "mm" / f"n~{n}" / "ncu").glob("*.raw.csv"))
-        df, _ = ncu.parse_raw_csv(export)
-        print(f"n={n}: {len(df)} results in range {set(df['nvtx_range'])}, tensor FLOPs "
-              f"{df['sm__ops_path_tensor_src_bf16_dst_fp32.sum'].sum():.6g} (2n^3 x 3 = {6 * n**3:.6g}), "
-              f"busy/wall {st.loc['LLM@prefill', 'busy_over_wall']:.2f}")
-        assert set(df["nvtx_range"]) == {"LLM@prefill"}
-        assert df["sm__ops_path_tensor_src_bf16_dst_fp32.sum"].sum() == 6 * n**3
-    html = (work / "results" / "report.html").read_text()
-    assert "<h3>Against n</h3>" in html
-
-
-def test_range_replay_is_diagnosed_and_falls_back(tmp_path):
-    work = copy_workflow(tmp_path / "wf")
-    small = [{"name": "small", "callable": "nsightflow.decoder:build",
-              "args": {"batch": 2, "prompt": 64, "decode_steps": 4, "n_layers": 2}}]
-    env = _configure(work, ncu={"replay_mode": "range"}, workloads=small)
-    target = "results/small/ncu/decode.step0.ncu-rep"
-    snakemake(work, "--cores", "1", "results/small/selected_kernels.csv", env=env)  # the checkpoint plans captures
-    # The default metrics include SASS counts, which range replay refuses.
-    proc = snakemake(work, "--cores", "1", target, check=False, env=env)
-    assert proc.returncode != 0 and "not collectable in range replay" in proc.stdout
-    # Without them, range replay of a PyTorch decode step is refused for cuKernelSetAttribute ...
-    env = _configure(work, ncu={"metrics": ["gpu__time_duration.sum", "dram__bytes_read.sum"]})
-    proc = snakemake(work, "--cores", "1", target, check=False, env=env)
-    print("range replay:", proc.stdout[proc.stdout.find("ncu captured nothing"):][:500])
-    assert proc.returncode != 0 and "Unsupported API during capture" in proc.stdout
-    assert "use replay_mode 'app-range' or 'kernel'" in proc.stdout
-    # ... and with fallback on, the next mode produces the capture and the record says so.
-    env = _configure(work, ncu={"fallback": True})
-    snakemake(work, "--cores", "1", target, env=env)
-    cmd = json.loads((work / "results/small/ncu/decode.step0.cmd.json").read_text())
-    print("fallback:", cmd["fallback_from"], "->", cmd["replay_mode"])
-    assert cmd["fallback_from"][0]["replay_mode"] == "range" and "cuKernelSetAttribute" in cmd["fallback_from"][0]["why"]
-    assert cmd["replay_mode"] == "kernel"
+        run = work / "results" / "mm" / f"n~{n}"
+        st = pd.read_csv(run / "stages.csv").set_index("stage")
+        raw, _ = ncu.parse_raw_csv(run / "ncu" / "capture.raw.csv")
+        tensor = raw["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
+        print(f"n={n}: {len(raw)} result(s) in {set(p[0] for p in _result_places(raw))}, tensor FLOPs per result "
+              f"{tensor.tolist()} (2n^3 = {2 * n**3}), stage tensor FLOPs {st.loc['LLM@prefill', 'flops_tensor_measured']:.6g}"
+              f" (3 x 2n^3 = {6 * n**3}), busy/wall {st.loc['LLM@prefill', 'busy_over_wall']:.2f}")
+        # Three identical matmuls: one class, profiled once, scaled by the timeline's three launches.
+        assert {p[0] for p in _result_places(raw)} == {"LLM@prefill"} and (tensor == 2 * n**3).all()
+        assert st.loc["LLM@prefill", "flops_tensor_measured"] == 6 * n**3
+    assert "<h3>Against n</h3>" in (work / "results" / "report.html").read_text()
 
 
 def test_reports_from_another_machine_are_exported_and_analysed(run_dir, tmp_path):
@@ -191,14 +364,15 @@ def test_reports_from_another_machine_are_exported_and_analysed(run_dir, tmp_pat
     caps = tmp_path / "caps"
     caps.mkdir()
     shutil.copy(run_dir / "tinyllm" / "timeline" / "timeline.nsys-rep", caps / "run1.nsys-rep")
-    shutil.copy(run_dir / "tinyllm" / "ncu" / "prefill.ncu-rep", caps / "p.ncu-rep")
+    shutil.copy(run_dir / "tinyllm" / "ncu" / "capture.ncu-rep", caps / "c.ncu-rep")
     work = copy_workflow(tmp_path / "wf")
     snakemake(work, "--cores", "1", "results/report.html", "--config", f"captures={caps}")
     st = pd.read_csv(work / "results" / "captures" / "caps" / "stages.csv").set_index("stage")
     host = pd.read_csv(run_dir / "tinyllm" / "stages.csv").set_index("stage")
-    print("from reports: prefill FLOPs", st.loc["prefill", "flops_measured"], "host", host.loc["prefill", "flops_measured"])
-    assert st.loc["prefill", "flops_measured"] == pytest.approx(host.loc["prefill", "flops_measured"], rel=1e-9)
-    assert st.loc["prefill", "gpu_busy_ms"] == pytest.approx(host.loc["prefill", "gpu_busy_ms"])
+    for stage in ("prefill", "decode"):
+        print(f"from reports: {stage} FLOPs {st.loc[stage, 'flops_measured']:.6g}, host {host.loc[stage, 'flops_measured']:.6g}")
+        assert st.loc[stage, "flops_measured"] == pytest.approx(host.loc[stage, "flops_measured"], rel=1e-9)
+        assert st.loc[stage, "gpu_busy_ms"] == pytest.approx(host.loc[stage, "gpu_busy_ms"])
 
 
 def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):

@@ -1,0 +1,135 @@
+"""The capture engine on real H200 runs (tests/data/h200_v2, one workflow run each, trimmed): attribution across
+threads and CUDA graphs, one profiled launch per class, and scaled numbers checked against independent
+measurements made in the same GPU session (a full capture, an eager run, range replay)."""
+
+import json
+import sqlite3
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from conftest import DATA
+from nsightflow import aggregate, attribution, matching, metrics, ncu, plan
+
+V2 = DATA / "h200_v2"
+
+
+def _agg(run, **kw):
+    d = V2 / run
+    dtype = json.loads((d / "manifest.json").read_text())["dtype"]
+    return aggregate.aggregate_run(d / "timeline.sqlite", "nsightflow", d / "plan.json", d / "capture.raw.csv",
+                                   d / "analytic_flops.json", dtype, 0.5, 10, 0.9, ceiling_json=d / "ceilings.json",
+                                   **kw)
+
+
+def _sums(raw):
+    """FLOPs (tensor pipes + SASS, FMA = 2) and DRAM bytes per NVTX range, straight from an export's cells."""
+    sass = {"fadd": 1, "fmul": 1, "ffma": 2, "dadd": 1, "dmul": 1, "dfma": 2, "hadd": 2, "hmul": 2, "hfma": 4}
+    flops = sum(raw[m] for m in ncu.TENSOR_FLOP_METRICS.values())
+    flops = flops + sum(k * raw[f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"] for op, k in sass.items())
+    dram = raw["dram__bytes_read.sum"] + raw["dram__bytes_write.sum"]
+    return pd.DataFrame({"flops": flops, "dram": dram, "stage": raw["nvtx_range"]}).groupby("stage").sum()
+
+
+def test_representatives_agree_with_a_full_capture_of_the_same_stages():
+    # small/full.raw.csv: ncu over every launch of both stages (358), in the same GPU session.
+    full, _ = ncu.parse_raw_csv(V2 / "small" / "full.raw.csv")
+    truth = _sums(full)
+    st = _agg("small")["stages"].set_index("stage")
+    for stage in ("prefill", "decode"):
+        assert st.loc[stage, "flops_measured"] == pytest.approx(truth.loc[stage, "flops"], rel=1e-3)
+        assert st.loc[stage, "dram_bytes_measured"] == pytest.approx(truth.loc[stage, "dram"], rel=1e-2)
+        assert st.loc[stage, "coverage"] == 1.0
+    # ... from 70 profiled launches (28 prefill classes; 21 in each of decode steps 0 and 3) instead of 358.
+    assert st["profiled_launches"].sum() == 70 and len(full) == 358
+
+
+def test_every_class_of_the_profiled_steps_is_profiled_once():
+    d = V2 / "default"
+    tl = attribution.read_timeline(d / "timeline.sqlite", "nsightflow")
+    got = plan.plan_capture(tl, "nsightflow", ["first", "last"])
+    ran = plan.CapturePlan.read(d / "plan.json")
+    assert got.expected == ran.expected and got.windows == ran.windows  # the plan the GPU host ran
+    probe = tl.launches[tl.launches["pass_"] == "probe"]
+    for w in got.windows:
+        mine = probe[(probe["stage"] == w.stage) & (probe["step"] == w.step)]
+        planned = [e for e in got.expected if (e["stage"], e["step"]) == (w.stage, w.step)]
+        assert Counter(e["class_key"] for e in planned) == Counter(set(mine["class_key"]))
+    # Layers repeat their calls: 28 classes stand for prefill's 128 launches, 22 for each decode step's 136.
+    assert {s: (v["classes"], v["launches"]) for s, v in got.stages.items()} == {"prefill": (28, 128),
+                                                                                  "decode": (44, 1088)}
+    # proj and down launch one GEMM kernel with one grid; their calls differ (K = 1024 vs 2816): two classes.
+    pre = probe[(probe["stage"] == "prefill")]
+    by_kernel = pre.groupby("kernel_key")["op"].nunique()
+    assert (by_kernel > 1).any()
+    # The capture is the plan: ncu's own NVTX cells name each result's step and operator call.
+    raw, _ = ncu.parse_raw_csv(d / "capture.raw.csv")
+    for stack, e in zip(raw["nvtx_stack"], got.expected, strict=True):
+        step = next(x for x in stack if x["domain"] == "nsightflow.probe")
+        op = next(x for x in stack if x["domain"] == "nsightflow.ops")
+        assert (step["range"], step["payload"]) == (e["stage"], e["step"])
+        assert op["payload"] == (e["unit"] - 1) // 2 and e["class_key"].startswith(op["range"] + "#")
+
+
+def test_a_tampered_capture_is_refused():
+    d = V2 / "default"
+    raw, _ = ncu.parse_raw_csv(d / "capture.raw.csv")
+    res = metrics.result_metrics(raw)
+    exp = plan.expected_frame(plan.CapturePlan.read(d / "plan.json"))
+    matching.match_to_plan(res, exp, "capture")
+    swapped = res.copy()
+    swapped.loc[[0, 1], "ncu_id"] = swapped.loc[[1, 0], "ncu_id"].to_numpy()  # two results in the wrong order
+    with pytest.raises(matching.MatchError, match="differs from the planned launch"):
+        matching.match_to_plan(swapped, exp, "capture")
+
+
+def test_backward_kernels_of_autograds_thread_belong_to_backward():
+    d = V2 / "train"
+    tl = attribution.read_timeline(d / "timeline.sqlite", "nsightflow")
+    ranged = tl.launches[tl.launches["pass_"] == "ranged"]
+    con = sqlite3.connect(d / "timeline.sqlite")
+    # Plain SQL: kernels whose launch call lies in a backward range, and how many came from that range's thread.
+    total, same = con.execute(
+        "SELECT COUNT(*), SUM(rt.globalTid = n.globalTid) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId "
+        "JOIN NVTX_EVENTS n ON n.eventType = 59 AND rt.start BETWEEN n.start AND n.\"end\" "
+        "JOIN StringIds s ON s.id = n.textId WHERE s.value = 'backward' "
+        "AND n.domainId = (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'nsightflow')").fetchone()
+    assert total == 256 and same == 2  # nsys' per-thread projection would give backward 2 kernels
+    assert len(ranged[ranged["stage"] == "backward"]) == total
+    st = _agg("train")["stages"].set_index("stage")
+    assert (st["coverage"] == 1.0).all()
+    # dX and dW of every matmul: the backward GEMMs execute twice the forward's tensor FLOPs.
+    kernels = _agg("train")["kernels"]
+    gemm = kernels[~kernels["kernel"].str.contains("flash|fmha|attention", case=False)].groupby("stage")["flops_tensor"].sum()
+    assert gemm["backward"] / gemm["forward"] == pytest.approx(2.0, rel=0.1)
+
+
+def test_cuda_graph_kernels_belong_to_their_decode_steps_and_measure_what_eager_does():
+    d = V2 / "graph"
+    tl = attribution.read_timeline(d / "timeline.sqlite", "nsightflow")
+    dec = tl.launches[(tl.launches["pass_"] == "ranged") & (tl.launches["stage"] == "decode")]
+    assert dec["graph"].all() and (dec.groupby("step").size() == 72).all()
+    con = sqlite3.connect(d / "timeline.sqlite")
+    # Graph kernels carry the correlation id of the cudaGraphLaunch that ran them (--cuda-graph-trace=node).
+    launches = {r[0] for r in con.execute(
+        "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt "
+        "ON rt.correlationId = k.correlationId JOIN StringIds s ON s.id = rt.nameId WHERE k.graphNodeId IS NOT NULL")}
+    assert launches and all(name.startswith("cudaGraphLaunch") for name in launches)
+    graph = _agg("graph")
+    eager = _agg("small")["stages"].set_index("stage")
+    st = graph["stages"].set_index("stage")
+    assert st.loc["decode", "flops_measured"] == pytest.approx(eager.loc["decode", "flops_measured"], rel=1e-3)
+    assert st.loc["decode", "coverage"] == 1.0
+    assert any("replays CUDA graphs" in n for n in graph["notes"])  # and no analytic FLOPs are made up for it
+
+
+def test_range_replay_totals_beside_the_kernel_totals():
+    d = V2 / "ranges"
+    st = _agg("ranges", ranges_export=d / "ranges.raw.csv", ranges_plan=d / "ranges.plan.json")["stages"]
+    st = st.set_index("stage")
+    for stage in ("prefill", "decode"):
+        assert st.loc[stage, "flops_tensor_ranges"] == pytest.approx(st.loc[stage, "flops_tensor_measured"], rel=1e-3)
+    # A range keeps data in L2 between its kernels; kernel replay flushes caches before each kernel.
+    assert st.loc["prefill", "dram_bytes_ranges"] < st.loc["prefill", "dram_bytes_measured"]
