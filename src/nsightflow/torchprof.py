@@ -54,12 +54,18 @@ def _complete_events(trace: dict) -> pd.DataFrame:
 def ranges(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Annotated ranges (``record_function``), in start order: domain, stage, ts, end, tid, range_index.
 
-    ``labels`` maps trace labels back to stage names (see nsightflow.harness.trace_label).
+    ``labels`` maps trace labels back to stage names (see nsightflow.harness.trace_label); when given,
+    annotations that are not the harness's are left out.
     """
     ev = _complete_events(trace)
     ann = ev[ev["cat"] == "user_annotation"].sort_values("ts").copy()
     parts = ann["name"].map(split_range)
     ann["domain"] = [p[0] for p in parts]
+    if labels:
+        # Only the harness's ranges are stages: libraries annotate their own calls too
+        # (torch.optim: "Optimizer.step#AdamW.step").
+        mine = [bool(d) and lab in labels for d, lab in parts]
+        ann, parts = ann[mine], parts[mine]
     ann["stage"] = [(labels or {}).get(p[1], p[1]) for p in parts]
     ann["range_index"] = ann.groupby(["domain", "stage"]).cumcount()
     return ann.reset_index(drop=True)
@@ -146,8 +152,9 @@ def kernel_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFr
 
 
 def stage_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """Wall time per annotated range, columns as ``nsys.stage_table``."""
+    """Wall time per annotated range, in the order the stages first ran; columns as ``nsys.stage_table``."""
     rng = ranges(trace, labels)
-    out = rng.groupby(["domain", "stage"], as_index=False).agg(range_instances=("dur", "size"), wall_us=("dur", "sum"))
+    out = rng.groupby(["domain", "stage"], as_index=False, sort=False).agg(range_instances=("dur", "size"),
+                                                                         wall_us=("dur", "sum"))
     out["wall_ns"] = out.pop("wall_us") * 1e3
     return out
