@@ -37,8 +37,12 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
     assert st.loc["decode", "flops_analytic"] == sum(matmuls(1) + attention(1, t + s + 1) for s in range(steps))
     for stage in ("prefill", "decode"):
         assert st.loc[stage, "wall_ms"] > 0 and st.loc[stage, "gpu_busy_ms"] > 0
-        assert st.loc[stage, "bytes_analytic"] > 0
-        assert 0 < st.loc[stage, "mfu_busy"] < 1  # against the best matmul rate this CPU reaches
+        assert st.loc[stage, "bytes_analytic"] > 0 and st.loc[stage, "mfu_busy"] > 0
+    # The CPU's measured matmul rate is a reference, not a bound: a stage that runs faster says so.
+    notes = json.loads((cpu_run / "results" / "tinyllm" / "summary.json").read_text())["notes"]
+    for stage in ("prefill", "decode"):
+        exceeded = any(n.startswith(f"{stage}: MFU") and "exceed the peak" in n for n in notes)
+        assert exceeded == (st.loc[stage, "mfu_busy"] > 1)
     html = (cpu_run / "results" / "report.html").read_text()
     assert "Backend: <b>torch</b>" in html and "no CUDA GPU" in html
     assert "<td>prefill</td>" in html and "<td>decode</td>" in html

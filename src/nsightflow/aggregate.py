@@ -224,6 +224,13 @@ def stage_notes(ssum: pd.DataFrame, analytic: dict | None = None) -> list[str]:
             notes.append(f"{s['stage']}: busy time is {s['busy_over_wall']:.0%} of the range's wall time: the device "
                          "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
                          "measures the program, MFU on busy time the kernels.")
+        over = [f"{label} {s[col]:.0%}" for col, label in (("mfu_busy", "MFU"), ("hfu_busy", "HFU"),
+                                                            ("dram_bw_util_busy", "DRAM bandwidth utilisation"),
+                                                            ("bw_util_busy_model", "bandwidth utilisation"))
+                if col in s and np.isfinite(s[col]) and s[col] > 1]
+        if over:
+            notes.append(f"{s['stage']}: {', '.join(over)} on busy time exceed the peak they divide by: that peak is "
+                         "a measured rate (or a datasheet's), not a proven bound, and this stage ran faster.")
         for why in ((analytic or {}).get(s["stage"], {}) or {}).get("not_counted", []):
             notes.append(f"{s['stage']}: no analytic FLOPs (so no MFU): {why}.")
         notes += flop_notes(s)
