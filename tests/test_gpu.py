@@ -291,6 +291,46 @@ def test_range_results_beside_the_kernel_totals(tmp_path):
     print(f"range capture run: {seconds:.1f} s")
 
 
+GQA_LLAMA = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
+             "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
+             "max_position_embeddings": 2048}
+MQA_QWEN2 = {"model_type": "qwen2", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
+             "num_attention_heads": 16, "num_key_value_heads": 1, "vocab_size": 32000,
+             "max_position_embeddings": 2048}
+
+
+@pytest.mark.parametrize("name,config", [("llama", GQA_LLAMA), ("qwen2", MQA_QWEN2)])
+def test_huggingface_models_measure_their_analytic_flops(tmp_path, name, config):
+    wl = [{"name": name, "callable": "nsightflow.hf:build",
+           "args": {"config": config, "batch": 4, "prompt": 512, "decode_steps": 8}}]
+    results, seconds = _run(tmp_path, name, wl)
+    st = pd.read_csv(results / name / "stages.csv").set_index("stage")
+    pre = st.loc["prefill"]
+    rel = pre["flops_measured"] / pre["flops_analytic_causal"] - 1
+    print(f"{name} ({config['num_key_value_heads']} KV heads of 16): {seconds:.1f} s; prefill FLOPs measured "
+          f"{pre['flops_measured']:.5g}, analytic {pre['flops_analytic_causal']:.5g} ({rel:+.2%}); MFU busy "
+          f"prefill {pre['mfu_busy']:.2%}, decode {st.loc['decode', 'mfu_busy']:.2%}; coverage "
+          f"{st['coverage'].tolist()}; profiled {st['profiled_launches'].tolist()}")
+    assert abs(rel) < 0.02 and (st["mfu_busy"] > 0).all() and (st["coverage"] == 1.0).all()
+
+
+def test_compiled_decoder_on_the_gpu(small, tmp_path):
+    wl = [{"name": "compiled", "callable": "nsightflow.decoder:build", "args": {**SMALL, "compile": True}}]
+    results, seconds = _run(tmp_path, "compiled", wl, ncu={"sample_steps": ["first", "last"]})
+    st = pd.read_csv(results / "compiled" / "stages.csv").set_index("stage")
+    eager = pd.read_csv(small / "stages.csv").set_index("stage")
+    plan = json.loads((results / "compiled" / "plan.json").read_text())
+    print(f"compiled decoder: {seconds:.1f} s; windows {[w['why'][:60] for w in plan['windows']]}")
+    for stage in ("prefill", "decode"):
+        print(f"{stage}: FLOPs compiled {st.loc[stage, 'flops_measured']:.5g}, eager {eager.loc[stage, 'flops_measured']:.5g};"
+              f" busy {st.loc[stage, 'gpu_busy_ms']:.3f} ms vs {eager.loc[stage, 'gpu_busy_ms']:.3f} ms; MFU busy "
+              f"{st.loc[stage, 'mfu_busy']:.2%}")
+        assert st.loc[stage, "mfu_busy"] > 0 and st.loc[stage, "coverage"] == 1.0
+    # The tensor work is the model's either way (fusion changes the elementwise kernels, not the GEMMs).
+    assert st.loc["prefill", "flops_tensor_measured"] == pytest.approx(eager.loc["prefill", "flops_tensor_measured"],
+                                                                       rel=0.02)
+
+
 def test_changing_top_n_reruns_only_aggregation_and_reports(run_dir):
     work = run_dir.parent
     base = (work / "config" / "config.yaml").read_text()

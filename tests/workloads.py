@@ -66,3 +66,16 @@ def gpu_matmuls(stage: str = "prefill", n: int = 1024, repeats: int = 2, **_):
             state["c"] = state["a"] @ state["b"]
 
     return Workload(setup=setup, stages=[Stage(stage, step)], params={"n": n, "repeats": repeats})
+
+
+def mode_averse(**_):
+    """Runs normally, but refuses to run under a TorchDispatchMode (as some libraries do): the measurement
+    must stand, only the analytic count is missing."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    def step(_: int) -> None:
+        if _get_current_dispatch_mode_stack():
+            raise RuntimeError("this library does not run under a dispatch mode")
+        _matmul(0)
+
+    return Workload(setup=lambda: None, stages=[Stage("prefill", step)])

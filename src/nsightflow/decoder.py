@@ -3,7 +3,8 @@
 Small enough to run on a CPU in seconds, shaped like a real LLM (RMSNorm, rotary-free
 multi-head attention through ``scaled_dot_product_attention``, SwiGLU MLP, tied LM head)
 so that its kernels are the ones a real model spends its time in. ``cuda_graph=True`` decodes as
-serving engines do: each decode step is captured once into a ``torch.cuda.CUDAGraph`` and replayed.
+serving engines do: each decode step is captured once into a ``torch.cuda.CUDAGraph`` and replayed;
+``compile=True`` runs the model under ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -109,13 +110,22 @@ def build(
     device: str = "auto",
     seed: int = 0,
     cuda_graph: bool = False,
+    compile: bool = False,
 ) -> Workload:
-    """Build the default workload: one prefill of ``prompt`` tokens, then greedy decode steps."""
+    """Build the default workload: one prefill of ``prompt`` tokens, then greedy decode steps.
+
+    ``compile``: the model under ``torch.compile(dynamic=True)`` (one graph for every decode position);
+    the first pass, a warm-up, compiles it.
+    """
     device = resolve_device(device)
     if cuda_graph and not device.startswith("cuda"):
         raise ValueError("cuda_graph=True needs a CUDA device")
+    if cuda_graph and compile:
+        raise ValueError("choose cuda_graph or compile, not both")
     torch_dtype = getattr(torch, dtype)
     model = make_model(dtype, device, seed, vocab, d_model, n_layers, n_heads, d_ff).eval()
+    if compile:
+        model = torch.compile(model, dynamic=True)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     prompt_tokens = torch.randint(0, vocab, (batch, prompt), generator=gen, device=device)
     shape = (batch, n_heads, prompt + decode_steps, d_model // n_heads)
@@ -160,7 +170,8 @@ def build(
             run_decode(step)
 
     params = dict(batch=batch, prompt=prompt, decode_steps=decode_steps, vocab=vocab, d_model=d_model,
-                  n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, dtype=dtype, device=device, cuda_graph=cuda_graph)
+                  n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, dtype=dtype, device=device, cuda_graph=cuda_graph,
+                  compile=compile)
     return Workload(
         setup=setup,
         stages=[Stage("prefill", prefill, 1), Stage("decode", decode, decode_steps)],

@@ -138,10 +138,11 @@ class StageCount:
     by_op: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)  # op -> first error
     graph_replays: int = 0
+    stopped: str = ""  # why the counting pass stopped, if it did
 
     def record(self) -> dict:
         """The stage's entry in analytic_flops.json; FLOPs are None when part of the work was not counted."""
-        why = []
+        why = [self.stopped] if self.stopped else []
         if self.failures:
             why.append("a FLOP formula failed for " + "; ".join(f"{op}: {err}" for op, err in self.failures.items()))
         if self.graph_replays:
@@ -198,6 +199,11 @@ class Tally:
             s.by_op[f"aten.{name}"] = s.by_op.get(f"aten.{name}", 0) + flops
         if not getattr(func, "is_view", False):  # views move no data
             s.bytes += moved_bytes(list(args) + list(kwargs.values()), out, gathers=name in GATHER_OPS)
+
+    def failed(self, stages: list[str], why: str) -> None:
+        """The counting pass stopped: every stage's count is missing, with the reason."""
+        for name in stages:
+            self.stages.setdefault(name, StageCount()).stopped = why[:500]
 
     def result(self) -> dict:
         return {"stages": {name: s.record() for name, s in self.stages.items()},

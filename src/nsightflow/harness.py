@@ -172,11 +172,25 @@ def probe_pass(workload: Workload, domain: str | None, count: bool, windows=None
     whole runs as in the ranged pass, inside one window; every other step runs plainly.
     """
     from nsightflow.flops import Tally
-    from nsightflow.probe import OpProbe, graph_replays_counted
+    from nsightflow.probe import OpProbe
 
     tally = Tally() if count else None
     mark = _nvtx_ranges(probe_domain(domain)) if domain is not None else None
     probe = OpProbe(domain, tally, windows)
+    try:
+        _probe_steps(workload, tally, mark, probe, windows)
+    except WorkloadError as exc:
+        if tally is None or windows is not None:
+            raise
+        # The workload ran in the ranged pass; under the probe it failed: the measurement stands, the count does not.
+        tally.failed([s.name for s in workload.stages], f"the counting pass (the workload run again under a "
+                     f"TorchDispatchMode, after the measured pass) failed: {exc}")
+    return tally.result() if tally is not None else None
+
+
+def _probe_steps(workload: Workload, tally, mark, probe, windows) -> None:
+    from nsightflow.probe import graph_replays_counted
+
     _setup(workload)
     with graph_replays_counted(tally):
         for stage, step in steps(workload):
@@ -194,7 +208,6 @@ def probe_pass(workload: Workload, domain: str | None, count: bool, windows=None
                     windows.end_step()
                 if tally is not None:
                     tally.end()
-    return tally.result() if tally is not None else None
 
 
 def count_flops(workload: Workload) -> dict:

@@ -1,0 +1,122 @@
+"""Ready workloads on the CPU (torch backend, real Snakemake): HuggingFace models with grouped-query and
+multi-query attention, a training step, the compiled decoder, and a workload that breaks the analytic count.
+Expected FLOPs are written out here from each model's shapes."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import copy_workflow, snakemake
+
+LLAMA = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+         "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256}
+QWEN2 = {"model_type": "qwen2", "hidden_size": 128, "intermediate_size": 320, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 1, "vocab_size": 384, "max_position_embeddings": 256}
+TINY = {"vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 48, "dtype": "float32", "device": "cpu"}
+HF = {"batch": 2, "prompt": 16, "decode_steps": 3, "dtype": "float32", "device": "cpu"}
+
+
+def hf_flops(c, batch, tokens, past):
+    """One forward of a Llama-style model over ``tokens`` new tokens after ``past`` cached ones, logits of the
+    last position only: (GEMM FLOPs, attention FLOPs in full)."""
+    h, i, layers, hq, hkv, v = (c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"],
+                                c["num_attention_heads"], c["num_key_value_heads"], c["vocab_size"])
+    hd = h // hq
+    per_token = h * h + 2 * h * hkv * hd + h * h + 3 * h * i  # q, k, v, o, gate, up, down (MACs)
+    rotary = 2 * (hd // 2) * tokens  # the rotary angles: inv_freq (hd/2 x 1) @ positions (1 x tokens)
+    gemm = 2 * batch * tokens * per_token * layers + 2 * batch * h * v + rotary
+    attention = layers * 2 * batch * hq * tokens * (past + tokens) * 2 * hd  # Q·Kᵀ and P·V, every query head
+    return gemm, attention
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    wf = copy_workflow(tmp_path_factory.mktemp("workloads"))
+    cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    cfg["profiler"] = "torch"
+    cfg["workloads"] = [
+        {"name": "llama", "callable": "nsightflow.hf:build", "args": {**HF, "config": LLAMA}},
+        {"name": "qwen2", "callable": "nsightflow.hf:build", "args": {**HF, "config": QWEN2}},
+        {"name": "train", "callable": "nsightflow.training:build",
+         "args": {**TINY, "batch": 2, "seq": 16, "iterations": 2}},
+        {"name": "compiled", "callable": "nsightflow.decoder:build",
+         "args": {**TINY, "batch": 2, "prompt": 16, "decode_steps": 2, "compile": True}},
+        {"name": "averse", "callable": "workloads:mode_averse"},
+    ]
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {**__import__("os").environ, "PYTHONPATH": str(wf / "tests")}
+    snakemake(wf, "--cores", "2", "results/report.html", env=env)
+    return wf / "results"
+
+
+def _stages(runs, name):
+    return pd.read_csv(runs / name / "stages.csv").set_index("stage")
+
+
+@pytest.mark.parametrize("name,config", [("llama", LLAMA), ("qwen2", QWEN2)])
+def test_huggingface_models_with_grouped_and_multi_query_attention(runs, name, config):
+    st = _stages(runs, name)
+    gemm, att = hf_flops(config, 2, 16, 0)
+    assert st.loc["prefill", "flops_analytic_gemm"] == gemm
+    assert st.loc["prefill", "flops_analytic_attention"] == att
+    kept = 16 * 17 // 2  # causal prefill: query i sees keys 0..i
+    assert st.loc["prefill", "flops_analytic_causal"] == gemm + att * kept // (16 * 16)
+    decode = [hf_flops(config, 2, 1, 16 + s) for s in range(3)]
+    assert st.loc["decode", "flops_analytic"] == sum(g + a for g, a in decode)
+    assert (st["mfu_busy"] > 0).all() and (st["wall_ms"] > 0).all()
+    manifest = json.loads((runs / name / "manifest.json").read_text())
+    assert manifest["params"]["num_key_value_heads"] == config["num_key_value_heads"]
+    assert (runs / name / "report.html").exists()
+
+
+def test_training_step_counts_backward_as_twice_the_forward_gemms(runs):
+    st = _stages(runs, "train")
+    assert list(st.index) == ["forward", "backward", "optimizer"] and (st["range_instances"] == 2).all()
+    b, t, d, f, v = 2, 16, 32, 48, 256
+    fwd = 2 * (2 * b * t * (d * 3 * d + d * d + d * 2 * f + f * d) + 2 * b * t * d * v)  # 2 iterations, 1 layer
+    assert st.loc["forward", "flops_analytic_gemm"] == fwd
+    assert st.loc["backward", "flops_analytic_gemm"] == 2 * fwd
+    assert st.loc["optimizer", "flops_analytic"] == 0
+
+
+def test_compiled_decoder_reports_the_model_flops(runs):
+    st = _stages(runs, "compiled")
+    b, t, d, f, v, h = 2, 16, 32, 48, 256, 2
+
+    def matmuls(tokens):
+        return 2 * b * tokens * (d * 3 * d + d * d + d * 2 * f + f * d) + 2 * b * d * v
+
+    assert st.loc["prefill", "flops_analytic"] == matmuls(t) + 2 * b * h * t * t * 2 * (d // h)
+    assert st.loc["decode", "flops_analytic"] == sum(matmuls(1) + 2 * b * h * (t + s + 1) * 2 * (d // h)
+                                                     for s in range(2))
+    assert (st["gpu_busy_ms"] > 0).all()
+    assert json.loads((runs / "compiled" / "manifest.json").read_text())["params"]["compile"] is True
+
+
+def test_a_failed_count_never_removes_a_measured_number(runs):
+    st = _stages(runs, "averse")
+    assert st.loc["prefill", "wall_ms"] > 0 and st.loc["prefill", "gpu_busy_ms"] > 0
+    assert pd.isna(st.loc["prefill", "flops_analytic"]) and pd.isna(st.loc["prefill", "mfu_busy"])
+    notes = json.loads((runs / "averse" / "summary.json").read_text())["notes"]
+    assert any("no analytic FLOPs (so no MFU): the counting pass (the workload run again under a TorchDispatchMode"
+               in n and "does not run under a dispatch mode" in n for n in notes)
+    assert "does not run under a dispatch mode" in (runs / "averse" / "report.html").read_text()
+
+
+def test_a_checkpoint_directory_is_a_workload(tmp_path):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from nsightflow import harness
+
+    cfg = dict(LLAMA)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg.pop("model_type"), **cfg))
+    model.save_pretrained(tmp_path / "ckpt")
+    wl = harness.build_workload("nsightflow.hf:build", {**HF, "model": str(tmp_path / "ckpt")})
+    got = harness.count_flops(wl)["stages"]["prefill"]
+    assert got["by_class"]["gemm"] == hf_flops(LLAMA, 2, 16, 0)[0]
+    with pytest.raises(harness.WorkloadError, match="no HuggingFace checkpoint could be loaded from"):
+        harness.build_workload("nsightflow.hf:build", {**HF, "model": str(tmp_path / "nowhere")})
+    with pytest.raises(harness.WorkloadError, match="either `model`"):
+        harness.build_workload("nsightflow.hf:build", HF)
