@@ -133,3 +133,26 @@ def test_range_replay_totals_beside_the_kernel_totals():
         assert st.loc[stage, "flops_tensor_ranges"] == pytest.approx(st.loc[stage, "flops_tensor_measured"], rel=1e-3)
     # A range keeps data in L2 between its kernels; kernel replay flushes caches before each kernel.
     assert st.loc["prefill", "dram_bytes_ranges"] < st.loc["prefill", "dram_bytes_measured"]
+
+
+def test_unsampled_steps_are_scaled_from_the_first_and_last_of_the_same_launch_sequence():
+    # HuggingFace Llama with GQA (4 KV heads of 16), bf16 on the H200. Its KV cache grows by torch.cat, whose
+    # grid grows every step; this capture was planned when that made each step its own launch sequence, so it
+    # profiled every decode step: the measurement of steps 1-6 is the reference for scaling from 0 and 7.
+    d = V2 / "llama"
+    tl = attribution.read_timeline(d / "timeline.sqlite", "nsightflow")
+    ran = plan.CapturePlan.read(d / "plan.json")
+    raw, _ = ncu.parse_raw_csv(d / "capture.raw.csv")
+    matched = matching.match_to_plan(metrics.result_metrics(raw), plan.expected_frame(ran), "capture")
+    ranged = tl.launches[tl.launches["pass_"] == "ranged"]
+    every = metrics.stage_measured(metrics.launch_values(ranged, matched, {(w.stage, w.step) for w in ran.windows}))
+    two = matched[(matched["stage"] != "decode") | matched["step"].isin([0, 7])]
+    scaled = metrics.stage_measured(metrics.launch_values(ranged, two, {("prefill", 0), ("decode", 0), ("decode", 7)}))
+    every, scaled = every.set_index("stage"), scaled.set_index("stage")
+    assert scaled.loc["decode", "flops"] == pytest.approx(every.loc["decode", "flops"], rel=1e-6)
+    assert scaled.loc["decode", "dram_bytes"] == pytest.approx(every.loc["decode", "dram_bytes"], rel=1e-3)
+    assert scaled.loc["decode", "covered_ns"] == scaled.loc["decode", "busy_ns"]  # coverage 100%
+    # Kernels, not grids, make a launch sequence: one for all 8 steps, so a plan today profiles 2 of them.
+    now = plan.plan_capture(tl, "nsightflow", ["first", "last"])
+    assert now.stages["decode"]["structures"] == 1 and now.stages["decode"]["profiled"] == 2 * 39
+    assert ran.stages["decode"]["profiled"] == 8 * 39

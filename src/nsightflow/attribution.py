@@ -43,7 +43,8 @@ class Timeline:
     block, dynamic shared memory), class_key (what makes launches identical: the call's signature,
     the launch's ordinal in its unit, and the kernel key; a ranged-pass launch takes the class of its
     twin in the probe pass, or its kernel key where the step has no twin), structure (an id of the
-    step's sequence of kernel keys: steps with equal ids launch the same kernels in the same order),
+    step's sequence of kernels: steps with equal ids launch the same kernels in the same order, grids
+    and sizes aside; launches at the same position correspond),
     twin (the step's probe pass launched the same sequence), kernel (demangled), mangled, grid, block,
     smem, start, end, duration_ns, launch_ns, tid (launching thread), graph (ran inside a CUDA graph).
     ``ranges``: the harness's stage ranges (stage, step, range_index, start, end, tid).
@@ -279,15 +280,20 @@ def _classes(launches: pd.DataFrame) -> pd.DataFrame:
         codes, uniques = pd.MultiIndex.from_arrays([p["op"], ordinal, p["kernel_key"]]).factorize()
         keys = np.asarray([f"{op}#{k}|{kk}" for op, k, kk in uniques], dtype=object)
         launches.loc[probe, "class_key"] = keys[codes]
-    # A step's launch sequence, as one id per distinct sequence of kernel keys, per pass.
-    kcode = pd.Series(pd.factorize(launches["kernel_key"])[0], index=launches.index)
-    seqs = kcode.groupby([launches["pass_"], launches["stage"], launches["step"]], sort=False).agg(tuple)
-    seq_id = pd.Series(pd.factorize(seqs)[0], index=seqs.index, name="seq_id").reset_index()
+    # Per pass and step: the sequence of kernel keys (a twin must match it exactly), and of kernels alone
+    # (the structure: positions correspond, a grid that grows with the step is work that grows with it).
+    def sequence_ids(col: str, name: str) -> pd.DataFrame:
+        code = pd.Series(pd.factorize(launches[col])[0], index=launches.index)
+        seqs = code.groupby([launches["pass_"], launches["stage"], launches["step"]], sort=False).agg(tuple)
+        return pd.Series(pd.factorize(seqs)[0], index=seqs.index, name=name).reset_index()
+
+    seq_id = sequence_ids("kernel_key", "seq_id")
     ranged = seq_id[seq_id["pass_"] == "ranged"].drop(columns="pass_")
     probes = seq_id[seq_id["pass_"] == "probe"].drop(columns="pass_").rename(columns={"seq_id": "probe_id"})
-    steps = ranged.merge(probes, on=["stage", "step"], how="left")
+    structures = sequence_ids("mangled", "structure")
+    steps = ranged.merge(probes, on=["stage", "step"], how="left").merge(
+        structures[structures["pass_"] == "ranged"].drop(columns="pass_"), on=["stage", "step"], how="left")
     steps["twin"] = steps["seq_id"] == steps["probe_id"]
-    steps["structure"] = steps["seq_id"]
     merged = launches[["stage", "step"]].merge(steps[["stage", "step", "twin", "structure"]], on=["stage", "step"],
                                                how="left")
     launches["twin"] = merged["twin"].fillna(False).astype(bool).to_numpy()
