@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -148,3 +149,54 @@ def test_timeout_stops_the_program_the_tool_launched(tmp_path):
     child = int(pidfile.read_text())
     time.sleep(0.5)
     assert not os.path.exists(f"/proc/{child}") or "zombie" in open(f"/proc/{child}/status").read().lower()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "kill-9-job"])
+def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
+    marker = tmp_path / "pid"
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:slow",
+                                    "args": {"marker": str(marker), "seconds": 30}}])
+    # Snakemake in a process group of its own, as a shell's foreground job is.
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"], cwd=wf,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while not (marker.exists() and marker.read_text()) and time.time() < deadline:
+        time.sleep(0.2)
+    workload = int(marker.read_text())
+    assert _alive(workload)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the foreground group
+    elif how == "sigterm":
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:  # the job's own process dies: the python running the rule, parent of the workload
+        job = int(Path(f"/proc/{workload}/status").read_text().split("PPid:")[1].split()[0])
+        os.kill(job, signal.SIGKILL)
+    deadline = time.time() + 20
+    while _alive(workload) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _alive(workload), f"the workload outlived the job ({how})"
+    proc.wait(timeout=60)  # and Snakemake ends (interrupted, or seeing its job fail)
+    time.sleep(1)
+    assert not (wf / "results" / "w" / "torch" / "trace.json").exists()
+    assert not (wf / "results" / "w" / "stages.csv").exists()
+
+
+def test_a_crash_is_named_and_a_full_disk_does_not_hide_it(tmp_path):
+    from nsightflow.capture import ToolError, run_tool
+
+    crash = [sys.executable, "-c", "import os, signal; print('about to crash'); os.kill(os.getpid(), signal.SIGSEGV)"]
+    with pytest.raises(ToolError, match="was killed by SIGSEGV") as err:
+        run_tool(crash, tmp_path / "log")
+    assert "about to crash" in str(err.value)
+    # /dev/full refuses every write (ENOSPC), as a full disk does: the tool's own error still comes through.
+    fail = [sys.executable, "-c", "import sys; print('nsightflow: stage x raised: the real cause'); sys.exit(2)"]
+    with pytest.raises(ToolError, match="exited with 2; the log could not be written") as err:
+        run_tool(fail, "/dev/full")
+    assert "the real cause" in str(err.value)

@@ -5,6 +5,7 @@ The harness imports them as ``workloads:<function>`` with this directory on PYTH
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -43,8 +44,9 @@ def weird_names(**_):
 
 
 def slow(marker: str, seconds: float = 20.0, **_):
+    """Sleeps inside its stage; the marker holds the workload's process id once the stage has started."""
     def stage(step: int) -> None:
-        Path(marker).write_text("started")
+        Path(marker).write_text(str(os.getpid()))
         time.sleep(seconds)
         _matmul(step)
 

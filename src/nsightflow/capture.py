@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 
-from nsightflow import ncu, nsys
+from nsightflow import children, ncu, nsys
 from nsightflow.attribution import read_timeline
 from nsightflow.matching import match_to_plan
 from nsightflow.metrics import result_metrics
@@ -44,21 +43,27 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
     require(argv[0])
     with claim(n_devices=None if gpu else 0) as (env, decision):
         started = time.time()
-        # Its own process group: on a timeout the profiler and the program it launched are stopped together.
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                start_new_session=True)
         try:
-            stdout, _ = proc.communicate(timeout=timeout_s)
+            stdout, code = children.run(argv, env, timeout_s)
         except subprocess.TimeoutExpired as exc:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            _append(log, argv, (out or "") + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
+            _append(log, argv, (exc.output or "") + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
             raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
+        except (KeyboardInterrupt, children.Stopped) as exc:
+            _append(log, argv, f"\n[nsightflow] stopped ({type(exc).__name__} {exc}): the tool and its program "
+                               "were killed\n")
+            raise
     gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""
-    _append(log, argv, gpu_note + stdout + f"\n[nsightflow] exit code {proc.returncode}\n")
-    if check and proc.returncode != 0:
-        raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}; log: {log}\n{failure_lines(stdout)}")
-    return stdout, proc.returncode
+    how = children.describe_exit(code)
+    try:
+        _append(log, argv, gpu_note + stdout + f"\n[nsightflow] {Path(argv[0]).name} {how}\n")
+    except OSError as exc:  # a full disk must not hide why the tool failed
+        if check and code != 0:
+            raise ToolError(f"{Path(argv[0]).name} {how}; the log could not be written ({exc})\n"
+                            f"{failure_lines(stdout)}") from exc
+        raise
+    if check and code != 0:
+        raise ToolError(f"{Path(argv[0]).name} {how}; log: {log}\n{failure_lines(stdout)}")
+    return stdout, code
 
 
 def failure_lines(output: str, tail: int = 10) -> str:

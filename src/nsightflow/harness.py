@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceilings-out", type=Path, help="measure the device's matmul and copy ceilings, write here")
     parser.add_argument("--out", type=Path, help="write the run's record (stages, params, environment) here")
     ns = parser.parse_args(argv)
+    from nsightflow.children import die_with_parent
+
+    die_with_parent()  # a workload never outlives the profiler (or job) that launched it
     try:
         args = json.loads(ns.args)
         workload = build_workload(ns.spec, args)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from nsightflow.backend import found, gpus, host_info, tool_version
+from nsightflow.children import run
 
 # One empty kernel through the CUDA driver API (ctypes, no torch import: the probe costs ncu's start only).
 PROBE = r"""
@@ -59,9 +60,7 @@ def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float 
     if all(c["ok"] for c in checks):
         argv = [ncu, "--metrics", "gpu__time_duration.sum", "--clock-control", "none", python, "-c", PROBE]
         try:
-            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  timeout=timeout_s, check=False)
-            out = proc.stdout
+            out, _ = run(argv, timeout_s=timeout_s)
         except subprocess.TimeoutExpired:
             out = f"probe did not finish within {timeout_s} s"
         if "ERR_NVGPUCTRPERM" in out:
