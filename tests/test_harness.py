@@ -2,6 +2,7 @@
 bad callables."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -161,3 +162,19 @@ def test_bytes_lower_bound_counts_each_tensor_once():
     per_step = 4 * (8 * 16 + 16 * 4 + 8 * 4) + (4 * 3 * 16 + 8 * 3 + 4 * 3 * 16)
     assert got["bytes_lower_bound"] == 2 * per_step
     assert got["flops"] == 2 * 2 * 8 * 16 * 4
+
+
+@pytest.mark.parametrize("stages,iterations,needle", [
+    ([("a", 1), ("a", 2)], 1, "stage name(s) ['a'] used twice"),
+    ([("a", 0)], 1, "every stage runs at least once: 'a' repeats 0"),
+    ([("a", 1)], 0, "iterations 0"),
+])
+def test_workloads_that_cannot_be_reported_truthfully_are_refused(monkeypatch, stages, iterations, needle):
+    import types
+
+    mod = types.ModuleType("bad_workloads")
+    mod.build = lambda: harness.Workload(setup=lambda: None, iterations=iterations,
+                                         stages=[harness.Stage(n, lambda s: None, r) for n, r in stages])
+    monkeypatch.setitem(sys.modules, "bad_workloads", mod)
+    with pytest.raises(harness.WorkloadError, match=re.escape(needle)):
+        harness.build_workload("bad_workloads:build", {})

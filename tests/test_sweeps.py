@@ -28,6 +28,10 @@ def test_points_and_ids():
     assert runs["m/batch~3"]["args"] == {"batch": 3, "x": 0}
     with pytest.raises(ValueError, match="share the run id"):
         expand([{"name": "m", "callable": "a:b"}, {"name": "m", "callable": "a:c"}])
+    # Whatever the schema let through, no run id names a folder outside results/.
+    for name in ("..", ".", "a/../.."):
+        with pytest.raises(ValueError, match="outside results/"):
+            expand([{"name": name, "callable": "a:b"}])
 
 
 def _config(wf):

@@ -1,5 +1,6 @@
 """The real Snakemake on a temporary copy of the workflow: lint, DAG, config validation, report escaping."""
 
+import datetime
 import re
 
 import pandas as pd
@@ -31,13 +32,29 @@ def test_dry_run_plans_each_backend(tmp_path):
                                                                        "report"}
 
 
-def test_bad_config_names_the_key(tmp_path):
+BAD_CONFIGS = [
+    (lambda c: c["select"].update(top_n=0), "config select.top_n: 0 is less than the minimum of 1"),
+    (lambda c: c.update(selectt={}), "unknown key(s) 'selectt' (did you mean 'select'?)"),
+    (lambda c: c["workloads"][0].update(name=".."), "config workloads.0.name: '..' does not match"),
+    (lambda c: c["workloads"][0].update(sweep={"../../../escape": [1, 2]}),
+     "config workloads.0.sweep: '../../../escape' does not match"),
+    (lambda c: c["workloads"][0]["args"].update(dtype="Float32"), "did you mean 'float32'?"),
+    (lambda c: c.update(select={"top_n": None, "coverage": None}), "top_n and coverage are both null"),
+    (lambda c: c["workloads"][0]["args"].update(when=datetime.date(2026, 1, 1)),
+     "Object of type date is not JSON serializable; write dates and other YAML types as quoted strings"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD_CONFIGS)
+def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, change, message):
     wf = copy_workflow(tmp_path)
     cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
-    cfg["select"]["top_n"] = 0
-    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
-    proc = snakemake(wf, "-n", "--cores", "1", check=False)
-    assert proc.returncode != 0 and "top_n" in proc.stdout
+    change(cfg)
+    (wf / "config" / "config.yaml").write_text(yaml.dump(cfg))
+    proc = snakemake(wf, "--cores", "1", "results/report.html", check=False)
+    assert proc.returncode != 0 and message in proc.stdout, proc.stdout[-2000:]
+    assert len(proc.stdout.splitlines()) < 20  # the error, not the schema
+    assert not (wf / "results").exists() and not (tmp_path / "escape").exists()
 
 
 def test_report_escapes_kernel_names():

@@ -99,6 +99,15 @@ def build_workload(spec: str, args: dict) -> Workload:
             f"workload callable {spec!r} returned {type(workload).__name__}, not a nsightflow.harness.Workload "
             "with at least one Stage"
         )
+    names = [s.name for s in workload.stages]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise WorkloadError(f"workload callable {spec!r}: stage name(s) {twice} used twice; stages are reported by "
+                            "name, so each needs its own")
+    bad = [f"{s.name!r} repeats {s.repeats}" for s in workload.stages if not (isinstance(s.repeats, int) and s.repeats >= 1)]
+    if bad or not (isinstance(workload.iterations, int) and workload.iterations >= 1):
+        raise WorkloadError(f"workload callable {spec!r}: every stage runs at least once: "
+                            f"{', '.join(bad) or f'iterations {workload.iterations}'}; use a whole number of 1 or more")
     return workload
 
 

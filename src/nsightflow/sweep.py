@@ -42,6 +42,9 @@ def expand(workloads: list[dict]) -> dict[str, dict]:
     for w in workloads:
         for point in points(w.get("sweep") or {}, w.get("sweep_mode", "product")):
             rid = run_id(w["name"], point)
+            if any(part in ("", ".", "..") for part in rid.split("/")) or ".." in w["name"]:
+                raise ValueError(f"workload {w['name']!r}, sweep point {point}: run id {rid!r} would name a folder "
+                                 "outside results/; use names of letters, digits, _ . - not starting with a dot")
             if rid in runs:
                 raise ValueError(f"two sweep points share the run id {rid!r}: give the workloads distinct names "
                                  "or make the swept values distinct")

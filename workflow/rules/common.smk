@@ -1,13 +1,19 @@
 import json
 import re
+from pathlib import Path
 
 from snakemake.utils import validate
 
 from nsightflow.backend import device_label, resolve, tool_versions
+from nsightflow.config import ConfigError, check
 from nsightflow.sweep import expand as expand_sweep
 
 
-validate(config, schema="../schemas/config.schema.yaml")
+try:
+    check(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+validate(config, schema="../schemas/config.schema.yaml")  # fills in the defaults
 
 BACKEND, BACKEND_REASON = resolve(
     config["profiler"], config["tools"]["nsys"], config["tools"]["ncu"], config.get("captures")
@@ -51,8 +57,6 @@ def range_inputs(wildcards):
 
 def captures_files(wildcards):
     """Every file under the captures directory, so that a changed or added capture reruns the import."""
-    from pathlib import Path
-
     root = Path(config["captures"])
     if not root.is_dir():
         raise WorkflowError(f"config 'captures': {root} is not a directory")

@@ -1,0 +1,79 @@
+"""The config checked before any job runs: the schema, with short errors that name the key and a fix, and the
+checks a schema cannot express, in one place.
+
+Snakemake's own ``validate`` prints the whole schema on an error (200 lines for a misspelt key); here the
+error is the most relevant one, with its key path and, for an unknown key, the closest known keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+import yaml
+
+# Workload dtypes the harness and the peaks know (torch attribute names).
+DTYPES = ("float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2")
+
+
+class ConfigError(ValueError):
+    """The config is wrong; the message names the key and what to change."""
+
+
+def _path(err) -> str:
+    return ".".join(str(p) for p in err.absolute_path) or "(top level)"
+
+
+def _message(err) -> str:
+    where = _path(err)
+    if err.validator == "additionalProperties":
+        allowed = list(err.schema.get("properties", {}))
+        extra = [k for k in err.instance if k not in allowed]
+        hints = []
+        for key in extra:
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        return f"config {where}: unknown key(s) {', '.join(hints)}; known keys: {', '.join(allowed)}"
+    if err.validator == "propertyNames":
+        return f"config {where}: key {err.instance!r} is not allowed: {err.message}"
+    if err.validator == "pattern":
+        return f"config {where}: {err.instance!r} does not match {err.validator_value!r}"
+    if err.validator == "enum":
+        return f"config {where}: {err.instance!r} is not one of {err.validator_value}"
+    if err.validator == "required":
+        return f"config {where}: {err.message}"
+    return f"config {where}: {err.message}"
+
+
+def check(config: dict, schema_path: str | Path) -> None:
+    """Raise ConfigError for the first schema violation (most relevant first) or semantic problem."""
+    import jsonschema
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = list(validator.iter_errors(config))
+    if errors:
+        raise ConfigError(_message(jsonschema.exceptions.best_match(errors)))
+    semantic(config)
+
+
+def semantic(config: dict) -> None:
+    """What the schema cannot say: dtypes, JSON-able workload arguments, a selection criterion."""
+    for i, w in enumerate(config.get("workloads") or []):
+        name = w.get("name", f"#{i}")
+        args = {**(w.get("args") or {}), **{k: v[0] for k, v in (w.get("sweep") or {}).items() if v}}
+        try:
+            json.dumps(w.get("args") or {})
+        except TypeError as exc:
+            raise ConfigError(f"config workloads[{i}] ({name}).args: {exc}; write dates and other YAML types as "
+                              "quoted strings") from exc
+        dtype = args.get("dtype")
+        if dtype is not None and dtype not in DTYPES:
+            close = difflib.get_close_matches(str(dtype).lower(), DTYPES, n=1, cutoff=0.6)
+            raise ConfigError(f"config workloads[{i}] ({name}).args.dtype: {dtype!r} is not a dtype nsightflow knows "
+                              f"({', '.join(DTYPES)})" + (f"; did you mean {close[0]!r}?" if close else ""))
+    select = config.get("select") or {}
+    if "top_n" in select and "coverage" in select and select["top_n"] is None and select["coverage"] is None:
+        raise ConfigError("config select: top_n and coverage are both null; give at least one (the report's focus: "
+                          "the top kernels by time)")
