@@ -50,7 +50,7 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
     assert "aten::mm" in page and "Roofline (analytic, per stage" in page and "data:image/png;base64," in page
     assert "<h3>Diagnostics</h3>" in page and "lower bound computed from tensor sizes" in page
     trace = json.loads((cpu_run / "results" / "tinyllm" / "torch" / "trace.json").read_text())
-    assert any(e.get("name") == "nsightflow:decode" for e in trace["traceEvents"])
+    assert any(e.get("name") == "nsightflow:1 decode" for e in trace["traceEvents"])  # index, then the name
     # The ceiling was measured in the same program launch as the trace, in the workload's dtype.
     ceiling = json.loads((cpu_run / "results" / "tinyllm" / "ceilings.json").read_text())
     assert ceiling["dtype"] == "bfloat16"

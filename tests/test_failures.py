@@ -64,6 +64,15 @@ def test_names_with_shell_and_nvtx_characters_reach_the_tools_intact(tmp_path):
     assert _read_windows(plan_json).plan == {(WEIRD, 1): {3, 4}}
 
 
+def test_stage_names_are_never_merged_or_renamed(tmp_path):
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:awkward_names"}])
+    snakemake(wf, "--cores", "1", "results/report.html", env=env)
+    stages = {r["stage"]: r for r in csv.DictReader((wf / "results" / "w" / "stages.csv").open(encoding="utf-8"))}
+    assert set(stages) == {"préfill", "décode", 'a"b', "0 préfill"}  # no "unknown", no merge
+    assert int(stages["décode"]["range_instances"]) == 2 and int(stages["préfill"]["range_instances"]) == 1
+    assert all(float(r["flops_analytic"]) == 2 * 64 * 64 * 64 for n, r in stages.items() if n != "décode")
+
+
 def test_a_hung_workload_is_stopped_by_the_timeout(tmp_path):
     wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:slow",
                                     "args": {"marker": str(tmp_path / "m"), "seconds": 120}}], torch={"timeout_s": 3})

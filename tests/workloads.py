@@ -81,3 +81,9 @@ def mode_averse(**_):
         _matmul(0)
 
     return Workload(setup=lambda: None, stages=[Stage("prefill", step)])
+
+
+def awkward_names(**_):
+    """Stage names torch.profiler's export mangles, and one named like a relabelled stage."""
+    return Workload(setup=lambda: None, stages=[Stage("préfill", _matmul), Stage("décode", _matmul, repeats=2),
+                                                Stage('a"b', _matmul), Stage("0 préfill", _matmul)])

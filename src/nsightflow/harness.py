@@ -232,12 +232,16 @@ def run_profiled(workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int =
 
 
 def trace_label(workload: Workload, name: str) -> str:
-    """The stage's label in a torch trace: its name, or ``stage<i>`` when the name holds characters that
-    torch's Chrome-trace exporter writes unescaped (quotes, backslashes, control characters: seen with
-    torch 2.13, the exported JSON no longer parses). ``trace_labels`` in the run record maps back."""
-    if any(c in name for c in '"\\') or any(ord(c) < 32 for c in name):
-        return f"stage{[s.name for s in workload.stages].index(name)}"
-    return name
+    """The stage's label in a torch trace: its index, then its name in printable ASCII.
+
+    torch.profiler exports a non-ASCII ``record_function`` name as "unknown" and writes quotes,
+    backslashes and control characters unescaped (the JSON no longer parses: torch 2.13); the index
+    keeps every label distinct whatever the names are (a stage named like another's label included).
+    ``trace_labels`` in the run record maps labels back to names.
+    """
+    i = [s.name for s in workload.stages].index(name)
+    safe = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "?" for c in name)
+    return f"{i} {safe}"
 
 
 def run_torch_profiled(workload: Workload, trace: Path, domain: str = DEFAULT_DOMAIN,
