@@ -154,3 +154,21 @@ def test_reordering_config_keys_runs_nothing(swept):
         assert _planned(swept) == []
     finally:
         (swept / "config" / "config.yaml").write_text(base)
+
+
+def test_the_same_python_under_another_name_reruns_nothing(swept):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from nsightflow.capture import canonical_python
+
+    exe = Path(sys.executable)
+    aliases = [p for p in exe.parent.iterdir() if p != exe and p.name.startswith("python")
+               and canonical_python(str(p)) == canonical_python(str(exe))]
+    if not aliases:
+        pytest.skip(f"no other name for {exe} in its folder")
+    out = subprocess.run([str(aliases[0]), "-m", "snakemake", "-n", "--cores", "1", "results/report.html"], cwd=swept,
+                         capture_output=True, text=True, env={**os.environ}).stdout
+    assert "Nothing to be done" in out, out[-1500:]

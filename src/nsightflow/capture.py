@@ -25,9 +25,24 @@ class ToolError(RuntimeError):
     """A profiler failed; the message names the command, the cause and the log."""
 
 
+def canonical_python(path: str) -> str:
+    """One name for one interpreter: symlinks followed while they stay in the same folder (``python`` →
+    ``python3`` in a virtual environment), so ``snakemake`` and ``python -m snakemake`` rerun nothing; a link
+    out of the folder (a venv's interpreter → the system's) is kept, or the venv's packages would be lost."""
+    current = Path(os.path.abspath(path))
+    for _ in range(10):
+        if not current.is_symlink():
+            break
+        target = Path(os.path.normpath(current.parent / os.readlink(current)))
+        if target.parent != current.parent:
+            break
+        current = target
+    return str(current)
+
+
 def harness_argv(spec: str, args: dict, domain: str, warmup: int, python: str | None = None) -> list[str]:
     """The program the profilers launch: the harness running the workload under NVTX."""
-    return [python or sys.executable, "-m", "nsightflow.harness", "--callable", spec,
+    return [canonical_python(python or sys.executable), "-m", "nsightflow.harness", "--callable", spec,
             "--args", json.dumps(args, sort_keys=True), "--domain", domain, "--warmup", str(warmup)]
 
 
