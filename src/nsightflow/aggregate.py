@@ -27,6 +27,48 @@ MODE_TEXT = {
 }
 
 
+COUNT_KEYS = ("flops", "flops_causal_adjusted", "attention_flops_full", "causal_masked_flops", "bytes_lower_bound")
+# How far a utilisation may exceed its peak before an input must be wrong: ncu's peaks are the hardware's
+# (its per-cycle rate at the clock it measured); a measured or datasheet rate is a reference, not a bound.
+TOLERANCE = {"ncu": 1.05, "other": 1.5}
+
+
+def load_analytic(path: str | Path) -> dict:
+    """The per-stage analytic counts of ``analytic_flops.json``, each count a non-negative number or empty."""
+    path = Path(path)
+    try:
+        stages = json.loads(path.read_text())["stages"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not an analytic_flops.json with a 'stages' object ({exc!r})") from exc
+    for stage, counts in stages.items():
+        for key in COUNT_KEYS:
+            v = (counts or {}).get(key)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0):
+                raise ValueError(f"{path}: stage {stage!r}: {key} is {v!r}; a count is a number of 0 or more "
+                                 "(or null when it could not be made)")
+    return stages
+
+
+def check_bounds(stages: pd.DataFrame, pk: dict) -> None:
+    """Refuse numbers no hardware can produce: negative counts, or a utilisation beyond its peak by more than
+    the tolerance (an edited or mismatched input, e.g. swapped columns of a stats export)."""
+    for _, s in stages.iterrows():
+        for col in ("flops_measured", "dram_bytes_measured", "wall_ms", "gpu_busy_ms"):
+            if np.isfinite(s.get(col, np.nan)) and s[col] < 0:
+                raise ValueError(f"stage {s['stage']!r}: {col} is {s[col]:.4g}, negative: an input is wrong")
+        for col, peak in (("mfu_busy", "compute"), ("hfu_busy", "compute"), ("mfu_wall", "compute"),
+                          ("hfu_wall", "compute"), ("dram_bw_util_busy", "dram")):
+            v = s.get(col, np.nan)
+            source = str(pk.get(f"{peak}_source", ""))
+            limit = TOLERANCE["ncu" if source.startswith("ncu") else "other"]
+            if np.isfinite(v) and v > limit:
+                raise ValueError(
+                    f"stage {s['stage']!r}: {col} is {v:.3g} ({v:.0%}) of the {peak} peak ({source}), beyond the "
+                    f"{limit:.2f} any device allows: an input is wrong (a stats export edited or from another run, "
+                    "counts from another capture, an analytic count of another workload); busy "
+                    f"{s['gpu_busy_ms']:.4g} ms, wall {s['wall_ms']:.4g} ms")
+
+
 def _kernel_results(raw: pd.DataFrame, export: str | Path) -> pd.DataFrame:
     """Per-result metrics of one export; a per-range export (range replay) cannot be joined per kernel."""
     if "Grid Size" not in raw.columns:
@@ -70,7 +112,7 @@ def aggregate_run(sqlite: str | Path, domain: str, plan_json: str | Path, export
     plan = CapturePlan.read(plan_json)
     raw, _ = ncu.parse_raw_csv(Path(export))
     matched = match_to_plan(_kernel_results(raw, export), expected_frame(plan), Path(export).name)
-    analytic = json.loads(Path(flops_json).read_text())["stages"]
+    analytic = load_analytic(flops_json)
     ceiling = json.loads(Path(ceiling_json).read_text()) if ceiling_json else None
     device = next(iter(raw["device__attribute_display_name"].dropna()), None) \
         if "device__attribute_display_name" in raw.columns else None
@@ -94,6 +136,7 @@ def aggregate_run(sqlite: str | Path, domain: str, plan_json: str | Path, export
     if ranges_export:
         stages = with_range_totals(stages, ranges_export, ranges_plan, tl)
     notes += stage_notes(stages, analytic)
+    check_bounds(stages, pk)
     return {"classes": classes, "kernels": kernels, "stages": stages, "peaks": pk, "notes": notes,
             "estimates": estimates, "results": matched}
 
@@ -129,7 +172,7 @@ def aggregate_captures(imported: str | Path, divergence: float, top_n: int | Non
     a plan; the dtype is the precision that did most of the tensor work."""
     imported = Path(imported)
     flops = imported / "analytic_flops.json"
-    analytic = json.loads(flops.read_text())["stages"] if flops.exists() else {}
+    analytic = load_analytic(flops) if flops.exists() else {}
     exports = sorted((imported / "ncu").glob("*.raw.csv"))
     if not (imported / "timeline.sqlite").exists():
         return _times_only(imported, analytic, divergence, top_n, coverage)
@@ -158,6 +201,7 @@ def aggregate_captures(imported: str | Path, divergence: float, top_n: int | Non
     if not exports:
         notes.append("no ncu exports among the captures: times only, from the nsys timeline.")
     notes += stage_notes(stages, analytic)
+    check_bounds(stages, pk)
     return {"classes": classes, "kernels": kernels, "stages": stages, "peaks": pk, "notes": notes,
             "estimates": [], "results": results}
 
@@ -172,12 +216,17 @@ def _times_only(imported: Path, analytic: dict, divergence: float, top_n, covera
     """Only nsys stats CSVs: per-thread kernel tables and wall times, no counters."""
     kernels = nsys.kernel_table(imported / "stats" / "nvtx_kern_sum.csv")
     stages = nsys.stage_table(imported / "stats" / "nvtx_sum.csv")
+    idle = sorted(set(stages["stage"]) - set(kernels["stage"]))
+    if idle:
+        raise ValueError(f"{imported / 'stats'}: nvtx_sum has ranges of stage(s) {idle} that nvtx_kern_sum has no "
+                         "kernels for: a cut export, or the two come from different runs; export both again")
     pk = metrics.peaks(pd.DataFrame(columns=["sm_hz", "dram_hz", "bf16_dense_per_cycle", "ffma_per_cycle",
                                              "dram_bytes_per_cycle"]), None, "bfloat16")
     ranked = _ranked(kernels, top_n, coverage)
     ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
     busy = kernels.groupby("stage", as_index=False)["total_ns"].sum().rename(columns={"total_ns": "busy_ns"})
     ssum = metrics.stage_summary(stages, busy, analytic, pk, divergence)
+    check_bounds(ssum, pk)
     return {"classes": pd.DataFrame(), "kernels": ranked, "stages": ssum, "peaks": pk, "estimates": [],
             "results": pd.DataFrame(),
             "notes": ["no SQLite export and no ncu exports among the captures: times only, from nsys stats "
@@ -198,7 +247,7 @@ def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str
                          "move the work into the stage function")
     ceiling = json.loads(Path(ceiling_json).read_text())
     pk = metrics.ceiling_peaks(ceiling, dtype)
-    analytic = json.loads(Path(flops_json).read_text())["stages"]
+    analytic = load_analytic(flops_json)
     ranked = _ranked(kernels, top_n, coverage)
     ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
     busy = kernels.groupby("stage", as_index=False)["total_ns"].sum().rename(columns={"total_ns": "busy_ns"})
@@ -208,6 +257,7 @@ def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str
              "so FLOPs are the analytic count's and bytes a lower bound (each operator's tensors touched once; "
              "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage."]
     notes += stage_notes(ssum, analytic)
+    check_bounds(ssum, pk)
     return {"classes": pd.DataFrame(), "kernels": ranked, "stages": ssum, "peaks": pk, "notes": notes,
             "estimates": []}
 

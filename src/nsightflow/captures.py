@@ -56,8 +56,10 @@ def classify(path: Path) -> str | None:
         try:
             with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
                 tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "StringIds"} <= tables:
+                    con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
         except sqlite3.Error:
-            return None
+            return "sqlite_unreadable"
         return "sqlite" if {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "StringIds"} <= tables else None
     try:
         text = path.read_text()
@@ -99,11 +101,8 @@ def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = 
     """Recognise and normalise a captures directory into ``out_dir``; returns the index of what was found.
 
     Layout written: stats/{nvtx_sum,nvtx_kern_sum}.csv, timeline.sqlite, ncu/<n>.raw.csv,
-    analytic_flops.json (when given), index.json.
+    analytic_flops.json (when given), index.json. A failed import leaves no partial output behind.
     """
-    from nsightflow.backend import found as tool_found
-    from nsightflow.capture import ToolError, run_tool, stats
-
     directory, out_dir = Path(directory), Path(out_dir)
     if not directory.is_dir():
         raise CapturesError(f"captures directory {directory} does not exist")
@@ -112,11 +111,24 @@ def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = 
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         kind = classify(path)
         (found.setdefault(kind, []) if kind else unknown).append(path)
+    if found.get("sqlite_unreadable"):
+        raise CapturesError(f"{found['sqlite_unreadable'][0]}: an SQLite database that cannot be read (corrupt or cut "
+                            f"short); export it again with: {NSYS_SQLITE_CMD}")
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "stats").mkdir(parents=True)
     (tmp / "ncu").mkdir()
-    log = Path(log) if log else tmp / "import.log"
+    try:
+        return _import(directory, out_dir, tmp, found, unknown, nsys_bin, ncu_bin, Path(log) if log else tmp / "import.log")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed import leaves nothing behind
+        raise
+
+
+def _import(directory: Path, out_dir: Path, tmp: Path, found: dict, unknown: list, nsys_bin: str, ncu_bin: str,
+            log: Path) -> dict:
+    from nsightflow.backend import found as tool_found
+    from nsightflow.capture import ToolError, run_tool, stats
 
     kern_sum, nvtx_sum, sqlite = _one(found, "nvtx_kern_sum"), _one(found, "nvtx_sum"), _one(found, "sqlite")
     rep = _one(found, "nsys_rep")

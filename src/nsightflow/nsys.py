@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 STATS_REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum")
+MIN_KERNEL_NS = 100  # the shortest kernels nsys records on H100/H200 take about 1 µs
 
 
 def profile_argv(nsys: str, out_base: str | Path, program: list[str], trace: str = "cuda,nvtx") -> list[str]:
@@ -45,18 +46,31 @@ def split_range(label: str) -> tuple[str, str]:
     return "", label
 
 
-def _read_csv(path: str | Path, required: list[str], what: str) -> pd.DataFrame:
+def _read_csv(path: str | Path, required: list[str], what: str, numeric: list[str]) -> pd.DataFrame:
+    """A stats CSV with its columns checked and its ``numeric`` columns parsed strictly: a cell that is not a
+    number is an error naming the file, row and column (never a NaN that a sum would drop, or a zero)."""
     path = Path(path)
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError as exc:
         raise ValueError(f"{path}: empty file; expected the {what} CSV from nsys stats") from exc
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable CSV ({exc}); export it again with: nsys stats --report {what} "
+                         "--format csv -o PREFIX REPORT.nsys-rep") from exc
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ValueError(
             f"{path}: not an nsys stats {what} CSV: missing columns {missing} (found {list(df.columns)}). "
             f"Export it with: nsys stats --report {what} --format csv -o PREFIX REPORT.nsys-rep"
         )
+    for col in numeric:
+        values = pd.to_numeric(df[col].str.replace(",", "", regex=False), errors="coerce")
+        bad = values.isna() | (values < 0)
+        if bad.any():
+            row = int(bad.idxmax())
+            raise ValueError(f"{path}: row {row + 2}, column {col!r}: {df.loc[row, col]!r} is not a count or time "
+                             f"(a cut or edited {what} export?); export it again")
+        df[col] = values
     return df
 
 
@@ -67,7 +81,7 @@ def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
     launches_per_range (instances / range instances: for decode, launches per step).
     """
     df = _read_csv(nvtx_kern_sum, ["NVTX Range", "NVTX Inst", "Kern Inst", "Total Time (ns)", "Kernel Name"],
-                   "nvtx_kern_sum")
+                   "nvtx_kern_sum", ["NVTX Inst", "Kern Inst", "Total Time (ns)"])
     df = df[df["NVTX Range"].notna() & (df["NVTX Range"].astype(str) != "")]
     parts = df["NVTX Range"].map(split_range)
     out = pd.DataFrame({
@@ -78,6 +92,12 @@ def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
         "total_ns": df["Total Time (ns)"].astype("float64").values,
         "range_instances": df["NVTX Inst"].astype("int64").values,
     })
+    per_launch = out["total_ns"] / out["instances"].where(out["instances"] > 0)
+    if (per_launch < MIN_KERNEL_NS).any():
+        i = int(per_launch.idxmin())
+        raise ValueError(f"{nvtx_kern_sum}: row {i + 2}: {out.loc[i, 'kernel'][:60]} took {per_launch[i]:.3g} ns per "
+                         f"launch; no GPU kernel completes in under {MIN_KERNEL_NS} ns (columns swapped, or an edited "
+                         "export?); export it again")
     out = out.groupby(["domain", "stage", "kernel"], as_index=False).agg(
         instances=("instances", "sum"), total_ns=("total_ns", "sum"), range_instances=("range_instances", "max"))
     out["launches_per_range"] = out["instances"] / out["range_instances"]
@@ -86,7 +106,7 @@ def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
 
 def stage_table(nvtx_sum: str | Path) -> pd.DataFrame:
     """Wall time per NVTX range: columns domain, stage, range_instances, wall_ns (total over instances)."""
-    df = _read_csv(nvtx_sum, ["Total Time (ns)", "Instances", "Range"], "nvtx_sum")
+    df = _read_csv(nvtx_sum, ["Total Time (ns)", "Instances", "Range"], "nvtx_sum", ["Total Time (ns)", "Instances"])
     parts = df["Range"].map(split_range)
     return pd.DataFrame({
         "domain": [p[0] for p in parts],
