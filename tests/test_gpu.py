@@ -415,6 +415,31 @@ def test_reports_from_another_machine_are_exported_and_analysed(run_dir, tmp_pat
         assert st.loc[stage, "gpu_busy_ms"] == pytest.approx(host.loc[stage, "gpu_busy_ms"])
 
 
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_interrupting_a_profile_stops_the_profiler_and_the_workload(tmp_path, how):
+    import signal
+
+    marker = tmp_path / "pid"
+    work = copy_workflow(tmp_path / "wf")
+    env = _configure(work, workloads=[{"name": "w", "callable": "workloads:slow",
+                                       "args": {"marker": str(marker), "seconds": 60}}])
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"], cwd=work,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 180
+    while not (marker.exists() and marker.read_text()) and time.time() < deadline:
+        time.sleep(0.5)
+    workload = int(marker.read_text())  # the harness, a child of nsys
+    os.killpg(proc.pid, signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
+    proc.wait(timeout=120)
+    deadline = time.time() + 30
+    while os.path.exists(f"/proc/{workload}") and time.time() < deadline:
+        time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "nsightflow.harness"], capture_output=True, text=True).stdout.split()
+    print(f"{how}: workload {workload} gone: {not os.path.exists(f'/proc/{workload}')}; harness processes left: {left}")
+    assert not os.path.exists(f"/proc/{workload}") and not left
+    assert not (work / "results" / "w" / "timeline" / "timeline.sqlite").exists()
+
+
 def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):
     from nsightflow.backend import gpus
 

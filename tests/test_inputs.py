@@ -129,3 +129,14 @@ def test_a_failed_analysis_run_names_the_file_and_leaves_no_output(tmp_path):
     out = wf / "results" / "captures" / "caps"
     assert not (out / "stages.csv").exists() and not list(out.glob("imported.tmp"))
     assert pd.read_csv(F / "gpu_host_stages.csv").shape[0] == 2  # the fixture itself is untouched
+
+
+def test_stats_and_sqlite_of_different_runs_are_refused(tmp_path):
+    caps = _copy(tmp_path)
+    rows = _rows(caps / "stats_nvtx_sum.csv")
+    col = rows[0].index("Instances")
+    i = next(i for i, r in enumerate(rows) if r[-1].endswith(":decode"))
+    rows[i][col] = "7"  # one decode range fewer than the SQLite export has
+    _write(caps / "stats_nvtx_sum.csv", rows)
+    with pytest.raises(ValueError, match=r"disagree on the ranges per stage \(stats, SQLite\): \{'decode': \(7, 8\)\}"):
+        _analyse(caps, tmp_path / "a")

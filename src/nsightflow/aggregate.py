@@ -178,6 +178,8 @@ def aggregate_captures(imported: str | Path, divergence: float, top_n: int | Non
         return _times_only(imported, analytic, divergence, top_n, coverage)
     tl = attribution.read_timeline(imported / "timeline.sqlite", _domain(imported))
     domain = tl.domain
+    if (imported / "stats" / "nvtx_sum.csv").exists():
+        check_range_counts(nsys.stage_table(imported / "stats" / "nvtx_sum.csv"), tl)
     matched = []
     raws = []
     for export in exports:
@@ -204,6 +206,17 @@ def aggregate_captures(imported: str | Path, divergence: float, top_n: int | Non
     check_bounds(stages, pk)
     return {"classes": classes, "kernels": kernels, "stages": stages, "peaks": pk, "notes": notes,
             "estimates": [], "results": results}
+
+
+def check_range_counts(stats: pd.DataFrame, tl: attribution.Timeline) -> None:
+    """nsys stats' range counts and the SQLite export's must agree: both describe one run."""
+    mine = stats[stats["domain"] == tl.domain].set_index("stage")["range_instances"]
+    theirs = tl.ranges.groupby("stage").size()
+    differ = {s: (int(mine.get(s, 0)), int(theirs.get(s, 0))) for s in set(mine.index) | set(theirs.index)
+              if int(mine.get(s, 0)) != int(theirs.get(s, 0))}
+    if differ:
+        raise ValueError(f"nvtx_sum and the SQLite export disagree on the ranges per stage (stats, SQLite): {differ}: "
+                         "they come from different runs, or one is cut; export both from one report")
 
 
 def _domain(imported: Path) -> str | None:
