@@ -32,6 +32,10 @@ else:
 include: "workflow/rules/report.smk"
 
 
+onstart:
+    print(f"nsightflow: backend {BACKEND} ({BACKEND_REASON}); {len(RUNS)} run(s): {', '.join(RUNS)}")
+
+
 rule all:
     input:
         "results/report.html",

@@ -34,16 +34,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+WORKFLOW = ("Snakefile", "config", "workflow", "envs", "tests")  # what a run of the workflow reads
+
+
 def copy_workflow(dest: Path) -> Path:
-    """Copy the tracked workflow files (what a fresh clone has) into ``dest``."""
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           stdout=subprocess.PIPE, text=True, check=True).stdout.split()
-    for rel in files:
-        if rel.startswith("tests/data/") or not (ROOT / rel).is_file():
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, target)
+    """Copy the workflow (its own folders, not the checkout: a virtual environment or results inside the
+    checkout stay behind; no git needed) into ``dest``; tests/ for the test workloads, without tests/data."""
+    dest.mkdir(parents=True, exist_ok=True)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+    for top in WORKFLOW:
+        src = ROOT / top
+        if src.is_file():
+            shutil.copy2(src, dest / top)
+        elif src.is_dir():
+            shutil.copytree(src, dest / top, ignore=lambda d, names: skip(d, names) | (
+                {"data"} if Path(d) == ROOT / "tests" else set()), dirs_exist_ok=True)
     return dest
 
 

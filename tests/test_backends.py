@@ -17,7 +17,8 @@ SASS = {"fadd": 1, "fmul": 1, "ffma": 2, "dadd": 1, "dmul": 1, "dfma": 2, "hadd"
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
     wf = copy_workflow(tmp_path_factory.mktemp("cpu"))
-    snakemake(wf, "--cores", "2", "results/report.html")
+    out = snakemake(wf, "--cores", "2", "results/report.html").stdout
+    (wf / "terminal.txt").write_text(out)
     return wf
 
 
@@ -45,6 +46,8 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
         assert exceeded == (st.loc[stage, "mfu_busy"] > 1)
     html = (cpu_run / "results" / "report.html").read_text()
     assert "Backend: <b>torch</b>" in html and "no CUDA GPU" in html
+    # The terminal says it too, when the run starts.
+    assert "nsightflow: backend torch (profiler 'auto' chose torch.profiler" in (cpu_run / "terminal.txt").read_text()
     assert "<td>prefill</td>" in html and "<td>decode</td>" in html
     page = (cpu_run / "results" / "tinyllm" / "report.html").read_text()
     assert "aten::mm" in page and "Roofline (analytic, per stage" in page and "data:image/png;base64," in page

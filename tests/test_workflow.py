@@ -67,3 +67,29 @@ def test_report_escapes_kernel_names():
                              "nsight", "", {})
     assert "void k&lt;(int)4, a&amp;b&gt;(T1)" in html and "<(int)4" not in html
     assert "r&lt;1&gt;" in html and "data:image/png;base64," in html
+
+
+def test_the_workflow_copy_takes_the_workflow_not_the_checkout(tmp_path):
+    from conftest import WORKFLOW
+
+    wf = copy_workflow(tmp_path / "wf")
+    # A virtual environment, results or the package sources in the checkout never reach the copy (one suite
+    # once copied a 5.5 GB venv into every test); no git is needed either.
+    assert {p.name for p in wf.iterdir()} <= set(WORKFLOW)
+    assert not (wf / "tests" / "data").exists() and (wf / "tests" / "workloads.py").exists()
+
+
+def test_command_line_overrides_arrive_typed(tmp_path):
+    wf = copy_workflow(tmp_path)
+    # Snakemake 9 passes nested --config values as strings ({'top_n': '3'}): they must not fail the schema.
+    out = snakemake(wf, "-n", "--cores", "1", "results/report.html", "--config", "select={top_n: 3}",
+                    "ncu={sample_steps: [first], timeout_s: 60}").stdout
+    assert "Building DAG of jobs" in out and "not of type" not in out
+    from nsightflow.config import coerce
+
+    schema = yaml.safe_load((wf / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    got = coerce({"select": {"top_n": "3", "coverage": "null"},
+                  "workloads": [{"name": "a", "callable": "m:f", "args": {"batch": "2", "model": "/models/7"}}]},
+                 schema)
+    assert got["select"] == {"top_n": 3, "coverage": None}
+    assert got["workloads"][0]["args"] == {"batch": 2, "model": "/models/7"}

@@ -46,6 +46,53 @@ def _message(err) -> str:
     return f"config {where}: {err.message}"
 
 
+def _scalar(text: str):
+    """A command-line string read as YAML, when it is a plain number, boolean or null."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if value is None or isinstance(value, (bool, int, float)) else text
+
+
+def _types(spec: dict) -> set[str]:
+    t = spec.get("type", [])
+    return set(t if isinstance(t, list) else [t])
+
+
+def coerce(value, spec: dict):
+    """``value`` with strings turned into the numbers, booleans or nulls the schema asks for (Snakemake 9 passes
+    ``--config select='{top_n: 3}'`` as {'top_n': '3'}); workload ``args`` take plain numbers and booleans."""
+    if isinstance(value, dict):
+        props = spec.get("properties", {})
+        extra = spec.get("additionalProperties") if isinstance(spec.get("additionalProperties"), dict) else None
+        out = {}
+        for k, v in value.items():
+            sub = props.get(k, extra)
+            if k == "args" and isinstance(v, dict) and "callable" in props:  # a workload's free-form arguments
+                out[k] = {a: _scalar(x) if isinstance(x, str) else x for a, x in v.items()}
+            elif sub is not None:
+                out[k] = coerce(v, sub)
+            else:
+                out[k] = v
+        return out
+    if isinstance(value, list) and isinstance(spec.get("items"), dict):
+        return [coerce(v, spec["items"]) for v in value]
+    if isinstance(value, str) and _types(spec) & {"integer", "number", "boolean", "null"}:
+        parsed = _scalar(value)
+        if parsed is not value:
+            return parsed
+    return value
+
+
+def normalize(config: dict, schema_path: str | Path) -> None:
+    """Coerce command-line strings in ``config`` (in place) to the types the schema asks for."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    fixed = coerce(config, schema)
+    config.clear()
+    config.update(fixed)
+
+
 def check(config: dict, schema_path: str | Path) -> None:
     """Raise ConfigError for the first schema violation (most relevant first) or semantic problem."""
     import jsonschema

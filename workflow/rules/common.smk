@@ -5,12 +5,14 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from nsightflow.backend import device_label, resolve, tool_versions
-from nsightflow.config import ConfigError, check
+from nsightflow.config import ConfigError, check, normalize
 from nsightflow.sweep import expand as expand_sweep
 
 
+SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 try:
-    check(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+    normalize(config, SCHEMA)  # --config values arrive as strings
+    check(config, SCHEMA)
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 validate(config, schema="../schemas/config.schema.yaml")  # fills in the defaults
