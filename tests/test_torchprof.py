@@ -14,11 +14,15 @@ SMALL = dict(batch=2, prompt=32, decode_steps=3, vocab=512, d_model=64, n_layers
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
-    path = tmp_path_factory.mktemp("torch") / "trace.json"
-    proc = subprocess.run([sys.executable, "-m", "nsightflow.harness", "--mode", "torch", "--trace", str(path),
+    d = tmp_path_factory.mktemp("torch")
+    proc = subprocess.run([sys.executable, "-m", "nsightflow.harness", "--mode", "torch", "--trace", str(d / "trace.json"),
                            "--args", json.dumps(SMALL)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(path.read_text())
+    return json.loads((d / "trace.json").read_text())
+
+
+# The harness labels each stage's range by its index and name (nsightflow.harness.trace_label).
+LABELS = {"0 prefill": "prefill", "1 decode": "decode"}
 
 
 def _x(trace, cat):
@@ -26,16 +30,16 @@ def _x(trace, cat):
 
 
 def test_stage_table_sums_the_annotated_ranges(trace):
-    st = torchprof.stage_table(trace).set_index("stage")
+    st = torchprof.stage_table(trace, LABELS).set_index("stage")
     ann = _x(trace, "user_annotation")
-    for stage, n in (("prefill", 1), ("decode", 3)):
-        mine = [e for e in ann if e["name"] == f"nsightflow:{stage}"]
+    for stage, n, label in (("prefill", 1, "0 prefill"), ("decode", 3, "1 decode")):
+        mine = [e for e in ann if e["name"] == f"nsightflow:{label}"]
         assert st.loc[stage, "range_instances"] == n == len(mine)
         assert st.loc[stage, "wall_ns"] == pytest.approx(1e3 * sum(e["dur"] for e in mine))
 
 
 def test_operator_table_counts_matmuls_and_self_time(trace):
-    k = torchprof.kernel_table(trace)
+    k = torchprof.kernel_table(trace, LABELS)
     dec = k[k["stage"] == "decode"].set_index("kernel")
     # Per decode step: 4 projections per layer x 2 layers, plus the LM head: 9 aten::mm, 3 steps.
     assert dec.loc["aten::mm", "instances"] == 9 * 3
@@ -43,7 +47,7 @@ def test_operator_table_counts_matmuls_and_self_time(trace):
     # Self times partition each range's top-level operators' time: their sum equals the sum of the
     # durations of operators not nested in another operator (computed here from the raw events).
     ops = _x(trace, "cpu_op")
-    ann = [e for e in _x(trace, "user_annotation") if e["name"] == "nsightflow:prefill"][0]
+    ann = [e for e in _x(trace, "user_annotation") if e["name"] == "nsightflow:0 prefill"][0]
     inside = [e for e in ops if ann["ts"] <= e["ts"] <= ann["ts"] + ann["dur"] and e["tid"] == ann["tid"]]
     top = [e for e in inside if not any(o is not e and o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"]
                                         and o["dur"] > e["dur"] for o in inside)]
