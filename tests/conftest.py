@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,16 +26,38 @@ def gpu_available() -> bool:
         return False
 
 
+def slurm_available() -> bool:
+    """A Slurm controller that answers, with a node ready for jobs (scripts/slurm_local.sh starts one)."""
+    if not shutil.which("sinfo"):
+        return False
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and any(s in ("idle", "mixed", "allocated") for s in out.stdout.split())
+
+
+# Tiers that are skipped where their machinery is missing, unless NSIGHTFLOW_REQUIRE names them (CI does,
+# so that a broken setup fails the run instead of skipping its tests).
+TIERS = {"gpu": (gpu_available, "a CUDA GPU with nsys and ncu on PATH (the GPU test host)"),
+         "slurm": (slurm_available, "a Slurm cluster that answers (sinfo); scripts/slurm_local.sh starts one"),
+         "browser": (lambda: shutil.which("chromium") is not None, "Chromium (Debian's package chromium)")}
+
+
 def pytest_collection_modifyitems(config, items):
-    if gpu_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU with nsys and ncu on PATH (the GPU test host)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    required = {t.strip() for t in os.environ.get("NSIGHTFLOW_REQUIRE", "").split(",") if t.strip()}
+    for tier, (available, what) in TIERS.items():
+        if not any(tier in item.keywords for item in items) or available():
+            continue
+        if tier in required:
+            raise pytest.UsageError(f"NSIGHTFLOW_REQUIRE names '{tier}' but this machine lacks {what}")
+        skip = pytest.mark.skip(reason=f"needs {what}")
+        for item in items:
+            if tier in item.keywords:
+                item.add_marker(skip)
 
 
-WORKFLOW = ("Snakefile", "config", "workflow", "envs", "tests")  # what a run of the workflow reads
+WORKFLOW = ("Snakefile", "config", "workflow", "envs", "profiles", "tests")  # what a run of the workflow reads
 
 
 def copy_workflow(dest: Path) -> Path:

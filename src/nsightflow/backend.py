@@ -28,22 +28,26 @@ def gpus() -> list[str]:
     return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
 
 
-def resolve(requested: str, nsys: str, ncu: str, captures: str | None = None) -> tuple[str, str]:
-    """(backend, why). ``captures`` set means analysis of existing captures: no profiler runs."""
+def resolve(requested: str, nsys: str, ncu: str, captures: str | None = None,
+            gpu_names: list[str] | None = None) -> tuple[str, str]:
+    """(backend, why). ``captures`` set means analysis of existing captures: no profiler runs.
+    ``gpu_names``: what nvidia-smi lists, when already probed."""
     if captures:
         return "captures", f"config 'captures' is set: analysing the captures in {captures}, running no profiler"
     if requested not in BACKENDS:
         raise ValueError(f"profiler {requested!r}: use one of {', '.join(BACKENDS)}")
     if requested != "auto":
         return requested, f"config 'profiler: {requested}'"
-    missing = [what for what, ok in (("no CUDA GPU (nvidia-smi lists none)", bool(gpus())),
+    gpu_names = gpus() if gpu_names is None else gpu_names
+    missing = [what for what, ok in (("no CUDA GPU (nvidia-smi lists none)", bool(gpu_names)),
                                      (f"nsys not found ({nsys!r})", found(nsys)),
                                      (f"ncu not found ({ncu!r})", found(ncu))) if not ok]
     if not missing:
         return "nsight", "profiler 'auto': a CUDA GPU, nsys and ncu are usable"
     return "torch", "profiler 'auto' chose torch.profiler: " + "; ".join(missing)
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """A folder-safe form of a device name ("NVIDIA H200" -> "NVIDIA-H200")."""
     return re.sub(r"[^A-Za-z0-9_.+-]+", "-", text).strip("-") or "unknown"
 
 
@@ -58,12 +62,22 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def device_label(backend: str) -> str:
-    """A folder-safe name of the device the workload runs on (measured ceilings are cached under it)."""
+UNKNOWN_GPU = "unknown-gpu"
+
+
+def device_label(backend: str, names: list[str] | None = None) -> str:
+    """A folder-safe name of the device the workload runs on (preflight results are cached under it).
+
+    ``names`` are the GPUs nvidia-smi lists (probed when not given). The Nsight backend on a host
+    without a GPU (a cluster's login node) gets ``unknown-gpu``: the preflight on the GPU node then
+    asks for config ``device``.
+    """
     if backend == "captures":
         return "none"
-    names = gpus()
-    return _slug(names[0]) if names else "cpu-" + _slug(cpu_name())
+    names = gpus() if names is None else names
+    if names:
+        return slug(names[0])
+    return UNKNOWN_GPU if backend == "nsight" else "cpu-" + slug(cpu_name())
 
 
 def tool_version(binary: str) -> str:

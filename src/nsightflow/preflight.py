@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nsightflow.backend import found, gpus, host_info, tool_version
+from nsightflow.backend import found, gpus, host_info, slug, tool_version
 from nsightflow.children import run
 
 # One empty kernel through the CUDA driver API (ctypes, no torch import: the probe costs ncu's start only).
@@ -43,14 +43,25 @@ class PreflightError(RuntimeError):
     """The host cannot profile; the message lists every failed check with its fix."""
 
 
-def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300) -> list[dict]:
-    """Every check as {name, ok, detail, fix}; the counter probe runs only when the rest passed."""
+def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300,
+               device: str | None = None) -> list[dict]:
+    """Every check as {name, ok, detail, fix}; the counter probe runs only when the rest passed.
+
+    ``device``: the device name the workflow planned for (its files are named after it); this host's
+    GPU must be that one, or the numbers would be filed under another GPU's name.
+    """
     python = python or sys.executable
     checks = []
     names = gpus()
     checks.append({"name": "GPU", "ok": bool(names), "detail": ", ".join(names) or "nvidia-smi lists no GPU",
                    "fix": "run on a host with an NVIDIA GPU and driver (in a container: --gpus all), "
                           "or set `profiler: torch` (or `auto`)"})
+    if names and device is not None:
+        same = slug(names[0]) == device
+        checks.append({"name": "device", "ok": same,
+                       "detail": f"planned for device '{device}', this host's GPU is '{names[0]}'",
+                       "fix": f"set config `device: {names[0]}` (the workflow was planned on a host that does not "
+                              "have this GPU, e.g. a cluster's login node)"})
     checks.append({"name": "driver", "ok": bool(names), "detail": str(host_info().get("driver")), "fix": ""})
     for tool, key in ((nsys, "nsys"), (ncu, "ncu")):
         ok = found(tool)
@@ -75,9 +86,10 @@ def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float 
     return checks
 
 
-def preflight(nsys: str, ncu: str, out_json: str | Path, python: str | None = None) -> list[dict]:
+def preflight(nsys: str, ncu: str, out_json: str | Path, python: str | None = None,
+              device: str | None = None) -> list[dict]:
     """Run the checks; write ``out_json`` only when all pass, else raise PreflightError listing the failures."""
-    checks = run_checks(nsys, ncu, python)
+    checks = run_checks(nsys, ncu, python, device=device)
     failed = [c for c in checks if not c["ok"] and c["fix"]]
     if failed:
         raise PreflightError("this host cannot run the Nsight backend:\n" + "\n".join(

@@ -1,3 +1,8 @@
+# Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
+localrules:
+    aggregate,
+
+
 rule aggregate:
     input:
         unpack(range_inputs),

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from nsightflow.backend import device_label, resolve, tool_versions
+from nsightflow import hostfacts
 from nsightflow.config import ConfigError, check, normalize
 from nsightflow.sweep import expand as expand_sweep
 
@@ -17,18 +17,19 @@ except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 validate(config, schema="../schemas/config.schema.yaml")  # fills in the defaults
 
-BACKEND, BACKEND_REASON = resolve(
-    config["profiler"], config["tools"]["nsys"], config["tools"]["ncu"], config.get("captures")
-)
+# Decided once per invocation and shared with every job, wherever a scheduler runs it (nsightflow.hostfacts).
+FACTS = hostfacts.shared(config)
+BACKEND, BACKEND_REASON, DEVICE = FACTS.backend, FACTS.reason, FACTS.device
+# Versions of what produces the numbers: as params of the rules they shape, an upgrade reruns them.
+TOOL_VERSIONS = FACTS.versions
+# What profiling jobs ask a scheduler for (a GPU only where the profile needs one).
+GPU_JOBS = int(FACTS.gpu_jobs)
 if BACKEND == "captures":
     from nsightflow.captures import captures_run_id
 
     RUNS = {captures_run_id(config["captures"]): {"name": "captures", "args": {}, "point": {}}}
 else:
     RUNS = expand_sweep(config["workloads"])
-DEVICE = device_label(BACKEND)
-# Versions of what produces the numbers: as params of the rules they shape, an upgrade reruns them.
-TOOL_VERSIONS = tool_versions(BACKEND, config["tools"]["nsys"], config["tools"]["ncu"])
 
 
 wildcard_constraints:
@@ -81,3 +82,14 @@ def run_settings(wildcards):
     return _canonical({**capture_settings(wildcards), "select": config["select"],
                        "ncu": config["ncu"] if BACKEND == "nsight" else None,
                        "divergence": config["report"]["divergence"]})
+
+
+def runtime_min(timeout_s, margin_min=10):
+    """A scheduler's time limit (minutes) for a job whose program stops itself after ``timeout_s``."""
+    return -(-int(timeout_s) // 60) + margin_min
+
+
+# Peak resident memory measured for the jobs (README "Clusters"), with headroom: the workload under
+# its profiler (the built-in decoder's harness peaks at 0.8 GB; a user's model needs its own figure,
+# set with --set-resources), and the analysis of a 1M-launch timeline (0.8 GB, scripts/scale_benchmark.py).
+MEM_MB = {"profile": 8000, "analysis": 3000, "light": 1000}

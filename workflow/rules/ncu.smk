@@ -1,3 +1,8 @@
+# Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
+localrules:
+    range_plan,
+
+
 rule ncu_capture:
     input:
         plan="results/{run}/plan.json",
@@ -23,7 +28,9 @@ rule ncu_capture:
     conda:
         "../../envs/nsightflow.yaml"
     resources:
-        gpu=1,
+        gpu=GPU_JOBS,
+        runtime=runtime_min(config["ncu"]["timeout_s"]),
+        mem_mb=MEM_MB["profile"],
     script:
         "../scripts/ncu_capture.py"
 

@@ -11,6 +11,8 @@ rule preflight:
     conda:
         "../../envs/nsightflow.yaml"
     resources:
-        gpu=1,
+        gpu=GPU_JOBS,
+        runtime=runtime_min(300),
+        mem_mb=MEM_MB["light"],
     script:
         "../scripts/preflight.py"

@@ -1,3 +1,8 @@
+# Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
+localrules:
+    run_report, report,
+
+
 rule run_report:
     input:
         kernels="results/{run}/kernels.csv",

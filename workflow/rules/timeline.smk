@@ -1,3 +1,8 @@
+# Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
+localrules:
+    plan,
+
+
 rule timeline:
     input:
         preflight=f"results/preflight/{DEVICE}.json",
@@ -18,7 +23,9 @@ rule timeline:
     conda:
         "../../envs/nsightflow.yaml"
     resources:
-        gpu=1,
+        gpu=GPU_JOBS,
+        runtime=runtime_min(config["nsys"]["timeout_s"]),
+        mem_mb=MEM_MB["profile"],
     script:
         "../scripts/timeline.py"
 

@@ -1,3 +1,8 @@
+# Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
+localrules:
+    aggregate_torch,
+
+
 rule torch_profile:
     output:
         trace="results/{run}/torch/trace.json",
@@ -14,7 +19,9 @@ rule torch_profile:
     conda:
         "../../envs/nsightflow.yaml"
     resources:
-        gpu=1,
+        gpu=GPU_JOBS,
+        runtime=runtime_min(config["torch"]["timeout_s"]),
+        mem_mb=MEM_MB["profile"],
     script:
         "../scripts/torch_profile.py"
 

@@ -6,7 +6,7 @@ from nsightflow.preflight import PreflightError, preflight
 sm = snakemake  # noqa: F821
 with open(sm.log[0], "w") as log:
     try:
-        checks = preflight(sm.params.nsys, sm.params.ncu, sm.output[0], sm.params.python)
+        checks = preflight(sm.params.nsys, sm.params.ncu, sm.output[0], sm.params.python, sm.wildcards.device)
     except PreflightError as exc:
         log.write(str(exc) + "\n")
         raise
