@@ -347,7 +347,7 @@ def test_changing_top_n_reruns_only_aggregation_and_reports(run_dir):
 
 def test_report_pages(run_dir):
     html = (run_dir / "report.html").read_text()
-    assert "Backend: <b>nsight</b>" in html and "<td>prefill</td>" in html and "<td>decode</td>" in html
+    assert "Backend: <b>nsight</b>" in html and "<td class=label>prefill</td>" in html and "<td class=label>decode</td>" in html
     page = (run_dir / "tinyllm" / "report.html").read_text()
     assert "Roofline (captured kernels, ncu counters)" in page and "<h3>Diagnostics</h3>" in page
     assert "clocks not locked" in page and "measured ceilings" in page and "one profiled launch per class" in page
@@ -396,7 +396,7 @@ def test_at_sign_range_unsynchronised_workload_and_a_two_point_sweep(tmp_path):
         # Three identical matmuls: one class, profiled once, scaled by the timeline's three launches.
         assert {p[0] for p in _result_places(raw)} == {"LLM@prefill"} and (tensor == 2 * n**3).all()
         assert st.loc["LLM@prefill", "flops_tensor_measured"] == 6 * n**3
-    assert "<h3>Against n</h3>" in (work / "results" / "report.html").read_text()
+    assert "<h3>Against n (workload argument swept)</h3>" in (work / "results" / "report.html").read_text()
 
 
 def test_reports_from_another_machine_are_exported_and_analysed(run_dir, tmp_path):

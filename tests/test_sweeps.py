@@ -80,7 +80,7 @@ def test_sweep_runs_and_the_report_compares_them(swept):
         st = pd.read_csv(swept / "results" / rid / "stages.csv").set_index("stage")
         assert st.loc["prefill", "wall_ms"] > 0
         assert f"href='{rid}/report.html'" in html and (swept / "results" / rid / "report.html").exists()
-    assert "<h3>Against batch</h3>" in html and "<h3>Against prompt</h3>" in html
+    assert "<h3>Against batch (workload argument swept)</h3>" in html and "<h3>Against prompt (" in html
     manifest = yaml.safe_load((swept / "results" / RUNS[3] / "manifest.json").read_text())
     assert manifest["args"]["batch"] == 2 and manifest["args"]["prompt"] == 16
     assert manifest["settings"]["workload"]["point"] == {"batch": 2, "prompt": 16}

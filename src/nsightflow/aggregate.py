@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nsightflow import attribution, metrics, ncu, nsys
+from nsightflow import attribution, metrics, ncu, nsys, units
 from nsightflow.matching import match_to_plan, search_timeline
 from nsightflow.plan import CapturePlan, expected_frame
 from nsightflow.select import select_kernels
@@ -310,8 +310,10 @@ def flop_notes(s: pd.Series) -> list[str]:
     a, c, m, r = s["flops_analytic"], s["flops_analytic_causal"], s["flops_measured"], s["executed_over_model"]
     notes = []
     if np.isfinite(a) and np.isfinite(c) and a != c:
-        notes.append(f"{s['stage']}: causal attention computes only the unmasked part: model FLOPs {c:.4g} "
-                     f"({a:.4g} with attention in full); measured {m:.4g}.")
+        measured = (f"; ncu measured {units.si(m, 'FLOP')} executed" if np.isfinite(m)
+                    else " (no hardware counters on this backend to compare with)")
+        notes.append(f"{s['stage']}: causal attention computes only the unmasked part: model FLOPs "
+                     f"{units.si(c, 'FLOP')} ({units.si(a, 'FLOP')} with attention in full){measured}.")
     if np.isfinite(r) and r > 1.2:
         notes.append(f"{s['stage']}: the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU). Tensor-core "
                      "instructions work on fixed tiles (Hopper wgmma: 64 rows, N of 8 or more; flash-attention "
