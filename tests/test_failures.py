@@ -209,3 +209,12 @@ def test_a_crash_is_named_and_a_full_disk_does_not_hide_it(tmp_path):
     with pytest.raises(ToolError, match="exited with 2; the log could not be written") as err:
         run_tool(fail, "/dev/full")
     assert "the real cause" in str(err.value)
+
+
+def test_harmless_library_errors_are_explained_in_the_log():
+    from nsightflow.capture import harmless_notes
+
+    # Printed by torch 2.15's CUDA build under torch.profiler on a machine without a GPU (seen here).
+    line = "ERROR:2026-11-22 09:51:28 11620:11620 DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35"
+    assert "harmless, the CPU trace is complete" in harmless_notes("ok\n" + line + "\n")
+    assert harmless_notes("ERROR: something else failed\n") == ""

@@ -19,6 +19,7 @@ from nsightflow.attribution import read_timeline
 from nsightflow.matching import match_to_plan
 from nsightflow.metrics import result_metrics
 from nsightflow.plan import CapturePlan, expected_frame, plan_capture
+from nsightflow.progress import LaunchProgress
 
 
 class ToolError(RuntimeError):
@@ -47,7 +48,7 @@ def harness_argv(spec: str, args: dict, domain: str, warmup: int, python: str | 
 
 
 def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, check: bool = True,
-             gpu: bool = False) -> tuple[str, int]:
+             gpu: bool = False, on_line=None) -> tuple[str, int]:
     """Run ``argv`` (never through a shell), append its output to ``log``; return (output, exit code).
 
     With ``gpu`` the child runs on a device of its own (see nsightflow.gpus.claim). With ``check``
@@ -59,7 +60,7 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
     with claim(n_devices=None if gpu else 0) as (env, decision):
         started = time.time()
         try:
-            stdout, code = children.run(argv, env, timeout_s)
+            stdout, code = children.run(argv, env, timeout_s, on_line)
         except subprocess.TimeoutExpired as exc:
             _append(log, argv, (exc.output or "") + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
             raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
@@ -68,6 +69,7 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
                                "were killed\n")
             raise
     gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""
+    gpu_note += harmless_notes(stdout)
     how = children.describe_exit(code)
     try:
         _append(log, argv, gpu_note + stdout + f"\n[nsightflow] {Path(argv[0]).name} {how}\n")
@@ -79,6 +81,19 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
     if check and code != 0:
         raise ToolError(f"{Path(argv[0]).name} {how}; log: {log}\n{failure_lines(stdout)}")
     return stdout, code
+
+
+# Lines libraries print that look alarming and are not, with what they mean (written into the job's log).
+HARMLESS = [
+    ("gpuGetDeviceCount failed", "'ERROR ... gpuGetDeviceCount failed' comes from torch.profiler's library (kineto) "
+     "looking for a CUDA device on a machine without one: harmless, the CPU trace is complete"),
+    ("SyncActivityProfilerHandler", "'USDT ... profiler_start/profiler_stop' lines are kineto's trace markers"),
+]
+
+
+def harmless_notes(output: str) -> str:
+    """A note for each known harmless message in ``output``, so a log that says ERROR is not misread."""
+    return "".join(f"[nsightflow] note: {why}\n" for needle, why in HARMLESS if needle in output)
 
 
 def failure_lines(output: str, tail: int = 10) -> str:
@@ -227,7 +242,8 @@ def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: st
     expected = len(plan.windows) if ranges else len(plan.expected)
     what = (f"{len(plan.windows)} range windows" if ranges else
             f"{expected} planned launches in {len(plan.windows)} windows ({plan.mode})")
-    out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True)
+    progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", plan.expected)
+    out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True, on_line=progress)
     ncu.check_capture(out, rc, what=what, expected=expected)
     produced = Path(str(tmp_base) + ".ncu-rep")
     if not produced.exists():

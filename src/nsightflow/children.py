@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1
 
@@ -55,18 +55,42 @@ def stop_signals() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def run(argv: list[str], env: dict | None = None, timeout_s: float | None = None) -> tuple[str, int]:
+def run(argv: list[str], env: dict | None = None, timeout_s: float | None = None,
+        on_line: Callable[[str], None] | None = None) -> tuple[str, int]:
     """Run ``argv`` in its own process group, output merged; (output, exit code). On a timeout raises
-    subprocess.TimeoutExpired with the output so far; on any way out the whole group is killed first."""
+    subprocess.TimeoutExpired with the output so far; on any way out the whole group is killed first.
+    ``on_line`` sees each line of output as it comes (progress), from a reader thread."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True, preexec_fn=die_with_parent)
+    lines: list[str] = []
+    reader = None
+    if on_line is not None:
+        def read() -> None:
+            for line in proc.stdout:
+                lines.append(line)
+                try:
+                    on_line(line)
+                except Exception:  # progress is a courtesy: it never fails the run
+                    pass
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
     try:
         with stop_signals():
-            out, _ = proc.communicate(timeout=timeout_s)
+            if reader is None:
+                out, _ = proc.communicate(timeout=timeout_s)
+            else:
+                proc.wait(timeout=timeout_s)
+                reader.join()
+                out = "".join(lines)
     except BaseException as exc:
         kill_group(proc)
         if isinstance(exc, subprocess.TimeoutExpired):
-            exc.output = proc.communicate()[0]
+            if reader is None:
+                exc.output = proc.communicate()[0]
+            else:
+                reader.join(timeout=10)
+                exc.output = "".join(lines)
         raise
     return out, proc.returncode
 
