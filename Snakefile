@@ -37,6 +37,6 @@ onstart:
 
 
 rule all:
+    default_target: True
     input:
         "results/report.html",
-    default_target: True

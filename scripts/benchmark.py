@@ -33,8 +33,11 @@ def _program(args: dict, runs: int = 3) -> tuple[float, int]:
     times = []
     for _ in range(runs):
         start = time.time()
-        subprocess.run([sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         times.append(time.time() - start)
     print(f"  program runs (s): {[round(t, 1) for t in times]}", flush=True)
     return sorted(times)[len(times) // 2], 0
@@ -47,8 +50,13 @@ def _workflow(args: dict) -> tuple[float, int, dict]:
         cfg["workloads"][0]["args"].update(args)
         (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         start = time.time()
-        subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"], cwd=wf, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
+            cwd=wf,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         seconds = time.time() - start
         plan = json.loads((wf / "results" / "tinyllm" / "plan.json").read_text())
         return seconds, len(plan["expected"]), _jobs(wf)
@@ -73,10 +81,26 @@ def _jobs(wf: Path) -> dict:
 def _everything(args: dict) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "all"
-        argv = [shutil.which("ncu"), "--force-overwrite", "--export", str(base), "--nvtx",
-                "--nvtx-include", "nsightflow@prefill/", "--nvtx-include", "nsightflow@decode/",
-                "--clock-control=none", "--cache-control=all", "--metrics", ",".join(ncu.DEFAULT_METRICS),
-                sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)]
+        argv = [
+            shutil.which("ncu"),
+            "--force-overwrite",
+            "--export",
+            str(base),
+            "--nvtx",
+            "--nvtx-include",
+            "nsightflow@prefill/",
+            "--nvtx-include",
+            "nsightflow@decode/",
+            "--clock-control=none",
+            "--cache-control=all",
+            "--metrics",
+            ",".join(ncu.DEFAULT_METRICS),
+            sys.executable,
+            "-m",
+            "nsightflow.harness",
+            "--args",
+            json.dumps(args),
+        ]
         start = time.time()
         out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
         return time.time() - start, ncu.profiled_count(out)
@@ -92,21 +116,41 @@ def _passes() -> tuple[float, int]:
         "default": ncu.DEFAULT_METRICS,
         "no SASS": [m for m in ncu.DEFAULT_METRICS if m not in sass],
         "no L1/L2 bytes": [m for m in ncu.DEFAULT_METRICS if m not in (BYTE_METRICS["l1"], BYTE_METRICS["l2"])],
-        "time+tensor+dram+peaks": list(TIME_METRICS.values()) + list(TENSOR_FLOP_METRICS.values())
-        + [BYTE_METRICS["dram_read"], BYTE_METRICS["dram_write"]] + list(PEAK_METRICS.values()),
-        "SASS only": sass, "tensor only": list(TENSOR_FLOP_METRICS.values()),
+        "time+tensor+dram+peaks": list(TIME_METRICS.values())
+        + list(TENSOR_FLOP_METRICS.values())
+        + [BYTE_METRICS["dram_read"], BYTE_METRICS["dram_write"]]
+        + list(PEAK_METRICS.values()),
+        "SASS only": sass,
+        "tensor only": list(TENSOR_FLOP_METRICS.values()),
         "L1/L2 bytes only": [BYTE_METRICS["l1"], BYTE_METRICS["l2"]],
     }
     one = [m for m in ncu.DEFAULT_METRICS if m not in TENSOR_FLOP_METRICS.values() or "bf16" in m]
     sets["bf16 tensor only, rest default"] = one
-    for guard in ("sm__inst_executed_pipe_tensor.sum", "sm__pipe_tensor_cycles_active.sum",
-                  "sm__inst_executed_pipe_tensor_op_hmma.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum",
-                  "sm__pipe_tensor_op_gmma_cycles_active.sum", "sm__pipe_tensor_op_hmma_cycles_active.sum"):
+    for guard in (
+        "sm__inst_executed_pipe_tensor.sum",
+        "sm__pipe_tensor_cycles_active.sum",
+        "sm__inst_executed_pipe_tensor_op_hmma.sum",
+        "sm__inst_executed_pipe_tensor_op_gmma.sum",
+        "sm__pipe_tensor_op_gmma_cycles_active.sum",
+        "sm__pipe_tensor_op_hmma_cycles_active.sum",
+    ):
         sets[f"bf16 + {guard}"] = one + [guard]
     start = time.time()
     for name, metrics in sets.items():
-        proc = subprocess.run([shutil.which("ncu"), "--clock-control", "none", "--metrics", ",".join(metrics),
-                               sys.executable, "-c", PROBE], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                shutil.which("ncu"),
+                "--clock-control",
+                "none",
+                "--metrics",
+                ",".join(metrics),
+                sys.executable,
+                "-c",
+                PROBE,
+            ],
+            capture_output=True,
+            text=True,
+        )
         out = proc.stdout + proc.stderr
         passes = [ln.rsplit("-", 1)[-1].strip() for ln in out.splitlines() if ln.startswith("==PROF== Profiling")]
         errors = [ln for ln in out.splitlines() if "ERROR" in ln][:2]

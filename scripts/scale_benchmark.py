@@ -46,10 +46,17 @@ def build(dst: Path, launches: int) -> int:
     lo = min(t0, con.execute("SELECT MIN(start) FROM s.CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0])
     span = max(t1, con.execute('SELECT MAX("end") FROM s.CUPTI_ACTIVITY_KIND_KERNEL').fetchone()[0]) - lo + 1000
     corr = con.execute("SELECT MAX(correlationId) FROM s.CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] + 1
-    steps = con.execute("SELECT MAX(COALESCE(int64Value, uint64Value, int32Value, uint32Value)) FROM s.NVTX_EVENTS "
-                        "WHERE domainId IN (SELECT domainId FROM s.NVTX_EVENTS WHERE eventType = 75 AND "
-                        "text IN ('nsightflow', 'nsightflow.probe'))").fetchone()[0] + 1
-    stage_domains = "(SELECT domainId FROM s.NVTX_EVENTS WHERE eventType = 75 AND text IN ('nsightflow', 'nsightflow.probe'))"
+    steps = (
+        con.execute(
+            "SELECT MAX(COALESCE(int64Value, uint64Value, int32Value, uint32Value)) FROM s.NVTX_EVENTS "
+            "WHERE domainId IN (SELECT domainId FROM s.NVTX_EVENTS WHERE eventType = 75 AND "
+            "text IN ('nsightflow', 'nsightflow.probe'))"
+        ).fetchone()[0]
+        + 1
+    )
+    stage_domains = (
+        "(SELECT domainId FROM s.NVTX_EVENTS WHERE eventType = 75 AND text IN ('nsightflow', 'nsightflow.probe'))"
+    )
     ncols = [r[1] for r in con.execute("PRAGMA s.table_info(NVTX_EVENTS)")]
     kcols = [r[1] for r in con.execute("PRAGMA s.table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
     rcols = [r[1] for r in con.execute("PRAGMA s.table_info(CUPTI_ACTIVITY_KIND_RUNTIME)")]
@@ -69,13 +76,19 @@ def build(dst: Path, launches: int) -> int:
 
     reps = -(-launches // per)
     for k in range(reps):
-        payload = {c: f"CASE WHEN domainId IN {stage_domains} AND {c} IS NOT NULL THEN {c} + {k * steps} ELSE {c} END"
-                   for c in ("int64Value", "uint64Value", "int32Value", "uint32Value")}
+        payload = {
+            c: f"CASE WHEN domainId IN {stage_domains} AND {c} IS NOT NULL THEN {c} + {k * steps} ELSE {c} END"
+            for c in ("int64Value", "uint64Value", "int32Value", "uint32Value")
+        }
         where = "" if k == 0 else " WHERE eventType != 75"
         con.execute(f"INSERT INTO main.NVTX_EVENTS SELECT {shifted(ncols, k, payload)} FROM s.NVTX_EVENTS{where}")
-        con.execute(f"INSERT INTO main.CUPTI_ACTIVITY_KIND_KERNEL SELECT {shifted(kcols, k)} FROM s.CUPTI_ACTIVITY_KIND_KERNEL")
-        con.execute(f"INSERT INTO main.CUPTI_ACTIVITY_KIND_RUNTIME SELECT {shifted(rcols, k)} "
-                    "FROM s.CUPTI_ACTIVITY_KIND_RUNTIME")
+        con.execute(
+            f"INSERT INTO main.CUPTI_ACTIVITY_KIND_KERNEL SELECT {shifted(kcols, k)} FROM s.CUPTI_ACTIVITY_KIND_KERNEL"
+        )
+        con.execute(
+            f"INSERT INTO main.CUPTI_ACTIVITY_KIND_RUNTIME SELECT {shifted(rcols, k)} "
+            "FROM s.CUPTI_ACTIVITY_KIND_RUNTIME"
+        )
     con.commit()
     n = con.execute("SELECT COUNT(*) FROM main.CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     con.close()
@@ -90,8 +103,10 @@ t = time.time()
 tl = read_timeline(sys.argv[1], "nsightflow")
 t_attr = time.time() - t
 p = plan_capture(tl, "nsightflow", ["first", "last"])
-print(json.dumps({"attribute_s": t_attr, "total_s": time.time() - t, "ranged": int((tl.launches["pass_"] == "ranged").sum()),
-                  "profiled": len(p.expected), "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+ranged = int((tl.launches["pass_"] == "ranged").sum())
+rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"attribute_s": t_attr, "total_s": time.time() - t, "ranged": ranged,
+                  "profiled": len(p.expected), "max_rss_mb": rss_mb}))
 """
 
 OLD = """
@@ -111,17 +126,26 @@ if __name__ == "__main__":
             t = time.time()
             n = build(db, size)
             built = time.time() - t
-            got = json.loads(subprocess.run([sys.executable, "-c", MEASURE, str(db)], check=True, capture_output=True,
-                                            text=True).stdout)
+            got = json.loads(
+                subprocess.run(
+                    [sys.executable, "-c", MEASURE, str(db)], check=True, capture_output=True, text=True
+                ).stdout
+            )
             old = "—"
             if n <= 200_000:
-                s, mb, _ = subprocess.run([sys.executable, "-c", OLD, str(db), OLD_SQL], check=True, capture_output=True,
-                                          text=True).stdout.split()
+                s, mb, _ = subprocess.run(
+                    [sys.executable, "-c", OLD, str(db), OLD_SQL], check=True, capture_output=True, text=True
+                ).stdout.split()
                 old = f"{s} s, {mb} MB"
             rows.append((n, got, old, built))
             print(f"{n} kernels (built in {built:.0f} s): {got}; old range join: {old}", flush=True)
             db.unlink()
-    print(f"\n{'kernels':>9} {'in ranges':>10} {'attribute s':>12} {'+ plan s':>9} {'max RSS MB':>11} {'profiled':>9}  old SQL join")
+    print(
+        f"\n{'kernels':>9} {'in ranges':>10} {'attribute s':>12} {'+ plan s':>9} {'max RSS MB':>11} "
+        f"{'profiled':>9}  old SQL join"
+    )
     for n, g, old, _ in rows:
-        print(f"{n:9d} {g['ranged']:10d} {g['attribute_s']:12.1f} {g['total_s']:9.1f} {g['max_rss_mb']:11.0f} "
-              f"{g['profiled']:9d}  {old}")
+        print(
+            f"{n:9d} {g['ranged']:10d} {g['attribute_s']:12.1f} {g['total_s']:9.1f} {g['max_rss_mb']:11.0f} "
+            f"{g['profiled']:9d}  {old}"
+        )

@@ -8,6 +8,7 @@ Usage: python scripts/trim_fixtures.py RUN_DIR OUT_DIR [EXTRA_RAW_CSV ...]
   columns dropped, except the launch sizes the tests compare;
 - plan.json, analytic_flops.json, ceilings.json, manifest.json, stages.csv, kernels.csv copied as they are.
 """
+
 import csv
 import shutil
 import sqlite3
@@ -15,11 +16,22 @@ import sys
 from pathlib import Path
 
 DROP = ("device__attribute_", "launch__", "nvlink__", "numa__", "profiler__", "c2clink__")
-KEEP = {"device__attribute_display_name", "launch__grid_size", "launch__block_size",
-        "launch__shared_mem_per_block_dynamic"}
+KEEP = {
+    "device__attribute_display_name",
+    "launch__grid_size",
+    "launch__block_size",
+    "launch__shared_mem_per_block_dynamic",
+}
 TABLES = ["NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "StringIds", "TARGET_INFO_GPU"]
-COPY = ["plan.json", "ranges.plan.json", "analytic_flops.json", "ceilings.json", "manifest.json", "stages.csv",
-        "kernels.csv"]
+COPY = [
+    "plan.json",
+    "ranges.plan.json",
+    "analytic_flops.json",
+    "ceilings.json",
+    "manifest.json",
+    "stages.csv",
+    "kernels.csv",
+]
 
 
 def trim_csv(src: Path, dst: Path) -> None:
@@ -39,8 +51,10 @@ def trim_sqlite(src: Path, dst: Path) -> None:
         con.execute(con.execute("SELECT sql FROM s.sqlite_master WHERE name = ?", (t,)).fetchone()[0])
     for t in TABLES:
         con.execute(f"INSERT INTO main.{t} SELECT * FROM s.{t}")
-    con.execute("INSERT INTO main.CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM s.CUPTI_ACTIVITY_KIND_RUNTIME "
-                "WHERE correlationId IN (SELECT correlationId FROM s.CUPTI_ACTIVITY_KIND_KERNEL)")
+    con.execute(
+        "INSERT INTO main.CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM s.CUPTI_ACTIVITY_KIND_RUNTIME "
+        "WHERE correlationId IN (SELECT correlationId FROM s.CUPTI_ACTIVITY_KIND_KERNEL)"
+    )
     con.commit()
     con.execute("DETACH DATABASE s")
     con.execute("VACUUM")

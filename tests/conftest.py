@@ -39,9 +39,11 @@ def slurm_available() -> bool:
 
 # Tiers that are skipped where their machinery is missing, unless NSIGHTFLOW_REQUIRE names them (CI does,
 # so that a broken setup fails the run instead of skipping its tests).
-TIERS = {"gpu": (gpu_available, "a CUDA GPU with nsys and ncu on PATH (the GPU test host)"),
-         "slurm": (slurm_available, "a Slurm cluster that answers (sinfo); scripts/slurm_local.sh starts one"),
-         "browser": (lambda: shutil.which("chromium") is not None, "Chromium (Debian's package chromium)")}
+TIERS = {
+    "gpu": (gpu_available, "a CUDA GPU with nsys and ncu on PATH (the GPU test host)"),
+    "slurm": (slurm_available, "a Slurm cluster that answers (sinfo); scripts/slurm_local.sh starts one"),
+    "browser": (lambda: shutil.which("chromium") is not None, "Chromium (Debian's package chromium)"),
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -70,15 +72,25 @@ def copy_workflow(dest: Path) -> Path:
         if src.is_file():
             shutil.copy2(src, dest / top)
         elif src.is_dir():
-            shutil.copytree(src, dest / top, ignore=lambda d, names: skip(d, names) | (
-                {"data"} if Path(d) == ROOT / "tests" else set()), dirs_exist_ok=True)
+            shutil.copytree(
+                src,
+                dest / top,
+                ignore=lambda d, names: skip(d, names) | ({"data"} if Path(d) == ROOT / "tests" else set()),
+                dirs_exist_ok=True,
+            )
     return dest
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real Snakemake in ``workdir`` as a subprocess."""
-    proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
     return proc

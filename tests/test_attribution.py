@@ -5,8 +5,8 @@ import sqlite3
 
 import numpy as np
 import pytest
-
 from conftest import DATA
+
 from nsightflow import attribution
 
 D = DATA / "h200_tinyllm"
@@ -47,10 +47,13 @@ def test_steps_payloads_and_launch_order(tl):
 def test_rows_come_from_the_sqlite_cells(tl):
     con = sqlite3.connect(D / "timeline.sqlite")
     first = tl.launches[tl.launches["stage"] == "prefill"].sort_values("seq").iloc[0]
-    row = con.execute("SELECT k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, k.dynamicSharedMemory, "
-                      "m.value, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds m ON m.id = k.mangledName "
-                      "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId "
-                      "WHERE k.start = ?", (int(first["start"]),)).fetchone()
+    row = con.execute(
+        "SELECT k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, k.dynamicSharedMemory, "
+        "m.value, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds m ON m.id = k.mangledName "
+        "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId "
+        "WHERE k.start = ?",
+        (int(first["start"]),),
+    ).fetchone()
     assert first["grid"] == f"({row[0]}, {row[1]}, {row[2]})" and first["block"] == f"({row[3]}, {row[4]}, {row[5]})"
     assert first["smem"] == row[6] and first["mangled"] == row[7] and first["launch_ns"] == row[8]
     assert first["class_key"] == f"{row[7]}|{first['grid']}|{first['block']}|{row[6]}"

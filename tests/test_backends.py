@@ -7,7 +7,6 @@ import shutil
 
 import pandas as pd
 import pytest
-
 from conftest import DATA, copy_workflow, snakemake
 
 F = DATA / "h200_tinyllm_filtered"
@@ -50,15 +49,20 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
     assert "nsightflow: backend torch (profiler 'auto' chose torch.profiler" in (cpu_run / "terminal.txt").read_text()
     assert "<td class=label>prefill</td>" in html and "<td class=label>decode</td>" in html
     page = (cpu_run / "results" / "tinyllm" / "report.html").read_text()
-    assert "aten::mm" in page and "Roofline (per stage: model FLOPs over operator bytes" in page and "data:image/png;base64," in page
+    assert (
+        "aten::mm" in page
+        and "Roofline (per stage: model FLOPs over operator bytes" in page
+        and "data:image/png;base64," in page
+    )
     assert "<h3>Diagnostics</h3>" in page and "lower bound computed from tensor sizes" in page
     trace = json.loads((cpu_run / "results" / "tinyllm" / "torch" / "trace.json").read_text())
     assert any(e.get("name") == "nsightflow:1 decode" for e in trace["traceEvents"])  # index, then the name
     # The ceiling was measured in the same program launch as the trace, in the workload's dtype.
     ceiling = json.loads((cpu_run / "results" / "tinyllm" / "ceilings.json").read_text())
     assert ceiling["dtype"] == "bfloat16"
-    mfu = st.loc["prefill", "flops_analytic_causal"] / (st.loc["prefill", "gpu_busy_ms"] * 1e-3
-                                                         * ceiling["matmul_flops_per_s"])
+    mfu = st.loc["prefill", "flops_analytic_causal"] / (
+        st.loc["prefill", "gpu_busy_ms"] * 1e-3 * ceiling["matmul_flops_per_s"]
+    )
     assert st.loc["prefill", "mfu_busy"] == pytest.approx(mfu)
 
 
@@ -75,14 +79,19 @@ def test_analysis_only_turns_gpu_captures_into_the_gpu_hosts_report(tmp_path):
     st = pd.read_csv(out / "stages.csv").set_index("stage")
     # Prefill FLOPs straight from the export's cells (tensor pipes + SASS, FMA = 2).
     p = F / "prefill.raw.csv"
-    flops = sum(sum(_cells(p, f"sm__ops_path_tensor_src_{x}.sum")) for x in
-                ("bf16_dst_fp32", "fp16", "tf32_dst_fp32", "fp8", "fp64"))
+    flops = sum(
+        sum(_cells(p, f"sm__ops_path_tensor_src_{x}.sum"))
+        for x in ("bf16_dst_fp32", "fp16", "tf32_dst_fp32", "fp8", "fp64")
+    )
     flops += sum(k * sum(_cells(p, f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum")) for op, k in SASS.items())
     assert st.loc["prefill", "flops_measured"] == pytest.approx(flops, rel=1e-12)
     # Kernel times are the timeline's, from nvtx_kern_sum.
     kern = pd.read_csv(out / "kernels.csv")
-    rows = [r for r in csv.DictReader((F / "stats" / "nvtx_kern_sum.csv").open())
-            if r["NVTX Range"].startswith("nsightflow:")]
+    rows = [
+        r
+        for r in csv.DictReader((F / "stats" / "nvtx_kern_sum.csv").open())
+        if r["NVTX Range"].startswith("nsightflow:")
+    ]
     assert len(rows) > 30
     for r in rows:
         stage = r["NVTX Range"].split(":", 1)[1]
@@ -90,8 +99,17 @@ def test_analysis_only_turns_gpu_captures_into_the_gpu_hosts_report(tmp_path):
         assert float(row["total_ns"].iloc[0]) == float(r["Total Time (ns)"])
     # The same numbers the GPU host's own run wrote (stages.csv saved from that run).
     host = pd.read_csv(F / "gpu_host_stages.csv").set_index("stage")
-    for col in ("flops_measured", "dram_bytes_measured", "wall_ms", "gpu_busy_ms", "coverage", "mfu_busy", "hfu_busy",
-                "dram_bw_util_busy", "executed_over_model"):
+    for col in (
+        "flops_measured",
+        "dram_bytes_measured",
+        "wall_ms",
+        "gpu_busy_ms",
+        "coverage",
+        "mfu_busy",
+        "hfu_busy",
+        "dram_bw_util_busy",
+        "executed_over_model",
+    ):
         for stage in ("prefill", "decode"):
             assert math.isclose(st.loc[stage, col], host.loc[stage, col], rel_tol=1e-9), (stage, col)
     html = (wf / "results" / "report.html").read_text()
@@ -114,6 +132,14 @@ def test_missing_exports_name_the_command_that_makes_them(tmp_path):
     assert proc.returncode != 0 and "nsys export --type sqlite" in proc.stdout
     (caps / "a.csv").unlink()
     (caps / "run.ncu-rep").write_bytes(b"")  # a report with no export, and no ncu on this machine
-    proc = snakemake(wf, "--cores", "1", "results/report.html", "--config", f"captures={caps}",
-                     "tools={ncu: /nonexistent/ncu}", check=False)
+    proc = snakemake(
+        wf,
+        "--cores",
+        "1",
+        "results/report.html",
+        "--config",
+        f"captures={caps}",
+        "tools={ncu: /nonexistent/ncu}",
+        check=False,
+    )
     assert proc.returncode != 0 and "ncu --import run.ncu-rep --page raw --csv --print-units base" in proc.stdout

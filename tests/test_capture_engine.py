@@ -8,8 +8,8 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-
 from conftest import DATA
+
 from nsightflow import aggregate, attribution, matching, metrics, ncu, plan
 
 V2 = DATA / "h200_v2"
@@ -18,9 +18,19 @@ V2 = DATA / "h200_v2"
 def _agg(run, **kw):
     d = V2 / run
     dtype = json.loads((d / "manifest.json").read_text())["dtype"]
-    return aggregate.aggregate_run(d / "timeline.sqlite", "nsightflow", d / "plan.json", d / "capture.raw.csv",
-                                   d / "analytic_flops.json", dtype, 0.5, 10, 0.9, ceiling_json=d / "ceilings.json",
-                                   **kw)
+    return aggregate.aggregate_run(
+        d / "timeline.sqlite",
+        "nsightflow",
+        d / "plan.json",
+        d / "capture.raw.csv",
+        d / "analytic_flops.json",
+        dtype,
+        0.5,
+        10,
+        0.9,
+        ceiling_json=d / "ceilings.json",
+        **kw,
+    )
 
 
 def _sums(raw):
@@ -57,8 +67,10 @@ def test_every_class_of_the_profiled_steps_is_profiled_once():
         planned = [e for e in got.expected if (e["stage"], e["step"]) == (w.stage, w.step)]
         assert Counter(e["class_key"] for e in planned) == Counter(set(mine["class_key"]))
     # Layers repeat their calls: 28 classes stand for prefill's 128 launches, 22 for each decode step's 136.
-    assert {s: (v["classes"], v["launches"]) for s, v in got.stages.items()} == {"prefill": (28, 128),
-                                                                                  "decode": (44, 1088)}
+    assert {s: (v["classes"], v["launches"]) for s, v in got.stages.items()} == {
+        "prefill": (28, 128),
+        "decode": (44, 1088),
+    }
     # proj and down launch one GEMM kernel with one grid; their calls differ (K = 1024 vs 2816): two classes.
     pre = probe[(probe["stage"] == "prefill")]
     by_kernel = pre.groupby("kernel_key")["op"].nunique()
@@ -93,16 +105,21 @@ def test_backward_kernels_of_autograds_thread_belong_to_backward():
     total, same = con.execute(
         "SELECT COUNT(*), SUM(rt.globalTid = n.globalTid) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
         "JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId "
-        "JOIN NVTX_EVENTS n ON n.eventType = 59 AND rt.start BETWEEN n.start AND n.\"end\" "
+        'JOIN NVTX_EVENTS n ON n.eventType = 59 AND rt.start BETWEEN n.start AND n."end" '
         "JOIN StringIds s ON s.id = n.textId WHERE s.value = 'backward' "
-        "AND n.domainId = (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'nsightflow')").fetchone()
+        "AND n.domainId = (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'nsightflow')"
+    ).fetchone()
     assert total == 256 and same == 2  # nsys' per-thread projection would give backward 2 kernels
     assert len(ranged[ranged["stage"] == "backward"]) == total
     st = _agg("train")["stages"].set_index("stage")
     assert (st["coverage"] == 1.0).all()
     # dX and dW of every matmul: the backward GEMMs execute twice the forward's tensor FLOPs.
     kernels = _agg("train")["kernels"]
-    gemm = kernels[~kernels["kernel"].str.contains("flash|fmha|attention", case=False)].groupby("stage")["flops_tensor"].sum()
+    gemm = (
+        kernels[~kernels["kernel"].str.contains("flash|fmha|attention", case=False)]
+        .groupby("stage")["flops_tensor"]
+        .sum()
+    )
     assert gemm["backward"] / gemm["forward"] == pytest.approx(2.0, rel=0.1)
 
 
@@ -113,9 +130,13 @@ def test_cuda_graph_kernels_belong_to_their_decode_steps_and_measure_what_eager_
     assert dec["graph"].all() and (dec.groupby("step").size() == 72).all()
     con = sqlite3.connect(d / "timeline.sqlite")
     # Graph kernels carry the correlation id of the cudaGraphLaunch that ran them (--cuda-graph-trace=node).
-    launches = {r[0] for r in con.execute(
-        "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt "
-        "ON rt.correlationId = k.correlationId JOIN StringIds s ON s.id = rt.nameId WHERE k.graphNodeId IS NOT NULL")}
+    launches = {
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt "
+            "ON rt.correlationId = k.correlationId JOIN StringIds s ON s.id = rt.nameId WHERE k.graphNodeId IS NOT NULL"
+        )
+    }
     assert launches and all(name.startswith("cudaGraphLaunch") for name in launches)
     graph = _agg("graph")
     eager = _agg("small")["stages"].set_index("stage")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import DATA, ROOT, copy_workflow, snakemake
+
 from nsightflow import ncu, nsys
 
 TESTS = ROOT / "tests"
@@ -29,12 +29,18 @@ def _workflow(tmp_path, workloads, **overrides):
     return wf, env
 
 
-@pytest.mark.parametrize("fn,needle", [
-    ("raises", "raised while building with {}: ValueError('model weights not found at /nowhere')"),
-    ("stage_raises", "stage 'decode' raised at step 1: RuntimeError('CUDA out of memory (simulated by the workload)')"),
-    ("idle", "no kernels or operators ran inside the ranges of stage(s) ['prefill']"),
-    ("nope", "module 'workloads' has no attribute 'nope'"),
-])
+@pytest.mark.parametrize(
+    "fn,needle",
+    [
+        ("raises", "raised while building with {}: ValueError('model weights not found at /nowhere')"),
+        (
+            "stage_raises",
+            "stage 'decode' raised at step 1: RuntimeError('CUDA out of memory (simulated by the workload)')",
+        ),
+        ("idle", "no kernels or operators ran inside the ranges of stage(s) ['prefill']"),
+        ("nope", "module 'workloads' has no attribute 'nope'"),
+    ],
+)
 def test_failing_workloads_fail_the_job_with_the_cause(tmp_path, fn, needle):
     wf, env = _workflow(tmp_path, [{"name": "w", "callable": f"workloads:{fn}"}])
     proc = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
@@ -74,8 +80,11 @@ def test_stage_names_are_never_merged_or_renamed(tmp_path):
 
 
 def test_a_hung_workload_is_stopped_by_the_timeout(tmp_path):
-    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:slow",
-                                    "args": {"marker": str(tmp_path / "m"), "seconds": 120}}], torch={"timeout_s": 3})
+    wf, env = _workflow(
+        tmp_path,
+        [{"name": "w", "callable": "workloads:slow", "args": {"marker": str(tmp_path / "m"), "seconds": 120}}],
+        torch={"timeout_s": 3},
+    )
     start = time.time()
     proc = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
     assert proc.returncode != 0 and "did not finish within 3 s (config: timeout_s)" in proc.stdout
@@ -106,15 +115,35 @@ def _digest(path):
 
 def test_kill_9_then_rerun_incomplete_completes_and_keeps_earlier_results(tmp_path):
     marker = tmp_path / "started"
-    tiny = {"vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 48, "decode_steps": 2,
-            "dtype": "float32", "device": "cpu", "batch": 1, "prompt": 8}
-    wf, env = _workflow(tmp_path, [
-        {"name": "a", "callable": "nsightflow.decoder:build", "args": tiny},
-        {"name": "b", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 8}}])
+    tiny = {
+        "vocab": 256,
+        "d_model": 32,
+        "n_layers": 1,
+        "n_heads": 2,
+        "d_ff": 48,
+        "decode_steps": 2,
+        "dtype": "float32",
+        "device": "cpu",
+        "batch": 1,
+        "prompt": 8,
+    }
+    wf, env = _workflow(
+        tmp_path,
+        [
+            {"name": "a", "callable": "nsightflow.decoder:build", "args": tiny},
+            {"name": "b", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 8}},
+        ],
+    )
     snakemake(wf, "--cores", "1", "results/a/stages.csv", env=env)
     before = {p: _digest(p) for p in (wf / "results" / "a").rglob("*") if p.is_file()}
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"], cwd=wf, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
+        cwd=wf,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while not marker.exists() and time.time() < deadline:
         time.sleep(0.2)
@@ -139,9 +168,11 @@ def test_nsight_backend_without_a_gpu_fails_at_preflight_with_the_fixes(tmp_path
     env["PATH"] = "/usr/bin:/bin"  # no nsys, no ncu, no nvidia-smi on this machine anyway
     proc = snakemake(wf, "--cores", "1", "results/report.html", "--config", "profiler=nsight", check=False, env=env)
     assert proc.returncode != 0 and "Error in rule preflight" in proc.stdout
-    for fix in ("GPU: nvidia-smi lists no GPU. Fix: run on a host with an NVIDIA GPU",
-                "nsys: 'nsys' not found. Fix: install Nsight Systems or set `tools: nsys:`",
-                "ncu: 'ncu' not found. Fix: install Nsight Compute"):
+    for fix in (
+        "GPU: nvidia-smi lists no GPU. Fix: run on a host with an NVIDIA GPU",
+        "nsys: 'nsys' not found. Fix: install Nsight Systems or set `tools: nsys:`",
+        "ncu: 'ncu' not found. Fix: install Nsight Compute",
+    ):
         assert fix in proc.stdout
     assert not (wf / "results" / "w" / "timeline").exists()  # no capture started
 
@@ -151,8 +182,10 @@ def test_timeout_stops_the_program_the_tool_launched(tmp_path):
 
     # A launcher (as ncu or nsys is) whose child hangs: both must be gone after the timeout.
     pidfile = tmp_path / "child.pid"
-    script = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']);"
-              f" open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(300)")
+    script = (
+        "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']);"
+        f" open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(300)"
+    )
     with pytest.raises(ToolError, match="did not finish within 2 s"):
         run_tool([sys.executable, "-c", script], tmp_path / "log", timeout_s=2)
     child = int(pidfile.read_text())
@@ -170,11 +203,18 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "kill-9-job"])
 def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
     marker = tmp_path / "pid"
-    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:slow",
-                                    "args": {"marker": str(marker), "seconds": 30}}])
+    wf, env = _workflow(
+        tmp_path, [{"name": "w", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 30}}]
+    )
     # Snakemake in a process group of its own, as a shell's foreground job is.
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"], cwd=wf,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
+        cwd=wf,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while not (marker.exists() and marker.read_text()) and time.time() < deadline:
         time.sleep(0.2)

@@ -21,8 +21,8 @@ from collections import Counter
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import copy_workflow, snakemake
+
 from nsightflow import ncu, torchprof
 from nsightflow.matching import name_key
 
@@ -35,8 +35,12 @@ ATTENTION = re.compile(r"flash|fmha|attention", re.I)
 def _keep(work, name):
     keep = os.environ.get("NSIGHTFLOW_KEEP_RESULTS")
     if keep:
-        shutil.copytree(work / "results", f"{keep}/{name}", dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("*.ncu-rep", "*.nsys-rep"))
+        shutil.copytree(
+            work / "results",
+            f"{keep}/{name}",
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("*.ncu-rep", "*.nsys-rep"),
+        )
 
 
 def _configure(work, **changes):
@@ -76,9 +80,9 @@ def _sql_launches(sqlite, domain="nsightflow"):
     JOIN r ON rt.start BETWEEN r.start AND r."end"
     """
     df = pd.read_sql_query(q, con, params=(domain,))
-    df["grid"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.gridX, df.gridY, df.gridZ)]
-    df["block"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.blockX, df.blockY, df.blockZ)]
-    df["key"] = [(name_key(k), g, b, int(s)) for k, g, b, s in zip(df.kernel, df.grid, df.block, df.smem)]
+    df["grid"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.gridX, df.gridY, df.gridZ, strict=True)]
+    df["block"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.blockX, df.blockY, df.blockZ, strict=True)]
+    df["key"] = [(name_key(k), g, b, int(s)) for k, g, b, s in zip(df.kernel, df.grid, df.block, df.smem, strict=True)]
     return df
 
 
@@ -92,14 +96,16 @@ def _sql_probe_classes(sqlite, steps, domain="nsightflow"):
             'SELECT n.start, n."end", COALESCE(n.text, s.value), COALESCE(n.int64Value, n.uint64Value, n.int32Value, '
             "n.uint32Value) FROM NVTX_EVENTS n JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = n.domainId "
             "AND d.text = ? LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59 ORDER BY n.start",
-            (dom,)).fetchall()
+            (dom,),
+        ).fetchall()
 
     step_ranges = [r for r in ranges(f"{domain}.probe") if (r[2], r[3]) in steps]
     ops = ranges(f"{domain}.ops")
     kernels = con.execute(
         "SELECT rt.start, dn.value, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, k.dynamicSharedMemory "
         "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId "
-        "JOIN StringIds dn ON dn.id = k.demangledName ORDER BY rt.start").fetchall()
+        "JOIN StringIds dn ON dn.id = k.demangledName ORDER BY rt.start"
+    ).fetchall()
     out, ordinal = [], Counter()
     for t, name, gx, gy, gz, bx, by, bz, smem in kernels:
         step = next(((s, p) for lo, hi, s, p in step_ranges if lo <= t <= hi), None)
@@ -107,8 +113,17 @@ def _sql_probe_classes(sqlite, steps, domain="nsightflow"):
             continue
         op = next(((text, lo) for lo, hi, text, _ in ops if lo <= t <= hi), ("gap", None))
         ordinal[(step, op)] += 1
-        out.append((*step, op[0], ordinal[(step, op)] - 1, name_key(name), f"({gx}, {gy}, {gz})", f"({bx}, {by}, {bz})",
-                    int(smem)))
+        out.append(
+            (
+                *step,
+                op[0],
+                ordinal[(step, op)] - 1,
+                name_key(name),
+                f"({gx}, {gy}, {gz})",
+                f"({bx}, {by}, {bz})",
+                int(smem),
+            )
+        )
     return out
 
 
@@ -149,13 +164,20 @@ def test_one_launch_per_class_is_profiled_and_nothing_else(run_dir):
     places = _result_places(raw)
     got, ordinal = Counter(), Counter()
     for (stage, step, op_i, op), name, grid, block, smem in zip(
-            places, raw["Kernel Name"], raw["Grid Size"], raw["Block Size"],
-            raw["launch__shared_mem_per_block_dynamic"].astype(float).astype(int), strict=True):
+        places,
+        raw["Kernel Name"],
+        raw["Grid Size"],
+        raw["Block Size"],
+        raw["launch__shared_mem_per_block_dynamic"].astype(float).astype(int),
+        strict=True,
+    ):
         ordinal[(stage, step, op_i)] += 1
         got[(stage, step, op, ordinal[(stage, step, op_i)] - 1, name_key(name), grid, block, smem)] += 1
     for stage, s in plan["stages"].items():
-        print(f"{stage}: {s['launches']} launches in {s['steps']} step(s); {s['classes']} classes profiled once "
-              f"each ({s['profiled']} launches) in steps {s['sampled_steps'] + s['extra_steps']}")
+        print(
+            f"{stage}: {s['launches']} launches in {s['steps']} step(s); {s['classes']} classes profiled once "
+            f"each ({s['profiled']} launches) in steps {s['sampled_steps'] + s['extra_steps']}"
+        )
     print(f"capture: {len(raw)} results for {len(want)} distinct (step, call, ordinal, kernel, grid, block, smem)")
     assert set(got) == want, sorted(set(got) ^ want)[:5]
     assert all(n == 1 for n in got.values()), [k for k, n in got.items() if n > 1]
@@ -174,14 +196,19 @@ def test_stages_are_fully_covered_and_measured(run_dir):
         s = stages.loc[stage]
         assert s["coverage"] == 1.0
         assert s["mfu_busy"] > 0 and s["hfu_busy"] > 0 and s["mfu_busy_ceiling"] > 0
-        print(f"{stage}: wall {s['wall_ms']:.3f} ms, busy {s['gpu_busy_ms']:.3f} ms, classes {s['classes']}, profiled "
-              f"{s['profiled_launches']}, MFU busy {s['mfu_busy']:.2%} (vs measured ceiling {s['mfu_busy_ceiling']:.2%}), "
-              f"HFU busy {s['hfu_busy']:.2%}, executed/model {s['executed_over_model']:.2f}, DRAM BW util busy "
-              f"{s['dram_bw_util_busy']:.2%}, coverage {s['coverage']:.1%}")
+        print(
+            f"{stage}: wall {s['wall_ms']:.3f} ms, busy {s['gpu_busy_ms']:.3f} ms, classes {s['classes']}, profiled "
+            f"{s['profiled_launches']}, MFU busy {s['mfu_busy']:.2%} "
+            f"(vs measured ceiling {s['mfu_busy_ceiling']:.2%}), "
+            f"HFU busy {s['hfu_busy']:.2%}, executed/model {s['executed_over_model']:.2f}, DRAM BW util busy "
+            f"{s['dram_bw_util_busy']:.2%}, coverage {s['coverage']:.1%}"
+        )
     pre = stages.loc["prefill"]
     rel = abs(pre["flops_measured"] - pre["flops_analytic_causal"]) / pre["flops_analytic_causal"]
-    print(f"prefill FLOPs measured {pre['flops_measured']:.4g}, analytic causal-adjusted "
-          f"{pre['flops_analytic_causal']:.4g}: {rel:.2%} off")
+    print(
+        f"prefill FLOPs measured {pre['flops_measured']:.4g}, analytic causal-adjusted "
+        f"{pre['flops_analytic_causal']:.4g}: {rel:.2%} off"
+    )
     assert rel < 0.05
 
 
@@ -197,10 +224,26 @@ def small(tmp_path_factory):
 def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path):
     # The reference: ncu over every launch of both stages (per-thread NVTX is exact here: one thread).
     base = tmp_path / "full"
-    argv = [shutil.which("ncu"), "--force-overwrite", "--export", str(base), "--nvtx",
-            "--nvtx-include", "nsightflow@prefill/", "--nvtx-include", "nsightflow@decode/",
-            "--clock-control=none", "--cache-control=all", "--metrics", ",".join(ncu.DEFAULT_METRICS),
-            sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(SMALL)]
+    argv = [
+        shutil.which("ncu"),
+        "--force-overwrite",
+        "--export",
+        str(base),
+        "--nvtx",
+        "--nvtx-include",
+        "nsightflow@prefill/",
+        "--nvtx-include",
+        "nsightflow@decode/",
+        "--clock-control=none",
+        "--cache-control=all",
+        "--metrics",
+        ",".join(ncu.DEFAULT_METRICS),
+        sys.executable,
+        "-m",
+        "nsightflow.harness",
+        "--args",
+        json.dumps(SMALL),
+    ]
     start = time.time()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     full_s = time.time() - start
@@ -214,30 +257,40 @@ def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path
     for stage in ("prefill", "decode"):
         f, d = truth[stage]
         mf, md = stages.loc[stage, "flops_measured"], stages.loc[stage, "dram_bytes_measured"]
-        print(f"{stage}: FLOPs {mf:.6g} vs full {f:.6g} ({mf / f - 1:+.3%}); DRAM {md:.6g} vs full {d:.6g} "
-              f"({md / d - 1:+.3%}); launches profiled {stages.loc[stage, 'profiled_launches']} vs "
-              f"{int((full['nvtx_range'] == stage).sum())}")
+        print(
+            f"{stage}: FLOPs {mf:.6g} vs full {f:.6g} ({mf / f - 1:+.3%}); DRAM {md:.6g} vs full {d:.6g} "
+            f"({md / d - 1:+.3%}); launches profiled {stages.loc[stage, 'profiled_launches']} vs "
+            f"{int((full['nvtx_range'] == stage).sum())}"
+        )
         assert abs(mf / f - 1) < 0.01 and abs(md / d - 1) < 0.01
     print(f"full capture of the small decoder: {len(full)} launches in {full_s:.1f} s")
 
 
 def test_depth_does_not_grow_the_capture(run_dir, tmp_path):
     work = copy_workflow(tmp_path / "deep")
-    env = _configure(work, workloads=[{"name": "deep", "callable": "nsightflow.decoder:build",
-                                       "args": {"n_layers": 16}}])
+    env = _configure(
+        work, workloads=[{"name": "deep", "callable": "nsightflow.decoder:build", "args": {"n_layers": 16}}]
+    )
     snakemake(work, "--cores", "1", "results/deep/plan.json", env=env)
     deep = json.loads((work / "results" / "deep" / "plan.json").read_text())
     base = json.loads((run_dir / "tinyllm" / "plan.json").read_text())
     for stage in ("prefill", "decode"):
         d, b = deep["stages"][stage], base["stages"][stage]
-        print(f"{stage}: 16 layers {d['launches']} launches, {d['classes']} classes, {d['profiled']} profiled; "
-              f"4 layers {b['launches']} launches, {b['classes']} classes, {b['profiled']} profiled")
+        print(
+            f"{stage}: 16 layers {d['launches']} launches, {d['classes']} classes, {d['profiled']} profiled; "
+            f"4 layers {b['launches']} launches, {b['classes']} classes, {b['profiled']} profiled"
+        )
         assert d["launches"] > 3 * b["launches"] and d["profiled"] == b["profiled"]
 
 
 def test_training_backward_gets_autograd_kernels_and_twice_the_gemm_flops(tmp_path):
-    wl = [{"name": "train", "callable": "nsightflow.training:build",
-           "args": {"batch": 4, "seq": 256, "iterations": 2, "n_layers": 2}}]
+    wl = [
+        {
+            "name": "train",
+            "callable": "nsightflow.training:build",
+            "args": {"batch": 4, "seq": 256, "iterations": 2, "n_layers": 2},
+        }
+    ]
     results, seconds = _run(tmp_path, "train", wl, ncu={"sample_steps": ["first"]})
     run = results / "train"
     sql = _sql_launches(run / "timeline" / "timeline.sqlite")
@@ -252,10 +305,13 @@ def test_training_backward_gets_autograd_kernels_and_twice_the_gemm_flops(tmp_pa
     assert (stages["coverage"] == 1.0).all()
     gemm = kernels[~kernels["kernel"].str.contains(ATTENTION)].groupby("stage")["flops_tensor"].sum()
     ratio = gemm["backward"] / gemm["forward"]
-    print(f"GEMM tensor FLOPs measured: forward {gemm['forward']:.4g}, backward {gemm['backward']:.4g} "
-          f"(ratio {ratio:.3f}); analytic GEMM ratio "
-          f"{stages.loc['backward', 'flops_analytic_gemm'] / stages.loc['forward', 'flops_analytic_gemm']:.3f}; "
-          f"backward/forward measured FLOPs {stages.loc['backward', 'flops_measured'] / stages.loc['forward', 'flops_measured']:.3f}")
+    print(
+        f"GEMM tensor FLOPs measured: forward {gemm['forward']:.4g}, backward {gemm['backward']:.4g} "
+        f"(ratio {ratio:.3f}); analytic GEMM ratio "
+        f"{stages.loc['backward', 'flops_analytic_gemm'] / stages.loc['forward', 'flops_analytic_gemm']:.3f}; "
+        "backward/forward measured FLOPs "
+        f"{stages.loc['backward', 'flops_measured'] / stages.loc['forward', 'flops_measured']:.3f}"
+    )
     assert abs(ratio / 2 - 1) < 0.10
 
 
@@ -266,14 +322,19 @@ def test_cuda_graph_decode_is_attributed_and_measures_what_eager_does(small, tmp
     sql = _sql_launches(run / "timeline" / "timeline.sqlite")
     eager = _sql_launches(small / "timeline" / "timeline.sqlite")
     g, e = sql[sql.stage == "decode"], eager[eager.stage == "decode"]
-    print(f"CUDA graph decode: {seconds:.1f} s; kernels per step {g.groupby('step').size().to_dict()} "
-          f"(in graphs: {int(g['graph'].sum())}); eager {e.groupby('step').size().to_dict()}")
+    print(
+        f"CUDA graph decode: {seconds:.1f} s; kernels per step {g.groupby('step').size().to_dict()} "
+        f"(in graphs: {int(g['graph'].sum())}); eager {e.groupby('step').size().to_dict()}"
+    )
     assert g["graph"].all() and (g.groupby("step").size() == e.groupby("step").size()).all()
     st = pd.read_csv(run / "stages.csv").set_index("stage")
     ref = pd.read_csv(small / "stages.csv").set_index("stage")
     rel = st.loc["decode", "flops_measured"] / ref.loc["decode", "flops_measured"] - 1
-    print(f"decode FLOPs: graph {st.loc['decode', 'flops_measured']:.6g}, eager {ref.loc['decode', 'flops_measured']:.6g} "
-          f"({rel:+.3%}); coverage {st.loc['decode', 'coverage']:.1%}")
+    print(
+        f"decode FLOPs: graph {st.loc['decode', 'flops_measured']:.6g}, "
+        f"eager {ref.loc['decode', 'flops_measured']:.6g} "
+        f"({rel:+.3%}); coverage {st.loc['decode', 'coverage']:.1%}"
+    )
     assert abs(rel) < 0.01 and st.loc["decode", "coverage"] == 1.0
     notes = json.loads((run / "summary.json").read_text())["notes"]
     assert any("replays CUDA graphs" in n for n in notes)  # no analytic decode FLOPs, and the report says why
@@ -285,32 +346,55 @@ def test_range_results_beside_the_kernel_totals(tmp_path):
     st = pd.read_csv(results / "ranges" / "stages.csv").set_index("stage")
     for stage in ("prefill", "decode"):
         s = st.loc[stage]
-        print(f"{stage}: tensor FLOPs ranges {s['flops_tensor_ranges']:.6g} vs kernels {s['flops_tensor_measured']:.6g}; "
-              f"DRAM ranges {s['dram_bytes_ranges']:.6g} vs kernels {s['dram_bytes_measured']:.6g}")
+        print(
+            f"{stage}: tensor FLOPs ranges {s['flops_tensor_ranges']:.6g} vs kernels {s['flops_tensor_measured']:.6g}; "
+            f"DRAM ranges {s['dram_bytes_ranges']:.6g} vs kernels {s['dram_bytes_measured']:.6g}"
+        )
         assert abs(s["flops_tensor_ranges"] / s["flops_tensor_measured"] - 1) < 0.01
     print(f"range capture run: {seconds:.1f} s")
 
 
-GQA_LLAMA = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
-             "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
-             "max_position_embeddings": 2048}
-MQA_QWEN2 = {"model_type": "qwen2", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
-             "num_attention_heads": 16, "num_key_value_heads": 1, "vocab_size": 32000,
-             "max_position_embeddings": 2048}
+GQA_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+}
+MQA_QWEN2 = {
+    "model_type": "qwen2",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 1,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+}
 
 
 @pytest.mark.parametrize("name,config", [("llama", GQA_LLAMA), ("qwen2", MQA_QWEN2)])
 def test_huggingface_models_measure_their_analytic_flops(tmp_path, name, config):
-    wl = [{"name": name, "callable": "nsightflow.hf:build",
-           "args": {"config": config, "batch": 4, "prompt": 512, "decode_steps": 8}}]
+    wl = [
+        {
+            "name": name,
+            "callable": "nsightflow.hf:build",
+            "args": {"config": config, "batch": 4, "prompt": 512, "decode_steps": 8},
+        }
+    ]
     results, seconds = _run(tmp_path, name, wl)
     st = pd.read_csv(results / name / "stages.csv").set_index("stage")
     pre = st.loc["prefill"]
     rel = pre["flops_measured"] / pre["flops_analytic_causal"] - 1
-    print(f"{name} ({config['num_key_value_heads']} KV heads of 16): {seconds:.1f} s; prefill FLOPs measured "
-          f"{pre['flops_measured']:.5g}, analytic {pre['flops_analytic_causal']:.5g} ({rel:+.2%}); MFU busy "
-          f"prefill {pre['mfu_busy']:.2%}, decode {st.loc['decode', 'mfu_busy']:.2%}; coverage "
-          f"{st['coverage'].tolist()}; profiled {st['profiled_launches'].tolist()}")
+    print(
+        f"{name} ({config['num_key_value_heads']} KV heads of 16): {seconds:.1f} s; prefill FLOPs measured "
+        f"{pre['flops_measured']:.5g}, analytic {pre['flops_analytic_causal']:.5g} ({rel:+.2%}); MFU busy "
+        f"prefill {pre['mfu_busy']:.2%}, decode {st.loc['decode', 'mfu_busy']:.2%}; coverage "
+        f"{st['coverage'].tolist()}; profiled {st['profiled_launches'].tolist()}"
+    )
     assert abs(rel) < 0.02 and (st["mfu_busy"] > 0).all() and (st["coverage"] == 1.0).all()
 
 
@@ -322,13 +406,17 @@ def test_compiled_decoder_on_the_gpu(small, tmp_path):
     plan = json.loads((results / "compiled" / "plan.json").read_text())
     print(f"compiled decoder: {seconds:.1f} s; windows {[w['why'][:60] for w in plan['windows']]}")
     for stage in ("prefill", "decode"):
-        print(f"{stage}: FLOPs compiled {st.loc[stage, 'flops_measured']:.5g}, eager {eager.loc[stage, 'flops_measured']:.5g};"
-              f" busy {st.loc[stage, 'gpu_busy_ms']:.3f} ms vs {eager.loc[stage, 'gpu_busy_ms']:.3f} ms; MFU busy "
-              f"{st.loc[stage, 'mfu_busy']:.2%}")
+        print(
+            f"{stage}: FLOPs compiled {st.loc[stage, 'flops_measured']:.5g}, "
+            f"eager {eager.loc[stage, 'flops_measured']:.5g};"
+            f" busy {st.loc[stage, 'gpu_busy_ms']:.3f} ms vs {eager.loc[stage, 'gpu_busy_ms']:.3f} ms; MFU busy "
+            f"{st.loc[stage, 'mfu_busy']:.2%}"
+        )
         assert st.loc[stage, "mfu_busy"] > 0 and st.loc[stage, "coverage"] == 1.0
     # The tensor work is the model's either way (fusion changes the elementwise kernels, not the GEMMs).
-    assert st.loc["prefill", "flops_tensor_measured"] == pytest.approx(eager.loc["prefill", "flops_tensor_measured"],
-                                                                       rel=0.02)
+    assert st.loc["prefill", "flops_tensor_measured"] == pytest.approx(
+        eager.loc["prefill", "flops_tensor_measured"], rel=0.02
+    )
 
 
 def test_changing_top_n_reruns_only_aggregation_and_reports(run_dir):
@@ -347,7 +435,11 @@ def test_changing_top_n_reruns_only_aggregation_and_reports(run_dir):
 
 def test_report_pages(run_dir):
     html = (run_dir / "report.html").read_text()
-    assert "Backend: <b>nsight</b>" in html and "<td class=label>prefill</td>" in html and "<td class=label>decode</td>" in html
+    assert (
+        "Backend: <b>nsight</b>" in html
+        and "<td class=label>prefill</td>" in html
+        and "<td class=label>decode</td>" in html
+    )
     page = (run_dir / "tinyllm" / "report.html").read_text()
     assert "Roofline (captured kernels, ncu counters)" in page and "<h3>Diagnostics</h3>" in page
     assert "clocks not locked" in page and "measured ceilings" in page and "one profiled launch per class" in page
@@ -355,13 +447,19 @@ def test_report_pages(run_dir):
 
 def test_auto_unit_exports_parse_to_the_same_numbers(run_dir):
     rep = run_dir / "tinyllm" / "ncu" / "capture.ncu-rep"
-    auto = subprocess.run(["ncu", "--import", str(rep), "--page", "raw", "--csv"], capture_output=True, text=True,
-                          check=True).stdout
+    auto = subprocess.run(
+        ["ncu", "--import", str(rep), "--page", "raw", "--csv"], capture_output=True, text=True, check=True
+    ).stdout
     a, units = ncu.parse_raw_csv(auto)
     b, _ = ncu.parse_raw_csv(run_dir / "tinyllm" / "ncu" / "capture.raw.csv")
     print("auto units seen:", sorted(set(units.values())))
-    for col in ("dram__bytes_read.sum", "gpu__time_duration.sum", "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
-                "sm__cycles_elapsed.avg.per_second", "lts__t_bytes.sum"):
+    for col in (
+        "dram__bytes_read.sum",
+        "gpu__time_duration.sum",
+        "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+        "sm__cycles_elapsed.avg.per_second",
+        "lts__t_bytes.sum",
+    ):
         assert a[col].to_numpy() == pytest.approx(b[col].to_numpy(), rel=5e-3), col
 
 
@@ -381,8 +479,17 @@ def test_torch_backend_on_the_gpu(tmp_path):
 
 def test_at_sign_range_unsynchronised_workload_and_a_two_point_sweep(tmp_path):
     work = copy_workflow(tmp_path / "wf")
-    env = _configure(work, workloads=[{"name": "mm", "callable": "workloads:gpu_matmuls",
-                                       "args": {"stage": "LLM@prefill", "repeats": 3}, "sweep": {"n": [1024, 2048]}}])
+    env = _configure(
+        work,
+        workloads=[
+            {
+                "name": "mm",
+                "callable": "workloads:gpu_matmuls",
+                "args": {"stage": "LLM@prefill", "repeats": 3},
+                "sweep": {"n": [1024, 2048]},
+            }
+        ],
+    )
     snakemake(work, "--cores", "1", "results/report.html", env=env)
     _keep(work, "sweep")
     for n in (1024, 2048):
@@ -390,9 +497,12 @@ def test_at_sign_range_unsynchronised_workload_and_a_two_point_sweep(tmp_path):
         st = pd.read_csv(run / "stages.csv").set_index("stage")
         raw, _ = ncu.parse_raw_csv(run / "ncu" / "capture.raw.csv")
         tensor = raw["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
-        print(f"n={n}: {len(raw)} result(s) in {set(p[0] for p in _result_places(raw))}, tensor FLOPs per result "
-              f"{tensor.tolist()} (2n^3 = {2 * n**3}), stage tensor FLOPs {st.loc['LLM@prefill', 'flops_tensor_measured']:.6g}"
-              f" (3 x 2n^3 = {6 * n**3}), busy/wall {st.loc['LLM@prefill', 'busy_over_wall']:.2f}")
+        print(
+            f"n={n}: {len(raw)} result(s) in {set(p[0] for p in _result_places(raw))}, tensor FLOPs per result "
+            f"{tensor.tolist()} (2n^3 = {2 * n**3}), "
+            f"stage tensor FLOPs {st.loc['LLM@prefill', 'flops_tensor_measured']:.6g}"
+            f" (3 x 2n^3 = {6 * n**3}), busy/wall {st.loc['LLM@prefill', 'busy_over_wall']:.2f}"
+        )
         # Three identical matmuls: one class, profiled once, scaled by the timeline's three launches.
         assert {p[0] for p in _result_places(raw)} == {"LLM@prefill"} and (tensor == 2 * n**3).all()
         assert st.loc["LLM@prefill", "flops_tensor_measured"] == 6 * n**3
@@ -410,7 +520,10 @@ def test_reports_from_another_machine_are_exported_and_analysed(run_dir, tmp_pat
     st = pd.read_csv(work / "results" / "captures" / "caps" / "stages.csv").set_index("stage")
     host = pd.read_csv(run_dir / "tinyllm" / "stages.csv").set_index("stage")
     for stage in ("prefill", "decode"):
-        print(f"from reports: {stage} FLOPs {st.loc[stage, 'flops_measured']:.6g}, host {host.loc[stage, 'flops_measured']:.6g}")
+        print(
+            f"from reports: {stage} FLOPs {st.loc[stage, 'flops_measured']:.6g}, "
+            f"host {host.loc[stage, 'flops_measured']:.6g}"
+        )
         assert st.loc[stage, "flops_measured"] == pytest.approx(host.loc[stage, "flops_measured"], rel=1e-9)
         assert st.loc[stage, "gpu_busy_ms"] == pytest.approx(host.loc[stage, "gpu_busy_ms"])
 
@@ -421,10 +534,17 @@ def test_interrupting_a_profile_stops_the_profiler_and_the_workload(tmp_path, ho
 
     marker = tmp_path / "pid"
     work = copy_workflow(tmp_path / "wf")
-    env = _configure(work, workloads=[{"name": "w", "callable": "workloads:slow",
-                                       "args": {"marker": str(marker), "seconds": 60}}])
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"], cwd=work,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = _configure(
+        work, workloads=[{"name": "w", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 60}}]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 180
     while not (marker.exists() and marker.read_text()) and time.time() < deadline:
         time.sleep(0.5)
@@ -446,8 +566,17 @@ def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):
     if len(gpus()) < 2:
         pytest.skip("needs a host with at least two GPUs")
     work = copy_workflow(tmp_path / "wf")
-    env = _configure(work, workloads=[{"name": "mm", "callable": "workloads:gpu_matmuls",
-                                       "args": {"n": 4096, "repeats": 20}, "sweep": {"stage": ["a", "b"]}}])
+    env = _configure(
+        work,
+        workloads=[
+            {
+                "name": "mm",
+                "callable": "workloads:gpu_matmuls",
+                "args": {"n": 4096, "repeats": 20},
+                "sweep": {"stage": ["a", "b"]},
+            }
+        ],
+    )
     snakemake(work, "results/report.html", "--cores", "4", "--resources", "gpu=2", env=env)
     spans = {}
     for point in ("a", "b"):

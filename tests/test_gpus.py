@@ -25,7 +25,7 @@ def test_concurrent_jobs_never_share_a_device(tmp_path):
     assert {d for d, _, _ in held} <= {"0", "1"}
     # Any two jobs on the same device did not overlap in time; at most two ran at once.
     for i, (d1, s1, e1) in enumerate(held):
-        for d2, s2, e2 in held[i + 1:]:
+        for d2, s2, e2 in held[i + 1 :]:
             if d1 == d2:
                 assert e1 <= s2 or e2 <= s1
     third = sorted(held, key=lambda h: h[1])[2]

@@ -11,8 +11,18 @@ import pytest
 from nsightflow import harness
 from nsightflow.probe import WHOLE, Windows
 
-SMALL = dict(batch=2, prompt=16, decode_steps=3, vocab=512, d_model=64, n_layers=2, n_heads=4, d_ff=96,
-             dtype="float32", device="cpu")
+SMALL = dict(
+    batch=2,
+    prompt=16,
+    decode_steps=3,
+    vocab=512,
+    d_model=64,
+    n_layers=2,
+    n_heads=4,
+    d_ff=96,
+    dtype="float32",
+    device="cpu",
+)
 
 
 def _matmuls(tokens, b=2, d=64, f=96, v=512, n=2):
@@ -40,8 +50,8 @@ def test_flops_match_the_model_arithmetic():
 def test_grouped_query_attention_counts_the_query_heads():
     import torch
 
-    q = torch.randn(2, 8, 5, 16)           # 8 query heads
-    kv = torch.randn(2, 2, 7, 16)          # 2 key/value heads (GQA, 4 queries per group)
+    q = torch.randn(2, 8, 5, 16)  # 8 query heads
+    kv = torch.randn(2, 2, 7, 16)  # 2 key/value heads (GQA, 4 queries per group)
 
     def step(_):
         torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
@@ -54,8 +64,18 @@ def test_grouped_query_attention_counts_the_query_heads():
 
 
 def test_training_backward_counts_twice_the_forward_gemms():
-    args = dict(batch=2, seq=16, iterations=2, vocab=512, d_model=64, n_layers=2, n_heads=4, d_ff=96,
-                dtype="float32", device="cpu")
+    args = dict(
+        batch=2,
+        seq=16,
+        iterations=2,
+        vocab=512,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        d_ff=96,
+        dtype="float32",
+        device="cpu",
+    )
     out = harness.count_flops(harness.build_workload("nsightflow.training:build", args))["stages"]
     # Two iterations of: 2 layers over all 16 positions, then logits for every position (training).
     fwd_gemm = 2 * (2 * 2 * 2 * 16 * (64 * 3 * 64 + 64 * 64 + 64 * 2 * 96 + 96 * 64) + 2 * 2 * 16 * 64 * 512)
@@ -67,9 +87,14 @@ def test_training_backward_counts_twice_the_forward_gemms():
 
 def test_steps_run_iteration_major():
     order = []
-    wl = harness.Workload(setup=lambda: None, iterations=2,
-                          stages=[harness.Stage("f", lambda s: order.append(("f", s))),
-                                  harness.Stage("b", lambda s: order.append(("b", s)), repeats=2)])
+    wl = harness.Workload(
+        setup=lambda: None,
+        iterations=2,
+        stages=[
+            harness.Stage("f", lambda s: order.append(("f", s))),
+            harness.Stage("b", lambda s: order.append(("b", s)), repeats=2),
+        ],
+    )
     harness.run_profiled(wl, warmup=0)
     assert order == [("f", 0), ("b", 0), ("b", 1), ("f", 1), ("b", 2), ("b", 3)]
     assert harness.step_counts(wl) == {"f": 2, "b": 4}
@@ -83,13 +108,14 @@ def test_probe_opens_windows_around_the_planned_units():
     def step(_):
         a = torch.ones(4)
         events.append("op0")
-        a = a + 1          # operator 1 (ones is operator 0)
+        a = a + 1  # operator 1 (ones is operator 0)
         events.append("op1")
-        a * 2              # operator 2
+        a * 2  # operator 2
 
     wl = harness.Workload(setup=lambda: None, stages=[harness.Stage("s", step, repeats=3)])
-    win = Windows({("s", 1): {3, 4}, ("s", 2): WHOLE},
-                  start=lambda: events.append("start"), stop=lambda: events.append("stop"))
+    win = Windows(
+        {("s", 1): {3, 4}, ("s", 2): WHOLE}, start=lambda: events.append("start"), stop=lambda: events.append("stop")
+    )
     harness.probe_pass(wl, None, count=False, windows=win)
     # Step 0 is not planned: no window. Step 1: operator 1 (unit 3) and the gap after it (unit 4).
     # Step 2: the whole step in one window.
@@ -98,8 +124,23 @@ def test_probe_opens_windows_around_the_planned_units():
 
 def test_harness_cli_profile_mode_writes_manifest_counts_and_ceilings(tmp_path):
     out, flops, ceil = tmp_path / "run.json", tmp_path / "flops.json", tmp_path / "ceil.json"
-    proc = subprocess.run([sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(SMALL), "--out", str(out),
-                           "--flops-out", str(flops), "--ceilings-out", str(ceil)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nsightflow.harness",
+            "--args",
+            json.dumps(SMALL),
+            "--out",
+            str(out),
+            "--flops-out",
+            str(flops),
+            "--ceilings-out",
+            str(ceil),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     run = json.loads(out.read_text())
     assert [s["name"] for s in run["stages"]] == ["prefill", "decode"] and run["dtype"] == "float32"
@@ -109,20 +150,26 @@ def test_harness_cli_profile_mode_writes_manifest_counts_and_ceilings(tmp_path):
     assert ceiling["dtype"] == "float32" and ceiling["matmul_flops_per_s"] > 0
 
 
-@pytest.mark.parametrize("spec,needle", [
-    ("no_colon", "package.module:function"),
-    ("no_such_module_xyz:build", "importing module"),
-    ("nsightflow.decoder:nope", "no attribute"),
-    ("json:dumps", "not a nsightflow.harness.Workload"),
-])
+@pytest.mark.parametrize(
+    "spec,needle",
+    [
+        ("no_colon", "package.module:function"),
+        ("no_such_module_xyz:build", "importing module"),
+        ("nsightflow.decoder:nope", "no attribute"),
+        ("json:dumps", "not a nsightflow.harness.Workload"),
+    ],
+)
 def test_bad_callables_are_named(spec, needle):
     with pytest.raises(harness.WorkloadError, match=needle):
         harness.build_workload(spec, {"obj": 1} if spec == "json:dumps" else {})
 
 
 def test_cli_reports_bad_callable_without_traceback():
-    proc = subprocess.run([sys.executable, "-m", "nsightflow.harness", "--callable", "no_such_module_xyz:f"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nsightflow.harness", "--callable", "no_such_module_xyz:f"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "importing module 'no_such_module_xyz'" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -153,8 +200,8 @@ def test_bytes_lower_bound_counts_each_tensor_once():
     table, idx = torch.randn(100, 16), torch.tensor([1, 2, 3])
 
     def step(_):
-        a @ b                        # reads 8x16 + 16x4, writes 8x4 (float32)
-        a.t()                        # a view: moves nothing
+        a @ b  # reads 8x16 + 16x4, writes 8x4 (float32)
+        a.t()  # a view: moves nothing
         torch.nn.functional.embedding(idx, table)  # reads 3 rows of 16 and 3 int64 indices, writes 3x16
 
     wl = harness.Workload(setup=lambda: None, stages=[harness.Stage("s", step, repeats=2)])
@@ -164,17 +211,21 @@ def test_bytes_lower_bound_counts_each_tensor_once():
     assert got["flops"] == 2 * 2 * 8 * 16 * 4
 
 
-@pytest.mark.parametrize("stages,iterations,needle", [
-    ([("a", 1), ("a", 2)], 1, "stage name(s) ['a'] used twice"),
-    ([("a", 0)], 1, "every stage runs at least once: 'a' repeats 0"),
-    ([("a", 1)], 0, "iterations 0"),
-])
+@pytest.mark.parametrize(
+    "stages,iterations,needle",
+    [
+        ([("a", 1), ("a", 2)], 1, "stage name(s) ['a'] used twice"),
+        ([("a", 0)], 1, "every stage runs at least once: 'a' repeats 0"),
+        ([("a", 1)], 0, "iterations 0"),
+    ],
+)
 def test_workloads_that_cannot_be_reported_truthfully_are_refused(monkeypatch, stages, iterations, needle):
     import types
 
     mod = types.ModuleType("bad_workloads")
-    mod.build = lambda: harness.Workload(setup=lambda: None, iterations=iterations,
-                                         stages=[harness.Stage(n, lambda s: None, r) for n, r in stages])
+    mod.build = lambda: harness.Workload(
+        setup=lambda: None, iterations=iterations, stages=[harness.Stage(n, lambda s: None, r) for n, r in stages]
+    )
     monkeypatch.setitem(sys.modules, "bad_workloads", mod)
     with pytest.raises(harness.WorkloadError, match=re.escape(needle)):
         harness.build_workload("bad_workloads:build", {})

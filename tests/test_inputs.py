@@ -8,8 +8,8 @@ import sqlite3
 
 import pandas as pd
 import pytest
-
 from conftest import DATA, copy_workflow, snakemake
+
 from nsightflow import aggregate, captures
 
 F = DATA / "h200_tinyllm_filtered"
@@ -94,8 +94,11 @@ def test_a_utilisation_no_device_can_reach_is_refused(tmp_path):
     data = json.loads((caps / "analytic_flops.json").read_text())
     data["stages"]["prefill"]["flops_causal_adjusted"] *= 100  # the count of another (bigger) workload
     (caps / "analytic_flops.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=r"stage 'prefill': mfu_busy is .* of the compute peak \(ncu: .*beyond the "
-                                         r"1.05 any device allows"):
+    with pytest.raises(
+        ValueError,
+        match=r"stage 'prefill': mfu_busy is .* of the compute peak \(ncu: .*beyond the "
+        r"1.05 any device allows",
+    ):
         _analyse(caps, tmp_path / "a")
 
 

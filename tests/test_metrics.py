@@ -7,8 +7,8 @@ import statistics
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import DATA
+
 from nsightflow import aggregate, attribution, matching, metrics, ncu, plan
 
 D = DATA / "h200_tinyllm"
@@ -25,10 +25,13 @@ SASS = {"fadd": 1, "fmul": 1, "ffma": 2, "dadd": 1, "dmul": 1, "dfma": 2, "hadd"
 
 def _all_flops(path):
     """Tensor-pipe FLOPs plus SASS FLOPs (FMA = 2, half2 = 2 lanes), summed from the CSV cells."""
-    tensor = sum(sum(_cells(path, f"sm__ops_path_tensor_src_{p}.sum"))
-                 for p in ("bf16_dst_fp32", "fp16", "tf32_dst_fp32", "fp8", "fp64"))
-    return tensor + sum(k * sum(_cells(path, f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"))
-                        for op, k in SASS.items())
+    tensor = sum(
+        sum(_cells(path, f"sm__ops_path_tensor_src_{p}.sum"))
+        for p in ("bf16_dst_fp32", "fp16", "tf32_dst_fp32", "fp8", "fp64")
+    )
+    return tensor + sum(
+        k * sum(_cells(path, f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum")) for op, k in SASS.items()
+    )
 
 
 def test_result_flops_follow_the_counting_rules():
@@ -36,9 +39,11 @@ def test_result_flops_follow_the_counting_rules():
     res = metrics.result_metrics(raw)
     p = D / "prefill.raw.csv"
     tensor = sum(_cells(p, "sm__ops_path_tensor_src_bf16_dst_fp32.sum"))
-    fp32 = (sum(_cells(p, "sm__sass_thread_inst_executed_op_fadd_pred_on.sum"))
-            + sum(_cells(p, "sm__sass_thread_inst_executed_op_fmul_pred_on.sum"))
-            + 2 * sum(_cells(p, "sm__sass_thread_inst_executed_op_ffma_pred_on.sum")))
+    fp32 = (
+        sum(_cells(p, "sm__sass_thread_inst_executed_op_fadd_pred_on.sum"))
+        + sum(_cells(p, "sm__sass_thread_inst_executed_op_fmul_pred_on.sum"))
+        + 2 * sum(_cells(p, "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"))
+    )
     assert res["flops_tensor_bf16"].sum() == tensor
     assert res["flops_fp32"].sum() == fp32
     assert res["flops"].sum() == pytest.approx(_all_flops(p), rel=1e-12)
@@ -66,7 +71,7 @@ def _matched(folder, captures, sample_steps):
     for cap in captures:
         raw, _ = ncu.parse_raw_csv(folder / f"{cap}.raw.csv")
         res = metrics.result_metrics(raw)
-        parts.append(matching.match_to_plan(res, exp.iloc[start:start + len(res)], cap))
+        parts.append(matching.match_to_plan(res, exp.iloc[start : start + len(res)], cap))
         start += len(res)
     assert start == len(exp)
     return tl, pd.concat(parts, ignore_index=True)
@@ -95,18 +100,25 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     model = json.loads((D / "analytic_flops.json").read_text())["stages"]
     raw, _ = ncu.parse_raw_csv(D / "prefill.raw.csv")
     pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
-    windowed = set(zip(matched["stage"], matched["step"]))
+    windowed = set(zip(matched["stage"], matched["step"], strict=True))
     classes, kernels, st = aggregate.tables(tl, matched, windowed, model, pk, 0.5, 10, 0.9)
     st = st.set_index("stage")
     # Prefill ran once and every launch was captured: measured FLOPs are the plain sum of the cells.
     pre_flops = _all_flops(D / "prefill.raw.csv")
     assert st.loc["prefill", "flops_measured"] == pytest.approx(pre_flops, rel=1e-9)
-    busy = sum(float(r["Total Time (ns)"]) for r in csv.DictReader((D / "stats" / "nvtx_kern_sum.csv").open())
-               if r["NVTX Range"] == "nsightflow:prefill") * 1e-9
+    busy = (
+        sum(
+            float(r["Total Time (ns)"])
+            for r in csv.DictReader((D / "stats" / "nvtx_kern_sum.csv").open())
+            if r["NVTX Range"] == "nsightflow:prefill"
+        )
+        * 1e-9
+    )
     # HFU: the FLOPs the GPU executed; MFU: the model's FLOPs (causal-adjusted); both on timeline time.
     assert st.loc["prefill", "hfu_busy"] == pytest.approx(pre_flops / (busy * pk["compute"]), rel=1e-9)
     assert st.loc["prefill", "mfu_busy"] == pytest.approx(
-        model["prefill"]["flops_causal_adjusted"] / (busy * pk["compute"]), rel=1e-9)
+        model["prefill"]["flops_causal_adjusted"] / (busy * pk["compute"]), rel=1e-9
+    )
     # Decode: every step launches the same classes, so scaling step 3 to all launches is 8 x step 3.
     dec_flops = _all_flops(D / "decode.step3.raw.csv")
     assert st.loc["decode", "flops_measured"] == pytest.approx(8 * dec_flops, rel=1e-9)
@@ -118,7 +130,10 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     # Decode's 4-token steps run on padded tensor-core tiles: executed FLOPs far above the model's, explained.
     ratio = 8 * dec_flops / model["decode"]["flops"]
     assert st.loc["decode", "executed_over_model"] == pytest.approx(ratio, rel=1e-9) and ratio > 3
-    assert any(n.startswith("decode: the GPU executed 3.56x the model's FLOPs") for n in aggregate.stage_notes(st.reset_index()))
+    assert any(
+        n.startswith("decode: the GPU executed 3.56x the model's FLOPs")
+        for n in aggregate.stage_notes(st.reset_index())
+    )
     # Prefill measured within 5% of the analytic count once causal attention is accounted for.
     assert abs(st.loc["prefill", "flops_measured"] / st.loc["prefill", "flops_analytic_causal"] - 1) < 0.05
     # Wall time far above GPU busy time (CPU-bound dispatch at this size) is flagged.
@@ -170,8 +185,9 @@ def test_filtered_run_counts_only_the_captured_classes():
     raw, _ = ncu.parse_raw_csv(F / "prefill.raw.csv")
     pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
     model = json.loads((F / "analytic_flops.json").read_text())["stages"]
-    _, _, st = aggregate.tables(tl, matched, {("prefill", 0), ("decode", 0), ("decode", 3), ("decode", 7)},
-                                model, pk, 0.5, 10, 0.9)
+    _, _, st = aggregate.tables(
+        tl, matched, {("prefill", 0), ("decode", 0), ("decode", 3), ("decode", 7)}, model, pk, 0.5, 10, 0.9
+    )
     st = st.set_index("stage")
     selected = list(csv.DictReader((F / "selected_kernels.csv").open()))
     rows = list(csv.DictReader((F / "stats" / "nvtx_kern_sum.csv").open()))

@@ -4,8 +4,8 @@ import csv
 import io
 
 import pytest
-
 from conftest import DATA
+
 from nsightflow import ncu
 
 D = DATA / "h200_tinyllm"
@@ -69,14 +69,17 @@ def test_auto_unit_export_matches_the_base_unit_export():
     base, _ = ncu.parse_raw_csv(A / "prefill.base.raw.csv")
     assert units["gpu__time_duration.sum"] == "us" and units["dram__bytes_read.sum"] == "Mbyte"
     rows = list(csv.reader((A / "prefill.base.raw.csv").open()))
-    for metric in ("gpu__time_duration.sum", "dram__bytes_read.sum", "sm__cycles_elapsed.avg.per_second",
-                   "sm__ops_path_tensor_src_bf16_dst_fp32.sum", "lts__t_bytes.sum"):
+    for metric in (
+        "gpu__time_duration.sum",
+        "dram__bytes_read.sum",
+        "sm__cycles_elapsed.avg.per_second",
+        "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+        "lts__t_bytes.sum",
+    ):
         i = rows[0].index(metric)
         cells = [float(r[i].replace(",", "")) for r in rows[2:]]
         assert auto[metric].tolist() == pytest.approx(cells, rel=5e-3), metric  # auto units round to ~4 digits
         assert base[metric].tolist() == cells
-
-
 
 
 def test_check_capture_diagnoses_real_failures():
@@ -87,7 +90,7 @@ def test_check_capture_diagnoses_real_failures():
     refused = (D / "ncu_range_replay_decode.log").read_text()
     with pytest.raises(ncu.CaptureError, match="app-range"):
         ncu.check_capture(refused, 9, what="decode")
-    ncu.check_capture("==PROF== Profiling \"k\": 100%\n", 0, what="x", expected=1)
+    ncu.check_capture('==PROF== Profiling "k": 100%\n', 0, what="x", expected=1)
 
 
 def test_a_capture_that_does_not_match_its_plan_is_refused():

@@ -3,6 +3,7 @@
 import csv
 
 from conftest import DATA
+
 from nsightflow import nsys
 
 D = DATA / "h200_tinyllm"

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from conftest import DATA
+
 from nsightflow import attribution, plan
 from nsightflow.capture import make_plan
 
@@ -23,13 +23,29 @@ def test_resolve_steps():
 
 def test_a_timeline_without_a_probe_pass_is_profiled_in_whole_steps(tmp_path):
     # This older timeline has no probe pass: each chosen step is one window, every launch of it planned.
-    got = make_plan(D / "timeline.sqlite", "nsightflow", ["first", "last"], "representatives", tmp_path / "plan.json",
-                    tmp_path / "plan.log")
-    assert [(w.stage, w.step, w.units) for w in got.windows] == [("prefill", 0, None), ("decode", 0, None),
-                                                                  ("decode", 7, None)]
+    got = make_plan(
+        D / "timeline.sqlite",
+        "nsightflow",
+        ["first", "last"],
+        "representatives",
+        tmp_path / "plan.json",
+        tmp_path / "plan.log",
+    )
+    assert [(w.stage, w.step, w.units) for w in got.windows] == [
+        ("prefill", 0, None),
+        ("decode", 0, None),
+        ("decode", 7, None),
+    ]
     assert "no probe pass" in got.windows[0].why
-    assert got.stages["decode"] == {"steps": 8, "sampled_steps": [0, 7], "extra_steps": [], "structures": 1,
-                                    "launches": 1088, "profiled": 272, "classes": 44}
+    assert got.stages["decode"] == {
+        "steps": 8,
+        "sampled_steps": [0, 7],
+        "extra_steps": [],
+        "structures": 1,
+        "launches": 1088,
+        "profiled": 272,
+        "classes": 44,
+    }
     assert len(got.expected) == 128 + 2 * 136
     assert plan.CapturePlan.read(tmp_path / "plan.json") == got
     log = (tmp_path / "plan.log").read_text()

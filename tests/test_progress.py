@@ -4,6 +4,7 @@ import io
 import sys
 
 from conftest import DATA
+
 from nsightflow import children
 from nsightflow.plan import CapturePlan
 from nsightflow.progress import LaunchProgress
@@ -15,7 +16,9 @@ def test_progress_follows_the_plan_while_the_child_runs():
     out = io.StringIO()
     progress = LaunchProgress("ncu tinyllm", plan.expected, every_s=0.0, stream=out)
     # A child printing one ncu-style result line per planned launch, with other output between.
-    script = f"for i in range({n}): print('==PROF== Profiling \"k\" - ' + str(i) + ': 0%...100% - 6 passes'); print('x')"
+    script = (
+        f"for i in range({n}): print('==PROF== Profiling \"k\" - ' + str(i) + ': 0%...100% - 6 passes'); print('x')"
+    )
     text, code = children.run([sys.executable, "-c", script], on_line=progress)
     assert code == 0 and text.count("==PROF== Profiling") == n and text.count("x\n") == n
     lines = out.getvalue().splitlines()

@@ -11,17 +11,37 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import DATA, copy_workflow, snakemake
 
 pytestmark = pytest.mark.browser
 
-SWEEP = {"name": "tinyllm", "callable": "nsightflow.decoder:build",
-         "args": dict(batch=2, prompt=32, decode_steps=3, vocab=512, d_model=64, n_layers=2, n_heads=4, d_ff=128,
-                      dtype="float32", device="cpu"),
-         "sweep": {"prompt": [16, 32]}}
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SWEEP = {
+    "name": "tinyllm",
+    "callable": "nsightflow.decoder:build",
+    "args": dict(
+        batch=2,
+        prompt=32,
+        decode_steps=3,
+        vocab=512,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        d_ff=128,
+        dtype="float32",
+        device="cpu",
+    ),
+    "sweep": {"prompt": [16, 32]},
+}
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +55,12 @@ def pages(tmp_path_factory):
     snakemake(cpu, "--cores", "2", "results/report.html")
     gpu = copy_workflow(root / "gpu")
     snakemake(gpu, "--cores", "1", "results/report.html", "--config", f"captures={DATA / 'h200_tinyllm_filtered'}")
-    return {"index (CPU sweep)": cpu / "results" / "report.html",
-            "run (CPU)": cpu / "results" / "tinyllm" / "prompt~32" / "report.html",
-            "index (H200 captures)": gpu / "results" / "report.html",
-            "run (H200 captures)": gpu / "results" / "captures" / "h200_tinyllm_filtered" / "report.html"}
+    return {
+        "index (CPU sweep)": cpu / "results" / "report.html",
+        "run (CPU)": cpu / "results" / "tinyllm" / "prompt~32" / "report.html",
+        "index (H200 captures)": gpu / "results" / "report.html",
+        "run (H200 captures)": gpu / "results" / "captures" / "h200_tinyllm_filtered" / "report.html",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +81,9 @@ def _open(browser, path: Path, shots: Path, name: str):
     page.goto(path.as_uri())
     page.wait_for_load_state("load")
     shots.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(shots / (name.replace(" ", "-").replace("(", "").replace(")", "") + ".png")),
-                    full_page=True)
+    page.screenshot(
+        path=str(shots / (name.replace(" ", "-").replace("(", "").replace(")", "") + ".png")), full_page=True
+    )
     return page, errors, requests
 
 

@@ -11,19 +11,28 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import copy_workflow, snakemake
 
 pytestmark = pytest.mark.slurm
 
-SMALL = dict(batch=2, prompt=16, decode_steps=2, vocab=256, d_model=32, n_layers=1, n_heads=2, d_ff=64,
-             dtype="float32", device="cpu")
+SMALL = dict(
+    batch=2,
+    prompt=16,
+    decode_steps=2,
+    vocab=256,
+    d_model=32,
+    n_layers=1,
+    n_heads=2,
+    d_ff=64,
+    dtype="float32",
+    device="cpu",
+)
 
 # Stand-ins for a GPU node's tools: they answer only inside a Slurm job, as on a cluster whose login
 # node has no GPU and no Nsight. nvidia-smi names an H200; nsys and ncu give versions and profile nothing.
 STAND_INS = {
     "nvidia-smi": """#!/bin/sh
-[ -n "$SLURM_JOB_ID" ] || { echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver" >&2; exit 9; }
+[ -n "$SLURM_JOB_ID" ] || { echo "NVIDIA-SMI has failed: no NVIDIA driver on this host" >&2; exit 9; }
 case "$*" in *driver_version*) echo "570.86.15";; *name*) echo "NVIDIA H200";; *) echo "stand-in nvidia-smi";; esac
 """,
     "nsys": """#!/bin/sh
@@ -66,16 +75,23 @@ def _submitted(out: str) -> dict[str, str]:
 
 
 def _sacct(job_id: str) -> dict:
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,AllocTRES,Timelimit"],
-                         capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    out = (
+        subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,AllocTRES,Timelimit"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()
+    )
     state, tres, limit = out[0].split("|")
     return {"state": state, "tres": tres, "timelimit": limit}
 
 
 def test_cpu_backend_runs_through_the_profile(tmp_path):
     wf, env = _workflow(tmp_path, stand_ins=False)
-    proc = snakemake(wf, "--profile", "profiles/slurm", "results/report.html", "--config", "profiler=torch",
-                     env=env)
+    proc = snakemake(wf, "--profile", "profiles/slurm", "results/report.html", "--config", "profiler=torch", env=env)
     assert (wf / "results" / "report.html").is_file()
     jobs = _submitted(proc.stdout)
     # Only the profiling job goes through the queue; plans, aggregation and reports run locally.
@@ -103,8 +119,9 @@ def test_auto_on_a_login_node_without_a_gpu_runs_the_plan_it_made(tmp_path):
 def test_nsight_plan_from_the_login_node_is_checked_on_the_gpu_node(tmp_path):
     wf, env = _workflow(tmp_path, stand_ins=True)
     # Without config `device` the login node cannot know the GPU's name: the node's preflight says so.
-    proc = snakemake(wf, "--profile", "profiles/slurm", "results/report.html", "--config", "profiler=nsight",
-                     env=env, check=False)
+    proc = snakemake(
+        wf, "--profile", "profiles/slurm", "results/report.html", "--config", "profiler=nsight", env=env, check=False
+    )
     assert proc.returncode != 0 and "There is no rule named" not in proc.stdout
     assert set(_submitted(proc.stdout)) == {"preflight"}
     log = (wf / "results" / "preflight" / "unknown-gpu.log").read_text()
@@ -114,8 +131,17 @@ def test_nsight_plan_from_the_login_node_is_checked_on_the_gpu_node(tmp_path):
 
     # With the device named, the node agrees with the plan; the stand-in ncu profiles nothing, so
     # the counter probe is the one check that fails, and no capture is attempted.
-    proc = snakemake(wf, "--profile", "profiles/slurm", "results/report.html", "--config", "profiler=nsight",
-                     "device=NVIDIA H200", env=env, check=False)
+    proc = snakemake(
+        wf,
+        "--profile",
+        "profiles/slurm",
+        "results/report.html",
+        "--config",
+        "profiler=nsight",
+        "device=NVIDIA H200",
+        env=env,
+        check=False,
+    )
     assert proc.returncode != 0
     log = (wf / "results" / "preflight" / "NVIDIA-H200.log").read_text()
     failed = re.findall(r"^- (\w+):", log, re.M)

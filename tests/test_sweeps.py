@@ -9,18 +9,33 @@ import re
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import copy_workflow, snakemake
+
 from nsightflow.sweep import expand, points, run_id
 
-TINY = {"vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 48, "decode_steps": 2, "dtype": "float32",
-        "device": "cpu"}
+TINY = {
+    "vocab": 256,
+    "d_model": 32,
+    "n_layers": 1,
+    "n_heads": 2,
+    "d_ff": 48,
+    "decode_steps": 2,
+    "dtype": "float32",
+    "device": "cpu",
+}
 
 
 def test_points_and_ids():
     assert points({"batch": [1, 2], "prompt": [8, 16]}) == [
-        {"batch": 1, "prompt": 8}, {"batch": 1, "prompt": 16}, {"batch": 2, "prompt": 8}, {"batch": 2, "prompt": 16}]
-    assert points({"batch": [1, 2], "prompt": [8, 16]}, "zip") == [{"batch": 1, "prompt": 8}, {"batch": 2, "prompt": 16}]
+        {"batch": 1, "prompt": 8},
+        {"batch": 1, "prompt": 16},
+        {"batch": 2, "prompt": 8},
+        {"batch": 2, "prompt": 16},
+    ]
+    assert points({"batch": [1, 2], "prompt": [8, 16]}, "zip") == [
+        {"batch": 1, "prompt": 8},
+        {"batch": 2, "prompt": 16},
+    ]
     with pytest.raises(ValueError, match="one length"):
         points({"batch": [1, 2], "prompt": [8]}, "zip")
     assert run_id("tiny", {"batch": 4, "dtype": "bfloat16"}) == "tiny/batch~4/dtype~bfloat16"
@@ -63,9 +78,15 @@ def _planned(wf) -> list[tuple[str, str | None]]:
 def swept(tmp_path_factory):
     wf = copy_workflow(tmp_path_factory.mktemp("sweep"))
     cfg = _config(wf)
-    cfg["workloads"] = [{"name": "tiny", "callable": "nsightflow.decoder:build", "args": TINY,
-                         "sweep": {"batch": [1, 2], "prompt": [8, 16]}},
-                        {"name": "other", "callable": "nsightflow.decoder:build", "args": {**TINY, "batch": 1, "prompt": 8}}]
+    cfg["workloads"] = [
+        {
+            "name": "tiny",
+            "callable": "nsightflow.decoder:build",
+            "args": TINY,
+            "sweep": {"batch": [1, 2], "prompt": [8, 16]},
+        },
+        {"name": "other", "callable": "nsightflow.decoder:build", "args": {**TINY, "batch": 1, "prompt": 8}},
+    ]
     _write(wf, cfg)
     snakemake(wf, "--cores", "2", "results/report.html")
     return wf
@@ -86,8 +107,10 @@ def test_sweep_runs_and_the_report_compares_them(swept):
     assert manifest["settings"]["workload"]["point"] == {"batch": 2, "prompt": 16}
     assert {"nsightflow", "torch"} <= set(manifest["versions"]) and "host" in manifest
     # Prefill FLOPs grow with batch x prompt (the model's matmuls are linear in the tokens).
-    fl = {rid: pd.read_csv(swept / "results" / rid / "stages.csv").set_index("stage").loc["prefill", "flops_analytic"]
-          for rid in RUNS[:4]}
+    fl = {
+        rid: pd.read_csv(swept / "results" / rid / "stages.csv").set_index("stage").loc["prefill", "flops_analytic"]
+        for rid in RUNS[:4]
+    }
     assert fl["tiny/batch~2/prompt~16"] > fl["tiny/batch~1/prompt~8"]
 
 
@@ -165,10 +188,18 @@ def test_the_same_python_under_another_name_reruns_nothing(swept):
     from nsightflow.capture import canonical_python
 
     exe = Path(sys.executable)
-    aliases = [p for p in exe.parent.iterdir() if p != exe and p.name.startswith("python")
-               and canonical_python(str(p)) == canonical_python(str(exe))]
+    aliases = [
+        p
+        for p in exe.parent.iterdir()
+        if p != exe and p.name.startswith("python") and canonical_python(str(p)) == canonical_python(str(exe))
+    ]
     if not aliases:
         pytest.skip(f"no other name for {exe} in its folder")
-    out = subprocess.run([str(aliases[0]), "-m", "snakemake", "-n", "--cores", "1", "results/report.html"], cwd=swept,
-                         capture_output=True, text=True, env={**os.environ}).stdout
+    out = subprocess.run(
+        [str(aliases[0]), "-m", "snakemake", "-n", "--cores", "1", "results/report.html"],
+        cwd=swept,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+    ).stdout
     assert "Nothing to be done" in out, out[-1500:]

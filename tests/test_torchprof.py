@@ -8,15 +8,38 @@ import pytest
 
 from nsightflow import backend, torchprof
 
-SMALL = dict(batch=2, prompt=32, decode_steps=3, vocab=512, d_model=64, n_layers=2, n_heads=4, d_ff=96,
-             dtype="float32", device="cpu")
+SMALL = dict(
+    batch=2,
+    prompt=32,
+    decode_steps=3,
+    vocab=512,
+    d_model=64,
+    n_layers=2,
+    n_heads=4,
+    d_ff=96,
+    dtype="float32",
+    device="cpu",
+)
 
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
     d = tmp_path_factory.mktemp("torch")
-    proc = subprocess.run([sys.executable, "-m", "nsightflow.harness", "--mode", "torch", "--trace", str(d / "trace.json"),
-                           "--args", json.dumps(SMALL)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nsightflow.harness",
+            "--mode",
+            "torch",
+            "--trace",
+            str(d / "trace.json"),
+            "--args",
+            json.dumps(SMALL),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads((d / "trace.json").read_text())
 
@@ -49,8 +72,14 @@ def test_operator_table_counts_matmuls_and_self_time(trace):
     ops = _x(trace, "cpu_op")
     ann = [e for e in _x(trace, "user_annotation") if e["name"] == "nsightflow:0 prefill"][0]
     inside = [e for e in ops if ann["ts"] <= e["ts"] <= ann["ts"] + ann["dur"] and e["tid"] == ann["tid"]]
-    top = [e for e in inside if not any(o is not e and o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"]
-                                        and o["dur"] > e["dur"] for o in inside)]
+    top = [
+        e
+        for e in inside
+        if not any(
+            o is not e and o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"] and o["dur"] > e["dur"]
+            for o in inside
+        )
+    ]
     pre = k[k["stage"] == "prefill"]
     assert pre["total_ns"].sum() == pytest.approx(1e3 * sum(e["dur"] for e in top), rel=1e-5)  # trace rounding
 
@@ -67,7 +96,6 @@ def test_auto_backend_explains_its_choice():
 def test_gpu_trace_gives_the_gpu_hosts_kernel_table():
     # A real torch.profiler trace of the default workload on the H200 (CUDA kernels through CUPTI).
     import pandas as pd
-
     from conftest import DATA
 
     T = DATA / "h200_torch"
@@ -81,9 +109,17 @@ def test_gpu_trace_gives_the_gpu_hosts_kernel_table():
     # Decode's nvjet GEMM time, summed straight from the kernel events launched inside decode ranges.
     ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     dec = [e for e in ev if e["cat"] == "user_annotation" and e["name"] == "nsightflow:decode"]
-    launch = {e["args"]["correlation"]: e for e in ev if e["cat"] in ("cuda_runtime", "cuda_driver")
-              and "correlation" in e.get("args", {})}
+    launch = {
+        e["args"]["correlation"]: e
+        for e in ev
+        if e["cat"] in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
     name = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"
-    total = sum(1e3 * k["dur"] for k in ev if k["cat"] == "kernel" and k["name"] == name
-                and any(r["ts"] <= launch[k["args"]["correlation"]]["ts"] <= r["ts"] + r["dur"] for r in dec))
+    total = sum(
+        1e3 * k["dur"]
+        for k in ev
+        if k["cat"] == "kernel"
+        and k["name"] == name
+        and any(r["ts"] <= launch[k["args"]["correlation"]]["ts"] <= r["ts"] + r["dur"] for r in dec)
+    )
     assert got.loc[("decode", name), "total_ns"] == pytest.approx(total)

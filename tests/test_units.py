@@ -21,9 +21,24 @@ def test_si_prefixes_and_significant_digits():
 
 
 def test_tables_never_show_nan_and_hide_what_has_nothing_to_say():
-    df = pd.DataFrame([{"stage": "prefill", "wall_ms": 4.392, "mfu_busy": math.nan, "flops_analytic_causal": 8.867e7,
-                        "diverges": False}, {"stage": "decode", "wall_ms": 1234.6, "mfu_busy": 0.0307,
-                                             "flops_analytic_causal": math.nan, "diverges": False}])
+    df = pd.DataFrame(
+        [
+            {
+                "stage": "prefill",
+                "wall_ms": 4.392,
+                "mfu_busy": math.nan,
+                "flops_analytic_causal": 8.867e7,
+                "diverges": False,
+            },
+            {
+                "stage": "decode",
+                "wall_ms": 1234.6,
+                "mfu_busy": 0.0307,
+                "flops_analytic_causal": math.nan,
+                "diverges": False,
+            },
+        ]
+    )
     html = report.table(df, report.stage_columns(on_cpu=True))
     assert "nan" not in html.lower()
     assert "<td>4.39</td>" in html and "<td>1,235</td>" in html and "<td>88.7 MFLOP</td>" in html

@@ -6,8 +6,8 @@ import re
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import DATA, copy_workflow, snakemake
+
 from nsightflow import report
 
 
@@ -24,24 +24,33 @@ def test_dry_run_plans_each_backend(tmp_path):
     rules = set(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", out, re.M))
     # One program launch for the timeline (with the analytic count and ceilings), one for all ncu captures.
     assert rules == {"preflight", "timeline", "plan", "ncu_capture", "aggregate", "run_report", "report"}
-    out = snakemake(wf, "-n", "--cores", "1", "results/report.html", "--config", "profiler=nsight",
-                    "ncu={ranges: app-range}").stdout
+    out = snakemake(
+        wf, "-n", "--cores", "1", "results/report.html", "--config", "profiler=nsight", "ncu={ranges: app-range}"
+    ).stdout
     assert {"range_plan", "ncu_ranges"} <= set(re.findall(r"^(?:local)?rule (\w+):$", out, re.M))
     out = snakemake(wf, "-n", "--cores", "1", "results/report.html", "--config", "profiler=torch").stdout
-    assert set(re.findall(r"^(?:local)?rule (\w+):$", out, re.M)) == {"torch_profile", "aggregate_torch", "run_report",
-                                                                       "report"}
+    assert set(re.findall(r"^(?:local)?rule (\w+):$", out, re.M)) == {
+        "torch_profile",
+        "aggregate_torch",
+        "run_report",
+        "report",
+    }
 
 
 BAD_CONFIGS = [
     (lambda c: c["select"].update(top_n=0), "config select.top_n: 0 is less than the minimum of 1"),
     (lambda c: c.update(selectt={}), "unknown key(s) 'selectt' (did you mean 'select'?)"),
     (lambda c: c["workloads"][0].update(name=".."), "config workloads.0.name: '..' does not match"),
-    (lambda c: c["workloads"][0].update(sweep={"../../../escape": [1, 2]}),
-     "config workloads.0.sweep: '../../../escape' does not match"),
+    (
+        lambda c: c["workloads"][0].update(sweep={"../../../escape": [1, 2]}),
+        "config workloads.0.sweep: '../../../escape' does not match",
+    ),
     (lambda c: c["workloads"][0]["args"].update(dtype="Float32"), "did you mean 'float32'?"),
     (lambda c: c.update(select={"top_n": None, "coverage": None}), "top_n and coverage are both null"),
-    (lambda c: c["workloads"][0]["args"].update(when=datetime.date(2026, 1, 1)),
-     "Object of type date is not JSON serializable; write dates and other YAML types as quoted strings"),
+    (
+        lambda c: c["workloads"][0]["args"].update(when=datetime.date(2026, 1, 1)),
+        "Object of type date is not JSON serializable; write dates and other YAML types as quoted strings",
+    ),
 ]
 
 
@@ -58,13 +67,25 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, change, messag
 
 
 def test_report_escapes_kernel_names():
-    kernels = pd.DataFrame([{"stage": "prefill", "rank": 1, "kernel": "void k<(int)4, a&b>(T1)", "instances": 1,
-                             "total_ns": 10.0, "share": 1.0, "arithmetic_intensity": 2.0,
-                             "achieved_flops_per_s": 1e12}])
+    kernels = pd.DataFrame(
+        [
+            {
+                "stage": "prefill",
+                "rank": 1,
+                "kernel": "void k<(int)4, a&b>(T1)",
+                "instances": 1,
+                "total_ns": 10.0,
+                "share": 1.0,
+                "arithmetic_intensity": 2.0,
+                "achieved_flops_per_s": 1e12,
+            }
+        ]
+    )
     stages = pd.DataFrame([{"stage": "prefill", "wall_ms": 1.0}])
     pk = {"compute": 1e15, "dram": 4e12, "precision": "bf16", "compute_source": "test", "dram_source": "test"}
-    html = report.render_run({"run_id": "r<1>", "kernels": kernels, "stages": stages, "peaks": pk, "notes": []},
-                             "nsight", "", {})
+    html = report.render_run(
+        {"run_id": "r<1>", "kernels": kernels, "stages": stages, "peaks": pk, "notes": []}, "nsight", "", {}
+    )
     assert "void k&lt;(int)4, a&amp;b&gt;(T1)" in html and "<(int)4" not in html
     assert "r&lt;1&gt;" in html and "data:image/png;base64," in html
 
@@ -82,14 +103,26 @@ def test_the_workflow_copy_takes_the_workflow_not_the_checkout(tmp_path):
 def test_command_line_overrides_arrive_typed(tmp_path):
     wf = copy_workflow(tmp_path)
     # Snakemake 9 passes nested --config values as strings ({'top_n': '3'}): they must not fail the schema.
-    out = snakemake(wf, "-n", "--cores", "1", "results/report.html", "--config", "select={top_n: 3}",
-                    "ncu={sample_steps: [first], timeout_s: 60}").stdout
+    out = snakemake(
+        wf,
+        "-n",
+        "--cores",
+        "1",
+        "results/report.html",
+        "--config",
+        "select={top_n: 3}",
+        "ncu={sample_steps: [first], timeout_s: 60}",
+    ).stdout
     assert "Building DAG of jobs" in out and "not of type" not in out
     from nsightflow.config import coerce
 
     schema = yaml.safe_load((wf / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    got = coerce({"select": {"top_n": "3", "coverage": "null"},
-                  "workloads": [{"name": "a", "callable": "m:f", "args": {"batch": "2", "model": "/models/7"}}]},
-                 schema)
+    got = coerce(
+        {
+            "select": {"top_n": "3", "coverage": "null"},
+            "workloads": [{"name": "a", "callable": "m:f", "args": {"batch": "2", "model": "/models/7"}}],
+        },
+        schema,
+    )
     assert got["select"] == {"top_n": 3, "coverage": None}
     assert got["workloads"][0]["args"] == {"batch": 2, "model": "/models/7"}

@@ -7,13 +7,28 @@ import json
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import copy_workflow, snakemake
 
-LLAMA = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-         "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256}
-QWEN2 = {"model_type": "qwen2", "hidden_size": 128, "intermediate_size": 320, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 1, "vocab_size": 384, "max_position_embeddings": 256}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+}
+QWEN2 = {
+    "model_type": "qwen2",
+    "hidden_size": 128,
+    "intermediate_size": 320,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "vocab_size": 384,
+    "max_position_embeddings": 256,
+}
 TINY = {"vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 48, "dtype": "float32", "device": "cpu"}
 HF = {"batch": 2, "prompt": 16, "decode_steps": 3, "dtype": "float32", "device": "cpu"}
 
@@ -21,8 +36,14 @@ HF = {"batch": 2, "prompt": 16, "decode_steps": 3, "dtype": "float32", "device":
 def hf_flops(c, batch, tokens, past):
     """One forward of a Llama-style model over ``tokens`` new tokens after ``past`` cached ones, logits of the
     last position only: (GEMM FLOPs, FLOPs of the rotary angles, attention FLOPs in full)."""
-    h, i, layers, hq, hkv, v = (c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"],
-                                c["num_attention_heads"], c["num_key_value_heads"], c["vocab_size"])
+    h, i, layers, hq, hkv, v = (
+        c["hidden_size"],
+        c["intermediate_size"],
+        c["num_hidden_layers"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+        c["vocab_size"],
+    )
     hd = h // hq
     per_token = h * h + 2 * h * hkv * hd + h * h + 3 * h * i  # q, k, v, o, gate, up, down (MACs)
     gemm = 2 * batch * tokens * per_token * layers + 2 * batch * h * v
@@ -41,10 +62,16 @@ def runs(tmp_path_factory):
     cfg["workloads"] = [
         {"name": "llama", "callable": "nsightflow.hf:build", "args": {**HF, "config": LLAMA}},
         {"name": "qwen2", "callable": "nsightflow.hf:build", "args": {**HF, "config": QWEN2}},
-        {"name": "train", "callable": "nsightflow.training:build",
-         "args": {**TINY, "batch": 2, "seq": 16, "iterations": 2}},
-        {"name": "compiled", "callable": "nsightflow.decoder:build",
-         "args": {**TINY, "batch": 2, "prompt": 16, "decode_steps": 2, "compile": True}},
+        {
+            "name": "train",
+            "callable": "nsightflow.training:build",
+            "args": {**TINY, "batch": 2, "seq": 16, "iterations": 2},
+        },
+        {
+            "name": "compiled",
+            "callable": "nsightflow.decoder:build",
+            "args": {**TINY, "batch": 2, "prompt": 16, "decode_steps": 2, "compile": True},
+        },
         {"name": "averse", "callable": "workloads:mode_averse"},
     ]
     (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -93,8 +120,9 @@ def test_compiled_decoder_reports_the_model_flops(runs):
         return 2 * b * tokens * (d * 3 * d + d * d + d * 2 * f + f * d) + 2 * b * d * v
 
     assert st.loc["prefill", "flops_analytic"] == matmuls(t) + 2 * b * h * t * t * 2 * (d // h)
-    assert st.loc["decode", "flops_analytic"] == sum(matmuls(1) + 2 * b * h * (t + s + 1) * 2 * (d // h)
-                                                     for s in range(2))
+    assert st.loc["decode", "flops_analytic"] == sum(
+        matmuls(1) + 2 * b * h * (t + s + 1) * 2 * (d // h) for s in range(2)
+    )
     assert (st["gpu_busy_ms"] > 0).all()
     assert json.loads((runs / "compiled" / "manifest.json").read_text())["params"]["compile"] is True
 
@@ -104,8 +132,11 @@ def test_a_failed_count_never_removes_a_measured_number(runs):
     assert st.loc["prefill", "wall_ms"] > 0 and st.loc["prefill", "gpu_busy_ms"] > 0
     assert pd.isna(st.loc["prefill", "flops_analytic"]) and pd.isna(st.loc["prefill", "mfu_busy"])
     notes = json.loads((runs / "averse" / "summary.json").read_text())["notes"]
-    assert any("no analytic FLOPs (so no MFU): the counting pass (the workload run again under a TorchDispatchMode"
-               in n and "does not run under a dispatch mode" in n for n in notes)
+    assert any(
+        "no analytic FLOPs (so no MFU): the counting pass (the workload run again under a TorchDispatchMode" in n
+        and "does not run under a dispatch mode" in n
+        for n in notes
+    )
     assert "does not run under a dispatch mode" in (runs / "averse" / "report.html").read_text()
 
 

@@ -45,6 +45,7 @@ def weird_names(**_):
 
 def slow(marker: str, seconds: float = 20.0, **_):
     """Sleeps inside its stage; the marker holds the workload's process id once the stage has started."""
+
     def stage(step: int) -> None:
         Path(marker).write_text(str(os.getpid()))
         time.sleep(seconds)
@@ -85,5 +86,12 @@ def mode_averse(**_):
 
 def awkward_names(**_):
     """Stage names torch.profiler's export mangles, and one named like a relabelled stage."""
-    return Workload(setup=lambda: None, stages=[Stage("préfill", _matmul), Stage("décode", _matmul, repeats=2),
-                                                Stage('a"b', _matmul), Stage("0 préfill", _matmul)])
+    return Workload(
+        setup=lambda: None,
+        stages=[
+            Stage("préfill", _matmul),
+            Stage("décode", _matmul, repeats=2),
+            Stage('a"b', _matmul),
+            Stage("0 préfill", _matmul),
+        ],
+    )

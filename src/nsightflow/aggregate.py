@@ -19,11 +19,11 @@ from nsightflow.select import select_kernels
 
 MODE_TEXT = {
     "representatives": "one profiled launch per class of identical launches (the same operator call, by shapes "
-                       "and arguments, launching the same kernel with the same grid, block and shared memory) in each "
-                       "profiled step; the other launches take their class's counters, and unprofiled steps those of "
-                       "the launch at the same position in the profiled steps",
+    "and arguments, launching the same kernel with the same grid, block and shared memory) in each "
+    "profiled step; the other launches take their class's counters, and unprofiled steps those of "
+    "the launch at the same position in the profiled steps",
     "every_launch": "every launch of the sampled steps profiled, each class's mean scaled by its launches in the "
-                    "timeline",
+    "timeline",
 }
 
 
@@ -44,8 +44,10 @@ def load_analytic(path: str | Path) -> dict:
         for key in COUNT_KEYS:
             v = (counts or {}).get(key)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0):
-                raise ValueError(f"{path}: stage {stage!r}: {key} is {v!r}; a count is a number of 0 or more "
-                                 "(or null when it could not be made)")
+                raise ValueError(
+                    f"{path}: stage {stage!r}: {key} is {v!r}; a count is a number of 0 or more "
+                    "(or null when it could not be made)"
+                )
     return stages
 
 
@@ -56,8 +58,13 @@ def check_bounds(stages: pd.DataFrame, pk: dict) -> None:
         for col in ("flops_measured", "dram_bytes_measured", "wall_ms", "gpu_busy_ms"):
             if np.isfinite(s.get(col, np.nan)) and s[col] < 0:
                 raise ValueError(f"stage {s['stage']!r}: {col} is {s[col]:.4g}, negative: an input is wrong")
-        for col, peak in (("mfu_busy", "compute"), ("hfu_busy", "compute"), ("mfu_wall", "compute"),
-                          ("hfu_wall", "compute"), ("dram_bw_util_busy", "dram")):
+        for col, peak in (
+            ("mfu_busy", "compute"),
+            ("hfu_busy", "compute"),
+            ("mfu_wall", "compute"),
+            ("hfu_wall", "compute"),
+            ("dram_bw_util_busy", "dram"),
+        ):
             v = s.get(col, np.nan)
             source = str(pk.get(f"{peak}_source", ""))
             limit = TOLERANCE["ncu" if source.startswith("ncu") else "other"]
@@ -66,14 +73,17 @@ def check_bounds(stages: pd.DataFrame, pk: dict) -> None:
                     f"stage {s['stage']!r}: {col} is {v:.3g} ({v:.0%}) of the {peak} peak ({source}), beyond the "
                     f"{limit:.2f} any device allows: an input is wrong (a stats export edited or from another run, "
                     "counts from another capture, an analytic count of another workload); busy "
-                    f"{s['gpu_busy_ms']:.4g} ms, wall {s['wall_ms']:.4g} ms")
+                    f"{s['gpu_busy_ms']:.4g} ms, wall {s['wall_ms']:.4g} ms"
+                )
 
 
 def _kernel_results(raw: pd.DataFrame, export: str | Path) -> pd.DataFrame:
     """Per-result metrics of one export; a per-range export (range replay) cannot be joined per kernel."""
     if "Grid Size" not in raw.columns:
-        raise ValueError(f"{export}: one result per range (range or app-range replay), not per kernel: give it as "
-                         "a range capture (ncu.ranges), or capture with replay mode 'kernel'")
+        raise ValueError(
+            f"{export}: one result per range (range or app-range replay), not per kernel: give it as "
+            "a range capture (ncu.ranges), or capture with replay mode 'kernel'"
+        )
     return metrics.result_metrics(raw)
 
 
@@ -91,22 +101,41 @@ def _peaks(results: pd.DataFrame, device: str | None, dtype: str, ceiling: dict 
     return metrics.with_ceiling(pk, ceiling) if ceiling and "error" not in ceiling else pk
 
 
-def tables(tl: attribution.Timeline, matched: pd.DataFrame, windowed: set[tuple[str, int]], analytic: dict, pk: dict,
-           divergence: float, top_n: int | None, coverage: float | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def tables(
+    tl: attribution.Timeline,
+    matched: pd.DataFrame,
+    windowed: set[tuple[str, int]],
+    analytic: dict,
+    pk: dict,
+    divergence: float,
+    top_n: int | None,
+    coverage: float | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(classes, kernels, stages) of a run whose ncu results are joined to its timeline; ``windowed``: the
     (stage, step) pairs whose launches were profiled."""
     values = metrics.launch_values(tl.launches[tl.launches["pass_"] == "ranged"], matched, windowed)
     classes = metrics.class_summary(values)
     kernels = _ranked(metrics.kernel_summary(classes, tl.ranges, pk), top_n, coverage)
-    stages = metrics.stage_summary(attribution.stage_table(tl), metrics.stage_measured(values), analytic, pk,
-                                   divergence)
+    stages = metrics.stage_summary(
+        attribution.stage_table(tl), metrics.stage_measured(values), analytic, pk, divergence
+    )
     return classes, kernels, stages
 
 
-def aggregate_run(sqlite: str | Path, domain: str, plan_json: str | Path, export: str | Path,
-                  flops_json: str | Path, dtype: str, divergence: float, top_n: int | None = None,
-                  coverage: float | None = None, ceiling_json: str | Path | None = None,
-                  ranges_export: str | Path | None = None, ranges_plan: str | Path | None = None) -> dict:
+def aggregate_run(
+    sqlite: str | Path,
+    domain: str,
+    plan_json: str | Path,
+    export: str | Path,
+    flops_json: str | Path,
+    dtype: str,
+    divergence: float,
+    top_n: int | None = None,
+    coverage: float | None = None,
+    ceiling_json: str | Path | None = None,
+    ranges_export: str | Path | None = None,
+    ranges_plan: str | Path | None = None,
+) -> dict:
     """Per-class, per-kernel and per-stage tables of one Nsight run, plus peaks, notes and estimates."""
     tl = attribution.read_timeline(sqlite, domain)
     plan = CapturePlan.read(plan_json)
@@ -114,8 +143,11 @@ def aggregate_run(sqlite: str | Path, domain: str, plan_json: str | Path, export
     matched = match_to_plan(_kernel_results(raw, export), expected_frame(plan), Path(export).name)
     analytic = load_analytic(flops_json)
     ceiling = json.loads(Path(ceiling_json).read_text()) if ceiling_json else None
-    device = next(iter(raw["device__attribute_display_name"].dropna()), None) \
-        if "device__attribute_display_name" in raw.columns else None
+    device = (
+        next(iter(raw["device__attribute_display_name"].dropna()), None)
+        if "device__attribute_display_name" in raw.columns
+        else None
+    )
     pk = _peaks(matched, device or tl.gpu_name, dtype, ceiling)
     windowed = {(w.stage, w.step) for w in plan.windows}
     classes, kernels, stages = tables(tl, matched, windowed, analytic, pk, divergence, top_n, coverage)
@@ -124,9 +156,11 @@ def aggregate_run(sqlite: str | Path, domain: str, plan_json: str | Path, export
     for stage, s in plan.stages.items():
         text = f"{s['profiled']} of {s['launches']} launches profiled ({s['classes']} classes of identical launches)"
         if s["steps"] > 1:
-            text += (f", in steps {s['sampled_steps']} of {s['steps']}"
-                     + (f" and {s['extra_steps']} (launch sequences no sampled step has)" if s["extra_steps"] else "")
-                     + "; the other steps scaled launch by launch from the sampled steps with the same launch sequence")
+            text += (
+                f", in steps {s['sampled_steps']} of {s['steps']}"
+                + (f" and {s['extra_steps']} (launch sequences no sampled step has)" if s["extra_steps"] else "")
+                + "; the other steps scaled launch by launch from the sampled steps with the same launch sequence"
+            )
         notes.append(f"{stage}: {text}.")
         if s["profiled"] < s["launches"]:
             estimates.append({"source": stage, "message": text})
@@ -137,8 +171,15 @@ def aggregate_run(sqlite: str | Path, domain: str, plan_json: str | Path, export
         stages = with_range_totals(stages, ranges_export, ranges_plan, tl)
     notes += stage_notes(stages, analytic)
     check_bounds(stages, pk)
-    return {"classes": classes, "kernels": kernels, "stages": stages, "peaks": pk, "notes": notes,
-            "estimates": estimates, "results": matched}
+    return {
+        "classes": classes,
+        "kernels": kernels,
+        "stages": stages,
+        "peaks": pk,
+        "notes": notes,
+        "estimates": estimates,
+        "results": matched,
+    }
 
 
 def range_results(export: str | Path, plan_json: str | Path) -> pd.DataFrame:
@@ -153,21 +194,25 @@ def range_results(export: str | Path, plan_json: str | Path) -> pd.DataFrame:
     return res
 
 
-def with_range_totals(stages: pd.DataFrame, export: str | Path, plan_json: str | Path,
-                      tl: attribution.Timeline) -> pd.DataFrame:
+def with_range_totals(
+    stages: pd.DataFrame, export: str | Path, plan_json: str | Path, tl: attribution.Timeline
+) -> pd.DataFrame:
     """Stage totals from range replay (mean over the sampled step windows × the stage's steps) beside the
     per-kernel totals: tensor FLOPs and DRAM bytes (range replay cannot count SASS instructions)."""
     res = range_results(export, plan_json)
     n = tl.ranges.groupby("stage").size()
-    per = res.groupby("stage").agg(tensor=("flops_tensor", metrics._mean_strict), dram=("dram_bytes", metrics._mean_strict))
+    per = res.groupby("stage").agg(
+        tensor=("flops_tensor", metrics._mean_strict), dram=("dram_bytes", metrics._mean_strict)
+    )
     out = stages.copy()
     out["flops_tensor_ranges"] = [per.loc[s, "tensor"] * n[s] if s in per.index else np.nan for s in out["stage"]]
     out["dram_bytes_ranges"] = [per.loc[s, "dram"] * n[s] if s in per.index else np.nan for s in out["stage"]]
     return out
 
 
-def aggregate_captures(imported: str | Path, divergence: float, top_n: int | None = None,
-                       coverage: float | None = None) -> dict:
+def aggregate_captures(
+    imported: str | Path, divergence: float, top_n: int | None = None, coverage: float | None = None
+) -> dict:
     """Tables for captures made elsewhere (see nsightflow.captures): ncu results joined to the timeline without
     a plan; the dtype is the precision that did most of the tensor work."""
     imported = Path(imported)
@@ -186,37 +231,82 @@ def aggregate_captures(imported: str | Path, divergence: float, top_n: int | Non
         raw, _ = ncu.parse_raw_csv(export)
         raws.append(raw)
         matched.append(search_timeline(_kernel_results(raw, export), tl.launches, domain, export.name))
-    results = pd.concat(matched, ignore_index=True) if matched else pd.DataFrame(
-        columns=["ncu_id", "stage", "class_key", "step", "duration_ns", "sm_hz", "dram_hz", "bf16_dense_per_cycle",
-                 "ffma_per_cycle", "dram_bytes_per_cycle"] + metrics.COUNTERS)
+    results = (
+        pd.concat(matched, ignore_index=True)
+        if matched
+        else pd.DataFrame(
+            columns=[
+                "ncu_id",
+                "stage",
+                "class_key",
+                "step",
+                "duration_ns",
+                "sm_hz",
+                "dram_hz",
+                "bf16_dense_per_cycle",
+                "ffma_per_cycle",
+                "dram_bytes_per_cycle",
+            ]
+            + metrics.COUNTERS
+        )
+    )
     tensor = {p: results[f"flops_tensor_{p}"].sum() for p in metrics.DTYPE_BY_TENSOR_PRECISION} if matched else {}
-    dtype = (metrics.DTYPE_BY_TENSOR_PRECISION[max(tensor, key=tensor.get)]
-             if tensor and max(tensor.values()) > 0 else "float32")
-    device = next((str(r["device__attribute_display_name"].iloc[0]) for r in raws
-                   if "device__attribute_display_name" in r.columns and len(r)), None) or tl.gpu_name
+    dtype = (
+        metrics.DTYPE_BY_TENSOR_PRECISION[max(tensor, key=tensor.get)]
+        if tensor and max(tensor.values()) > 0
+        else "float32"
+    )
+    device = (
+        next(
+            (
+                str(r["device__attribute_display_name"].iloc[0])
+                for r in raws
+                if "device__attribute_display_name" in r.columns and len(r)
+            ),
+            None,
+        )
+        or tl.gpu_name
+    )
     pk = _peaks(results, device, dtype, None)
-    windowed = set(zip(results["stage"], results["step"])) if len(results) else set()
+    windowed = set(zip(results["stage"], results["step"], strict=True)) if len(results) else set()
     classes, kernels, stages = tables(tl, results, windowed, analytic, pk, divergence, top_n, coverage)
-    notes = [f"analysis of existing captures: precision taken as {dtype} (most tensor-pipe FLOPs)"
-             + ("" if analytic else "; no analytic_flops.json among them, so no model FLOPs and no MFU, "
-                "only HFU from the counted FLOPs")]
+    notes = [
+        f"analysis of existing captures: precision taken as {dtype} (most tensor-pipe FLOPs)"
+        + (
+            ""
+            if analytic
+            else "; no analytic_flops.json among them, so no model FLOPs and no MFU, only HFU from the counted FLOPs"
+        )
+    ]
     if not exports:
         notes.append("no ncu exports among the captures: times only, from the nsys timeline.")
     notes += stage_notes(stages, analytic)
     check_bounds(stages, pk)
-    return {"classes": classes, "kernels": kernels, "stages": stages, "peaks": pk, "notes": notes,
-            "estimates": [], "results": results}
+    return {
+        "classes": classes,
+        "kernels": kernels,
+        "stages": stages,
+        "peaks": pk,
+        "notes": notes,
+        "estimates": [],
+        "results": results,
+    }
 
 
 def check_range_counts(stats: pd.DataFrame, tl: attribution.Timeline) -> None:
     """nsys stats' range counts and the SQLite export's must agree: both describe one run."""
     mine = stats[stats["domain"] == tl.domain].set_index("stage")["range_instances"]
     theirs = tl.ranges.groupby("stage").size()
-    differ = {s: (int(mine.get(s, 0)), int(theirs.get(s, 0))) for s in set(mine.index) | set(theirs.index)
-              if int(mine.get(s, 0)) != int(theirs.get(s, 0))}
+    differ = {
+        s: (int(mine.get(s, 0)), int(theirs.get(s, 0)))
+        for s in set(mine.index) | set(theirs.index)
+        if int(mine.get(s, 0)) != int(theirs.get(s, 0))
+    }
     if differ:
-        raise ValueError(f"nvtx_sum and the SQLite export disagree on the ranges per stage (stats, SQLite): {differ}: "
-                         "they come from different runs, or one is cut; export both from one report")
+        raise ValueError(
+            f"nvtx_sum and the SQLite export disagree on the ranges per stage (stats, SQLite): {differ}: "
+            "they come from different runs, or one is cut; export both from one report"
+        )
 
 
 def _domain(imported: Path) -> str | None:
@@ -231,23 +321,45 @@ def _times_only(imported: Path, analytic: dict, divergence: float, top_n, covera
     stages = nsys.stage_table(imported / "stats" / "nvtx_sum.csv")
     idle = sorted(set(stages["stage"]) - set(kernels["stage"]))
     if idle:
-        raise ValueError(f"{imported / 'stats'}: nvtx_sum has ranges of stage(s) {idle} that nvtx_kern_sum has no "
-                         "kernels for: a cut export, or the two come from different runs; export both again")
-    pk = metrics.peaks(pd.DataFrame(columns=["sm_hz", "dram_hz", "bf16_dense_per_cycle", "ffma_per_cycle",
-                                             "dram_bytes_per_cycle"]), None, "bfloat16")
+        raise ValueError(
+            f"{imported / 'stats'}: nvtx_sum has ranges of stage(s) {idle} that nvtx_kern_sum has no "
+            "kernels for: a cut export, or the two come from different runs; export both again"
+        )
+    pk = metrics.peaks(
+        pd.DataFrame(columns=["sm_hz", "dram_hz", "bf16_dense_per_cycle", "ffma_per_cycle", "dram_bytes_per_cycle"]),
+        None,
+        "bfloat16",
+    )
     ranked = _ranked(kernels, top_n, coverage)
     ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
     busy = kernels.groupby("stage", as_index=False)["total_ns"].sum().rename(columns={"total_ns": "busy_ns"})
     ssum = metrics.stage_summary(stages, busy, analytic, pk, divergence)
     check_bounds(ssum, pk)
-    return {"classes": pd.DataFrame(), "kernels": ranked, "stages": ssum, "peaks": pk, "estimates": [],
-            "results": pd.DataFrame(),
-            "notes": ["no SQLite export and no ncu exports among the captures: times only, from nsys stats "
-                      "(kernels attributed per thread, as nsys projects them)."]}
+    return {
+        "classes": pd.DataFrame(),
+        "kernels": ranked,
+        "stages": ssum,
+        "peaks": pk,
+        "estimates": [],
+        "results": pd.DataFrame(),
+        "notes": [
+            "no SQLite export and no ncu exports among the captures: times only, from nsys stats "
+            "(kernels attributed per thread, as nsys projects them)."
+        ],
+    }
 
 
-def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str | Path, ceiling_json: str | Path,
-                    dtype: str, top_n: int | None, coverage: float | None, kind: str, divergence: float) -> dict:
+def aggregate_torch(
+    kernels: pd.DataFrame,
+    stages: pd.DataFrame,
+    flops_json: str | Path,
+    ceiling_json: str | Path,
+    dtype: str,
+    top_n: int | None,
+    coverage: float | None,
+    kind: str,
+    divergence: float,
+) -> dict:
     """One run's tables from a torch.profiler trace: timeline times, analytic FLOPs and bytes, measured ceilings.
 
     There are no hardware counters on this path: per-kernel FLOPs and bytes stay empty, and the
@@ -255,9 +367,11 @@ def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str
     """
     idle = sorted(set(stages["stage"]) - set(kernels["stage"]))
     if stages.empty or idle:
-        raise ValueError(f"no kernels or operators ran inside the ranges of stage(s) {idle or 'any'}: the work "
-                         "happens outside the stages (in setup, or on another thread), or the stage does nothing; "
-                         "move the work into the stage function")
+        raise ValueError(
+            f"no kernels or operators ran inside the ranges of stage(s) {idle or 'any'}: the work "
+            "happens outside the stages (in setup, or on another thread), or the stage does nothing; "
+            "move the work into the stage function"
+        )
     ceiling = json.loads(Path(ceiling_json).read_text())
     pk = metrics.ceiling_peaks(ceiling, dtype)
     analytic = load_analytic(flops_json)
@@ -266,13 +380,14 @@ def aggregate_torch(kernels: pd.DataFrame, stages: pd.DataFrame, flops_json: str
     busy = kernels.groupby("stage", as_index=False)["total_ns"].sum().rename(columns={"total_ns": "busy_ns"})
     ssum = metrics.stage_summary(stages, busy, analytic, pk, divergence)
     what = "CUDA kernels (CUPTI)" if kind == "gpu" else "CPU operators (self time)"
-    notes = [f"torch.profiler backend: the kernel table lists {what}; there are no hardware counters on this path, "
-             "so FLOPs are the analytic count's and bytes a lower bound (each operator's tensors touched once; "
-             "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage."]
+    notes = [
+        f"torch.profiler backend: the kernel table lists {what}; there are no hardware counters on this path, "
+        "so FLOPs are the analytic count's and bytes a lower bound (each operator's tensors touched once; "
+        "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage."
+    ]
     notes += stage_notes(ssum, analytic)
     check_bounds(ssum, pk)
-    return {"classes": pd.DataFrame(), "kernels": ranked, "stages": ssum, "peaks": pk, "notes": notes,
-            "estimates": []}
+    return {"classes": pd.DataFrame(), "kernels": ranked, "stages": ssum, "peaks": pk, "notes": notes, "estimates": []}
 
 
 def stage_notes(ssum: pd.DataFrame, analytic: dict | None = None) -> list[str]:
@@ -281,27 +396,41 @@ def stage_notes(ssum: pd.DataFrame, analytic: dict | None = None) -> list[str]:
     notes = []
     for _, s in ssum.iterrows():
         if np.isfinite(s["coverage"]) and s["coverage"] < 0.999:
-            notes.append(f"{s['stage']}: FLOPs and bytes are counted for {s['coverage']:.1%} of the stage's GPU time; "
-                         "the rest is not measured, so its HFU and bandwidth are lower bounds.")
+            notes.append(
+                f"{s['stage']}: FLOPs and bytes are counted for {s['coverage']:.1%} of the stage's GPU time; "
+                "the rest is not measured, so its HFU and bandwidth are lower bounds."
+            )
         if s["diverges"]:
-            notes.append(f"{s['stage']}: busy time is {s['busy_over_wall']:.0%} of the range's wall time: the device "
-                         "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
-                         "measures the program, MFU on busy time the kernels.")
-        over = [f"{label} {s[col]:.0%}" for col, label in (("mfu_busy", "MFU"), ("hfu_busy", "HFU"),
-                                                            ("dram_bw_util_busy", "DRAM bandwidth utilisation"),
-                                                            ("bw_util_busy_model", "bandwidth utilisation"))
-                if col in s and np.isfinite(s[col]) and s[col] > 1]
+            notes.append(
+                f"{s['stage']}: busy time is {s['busy_over_wall']:.0%} of the range's wall time: the device "
+                "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
+                "measures the program, MFU on busy time the kernels."
+            )
+        over = [
+            f"{label} {s[col]:.0%}"
+            for col, label in (
+                ("mfu_busy", "MFU"),
+                ("hfu_busy", "HFU"),
+                ("dram_bw_util_busy", "DRAM bandwidth utilisation"),
+                ("bw_util_busy_model", "bandwidth utilisation"),
+            )
+            if col in s and np.isfinite(s[col]) and s[col] > 1
+        ]
         if over:
-            notes.append(f"{s['stage']}: {', '.join(over)} on busy time exceed the peak they divide by: that peak is "
-                         "a measured rate (or a datasheet's), not a proven bound, and this stage ran faster.")
+            notes.append(
+                f"{s['stage']}: {', '.join(over)} on busy time exceed the peak they divide by: that peak is "
+                "a measured rate (or a datasheet's), not a proven bound, and this stage ran faster."
+            )
         for why in ((analytic or {}).get(s["stage"], {}) or {}).get("not_counted", []):
             notes.append(f"{s['stage']}: no analytic FLOPs (so no MFU): {why}.")
         notes += flop_notes(s)
         if "flops_tensor_ranges" in s and np.isfinite(s["flops_tensor_ranges"]):
-            notes.append(f"{s['stage']}: range replay counted {s['flops_tensor_ranges']:.4g} tensor FLOPs and "
-                         f"{s['dram_bytes_ranges']:.4g} DRAM bytes; per-kernel results give "
-                         f"{s['flops_tensor_measured']:.4g} and {s['dram_bytes_measured']:.4g} (a range keeps data in "
-                         "L2 from one kernel to the next; kernel replay flushes the caches before each kernel).")
+            notes.append(
+                f"{s['stage']}: range replay counted {s['flops_tensor_ranges']:.4g} tensor FLOPs and "
+                f"{s['dram_bytes_ranges']:.4g} DRAM bytes; per-kernel results give "
+                f"{s['flops_tensor_measured']:.4g} and {s['dram_bytes_measured']:.4g} (a range keeps data in "
+                "L2 from one kernel to the next; kernel replay flushes the caches before each kernel)."
+            )
     return notes
 
 
@@ -310,20 +439,29 @@ def flop_notes(s: pd.Series) -> list[str]:
     a, c, m, r = s["flops_analytic"], s["flops_analytic_causal"], s["flops_measured"], s["executed_over_model"]
     notes = []
     if np.isfinite(a) and np.isfinite(c) and a != c:
-        measured = (f"; ncu measured {units.si(m, 'FLOP')} executed" if np.isfinite(m)
-                    else " (no hardware counters on this backend to compare with)")
-        notes.append(f"{s['stage']}: causal attention computes only the unmasked part: model FLOPs "
-                     f"{units.si(c, 'FLOP')} ({units.si(a, 'FLOP')} with attention in full){measured}.")
+        measured = (
+            f"; ncu measured {units.si(m, 'FLOP')} executed"
+            if np.isfinite(m)
+            else " (no hardware counters on this backend to compare with)"
+        )
+        notes.append(
+            f"{s['stage']}: causal attention computes only the unmasked part: model FLOPs "
+            f"{units.si(c, 'FLOP')} ({units.si(a, 'FLOP')} with attention in full){measured}."
+        )
     if np.isfinite(r) and r > 1.2:
-        notes.append(f"{s['stage']}: the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU). Tensor-core "
-                     "instructions work on fixed tiles (Hopper wgmma: 64 rows, N of 8 or more; flash-attention "
-                     "kernels: blocks of 16-128 queries and keys), so a small dimension such as the few tokens of "
-                     "a decode step is padded and the padding is counted; the kernel table's FLOPs per launch "
-                     "show which kernels do it.")
+        notes.append(
+            f"{s['stage']}: the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU). Tensor-core "
+            "instructions work on fixed tiles (Hopper wgmma: 64 rows, N of 8 or more; flash-attention "
+            "kernels: blocks of 16-128 queries and keys), so a small dimension such as the few tokens of "
+            "a decode step is padded and the padding is counted; the kernel table's FLOPs per launch "
+            "show which kernels do it."
+        )
     elif np.isfinite(r) and r < 0.8 and s["coverage"] >= 0.999:
-        notes.append(f"{s['stage']}: ncu counted {r:.2f}x the model's FLOPs although every kernel was captured: "
-                     "part of the work runs on pipes the default metrics do not count (e.g. integer or FP8 "
-                     "without its metric), or the analytic count over-counts an operator.")
+        notes.append(
+            f"{s['stage']}: ncu counted {r:.2f}x the model's FLOPs although every kernel was captured: "
+            "part of the work runs on pipes the default metrics do not count (e.g. integer or FP8 "
+            "without its metric), or the analytic count over-counts an operator."
+        )
     return notes
 
 
@@ -332,8 +470,12 @@ def command_records(cmd_jsons: list[str | Path], ncu_bin: str) -> list[dict]:
     out = []
     for p in sorted(map(Path, cmd_jsons)):
         cmd = json.loads(p.read_text())
-        out.append({"what": f"ncu capture ({cmd.get('what', 'kernels')}, replay mode {cmd.get('replay_mode')})",
-                    "argv": cmd["argv"]})
+        out.append(
+            {
+                "what": f"ncu capture ({cmd.get('what', 'kernels')}, replay mode {cmd.get('replay_mode')})",
+                "argv": cmd["argv"],
+            }
+        )
         out.append({"what": "export", "argv": ncu.export_argv(ncu_bin, Path(cmd["report"]).name)})
     return out
 
@@ -349,11 +491,23 @@ def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> li
         out += [{"level": "warning", "source": src, "message": w} for w in rec.get("warnings", [])]
     clocks = {rec.get("clock_control") for rec in records}
     if "none" in clocks:
-        out.append({"level": "info", "source": "ncu", "message": "clocks not locked (clock_control none): the GPU ran at "
-                    "its own clocks; counts do not depend on clocks, and times come from the nsys timeline"})
+        out.append(
+            {
+                "level": "info",
+                "source": "ncu",
+                "message": "clocks not locked (clock_control none): the GPU ran at "
+                "its own clocks; counts do not depend on clocks, and times come from the nsys timeline",
+            }
+        )
     if "base" in clocks:
-        out.append({"level": "info", "source": "ncu", "message": "clocks locked to base by ncu (clock_control base): "
-                    "ncu durations are slower than a normal run; times come from the nsys timeline"})
+        out.append(
+            {
+                "level": "info",
+                "source": "ncu",
+                "message": "clocks locked to base by ncu (clock_control base): "
+                "ncu durations are slower than a normal run; times come from the nsys timeline",
+            }
+        )
     pk = agg["peaks"]
     for key in ("compute", "dram"):
         src = str(pk.get(f"{key}_source", ""))
@@ -362,17 +516,35 @@ def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> li
     for _, st in agg["stages"].iterrows():
         cov = st.get("coverage")
         if cov is not None and np.isfinite(cov) and cov < 0.999:
-            out.append({"level": "warning", "source": st["stage"], "message": f"counters cover {cov:.1%} of the stage's "
-                        "GPU time; FLOPs and bytes of the rest are not measured (HFU and bandwidth are lower bounds)"})
+            out.append(
+                {
+                    "level": "warning",
+                    "source": st["stage"],
+                    "message": f"counters cover {cov:.1%} of the stage's "
+                    "GPU time; FLOPs and bytes of the rest are not measured (HFU and bandwidth are lower bounds)",
+                }
+            )
         if np.isfinite(st.get("bytes_analytic", np.nan)):
-            out.append({"level": "estimate", "source": st["stage"], "message": "bytes touched by operators are a lower "
-                        "bound computed from tensor sizes, not a measurement"})
+            out.append(
+                {
+                    "level": "estimate",
+                    "source": st["stage"],
+                    "message": "bytes touched by operators are a lower "
+                    "bound computed from tensor sizes, not a measurement",
+                }
+            )
     out += [{"level": "estimate", **e} for e in agg.get("estimates", [])]
     return out
 
 
-def write_run(agg: dict, kernels_csv: str | Path, stages_csv: str | Path, summary_json: str | Path,
-              commands: list[dict] | None = None, diagnostics: list[dict] | None = None) -> None:
+def write_run(
+    agg: dict,
+    kernels_csv: str | Path,
+    stages_csv: str | Path,
+    summary_json: str | Path,
+    commands: list[dict] | None = None,
+    diagnostics: list[dict] | None = None,
+) -> None:
     """The run's tables as CSV (for pandas and diffs) and its peaks, notes, diagnostics and commands as JSON.
 
     Each file is written beside its target and moved into place, so a killed job leaves none half-written.
@@ -382,9 +554,18 @@ def write_run(agg: dict, kernels_csv: str | Path, stages_csv: str | Path, summar
         df.to_csv(tmp, index=False)
         tmp.replace(path)
     tmp = Path(str(summary_json) + ".tmp")
-    tmp.write_text(json.dumps({"peaks": agg["peaks"], "notes": agg["notes"], "commands": commands or [],
-                               "diagnostics": diagnostics if diagnostics is not None else diagnose(agg, [])},
-                              indent=2, default=float))
+    tmp.write_text(
+        json.dumps(
+            {
+                "peaks": agg["peaks"],
+                "notes": agg["notes"],
+                "commands": commands or [],
+                "diagnostics": diagnostics if diagnostics is not None else diagnose(agg, []),
+            },
+            indent=2,
+            default=float,
+        )
+    )
     tmp.replace(summary_json)
 
 
@@ -392,7 +573,13 @@ def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json) 
     """A run as the report wants it, from the files its backend wrote."""
     summary = json.loads(Path(summary_json).read_text())
     manifest = json.loads(Path(manifest_json).read_text())
-    return {"run_id": run_id, "kernels": pd.read_csv(kernels_csv), "stages": pd.read_csv(stages_csv),
-            "peaks": summary["peaks"], "notes": summary["notes"], "manifest": manifest,
-            "diagnostics": summary.get("diagnostics", []),
-            "commands": list(manifest.get("commands", [])) + list(summary.get("commands", []))}
+    return {
+        "run_id": run_id,
+        "kernels": pd.read_csv(kernels_csv),
+        "stages": pd.read_csv(stages_csv),
+        "peaks": summary["peaks"],
+        "notes": summary["notes"],
+        "manifest": manifest,
+        "diagnostics": summary.get("diagnostics", []),
+        "commands": list(manifest.get("commands", [])) + list(summary.get("commands", [])),
+    }

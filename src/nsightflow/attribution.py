@@ -24,9 +24,30 @@ import pandas as pd
 from nsightflow.harness import ops_domain, probe_domain
 
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75
-LAUNCH_COLUMNS = ["pass_", "stage", "step", "range_index", "unit", "op", "seq", "kernel_key", "class_key", "structure",
-                  "twin", "kernel", "mangled", "grid", "block", "smem", "start", "end", "duration_ns", "launch_ns", "tid",
-                  "graph"]
+LAUNCH_COLUMNS = [
+    "pass_",
+    "stage",
+    "step",
+    "range_index",
+    "unit",
+    "op",
+    "seq",
+    "kernel_key",
+    "class_key",
+    "structure",
+    "twin",
+    "kernel",
+    "mangled",
+    "grid",
+    "block",
+    "smem",
+    "start",
+    "end",
+    "duration_ns",
+    "launch_ns",
+    "tid",
+    "graph",
+]
 
 
 class TimelineError(ValueError):
@@ -67,7 +88,7 @@ def _strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
     ids = [int(i) for i in np.unique(ids[~pd.isna(ids)])]
     out: dict[int, str] = {}
     for i in range(0, len(ids), 900):
-        chunk = ids[i:i + 900]
+        chunk = ids[i : i + 900]
         q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(chunk))})"
         out.update(dict(con.execute(q, chunk)))
     return out
@@ -80,7 +101,9 @@ def _nvtx(con: sqlite3.Connection) -> pd.DataFrame:
     pay = f"COALESCE({', '.join(payload)})" if payload else "NULL"
     df = pd.read_sql_query(
         f'SELECT start, "end", eventType, globalTid, domainId, text, textId, {pay} AS payload FROM NVTX_EVENTS '
-        f"WHERE eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})", con)
+        f"WHERE eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})",
+        con,
+    )
     domains = df[df["eventType"] == DOMAIN_CREATE].set_index("domainId")["text"].to_dict()
     df = df[(df["eventType"] != DOMAIN_CREATE) & df["end"].notna()].copy()
     texts = _strings(con, df["textId"].to_numpy(dtype=float))
@@ -119,12 +142,16 @@ def _kernels(con: sqlite3.Connection) -> pd.DataFrame:
     opt = {c: c if c in cols else "NULL" for c in ("mangledName", "graphNodeId", "dynamicSharedMemory", "globalPid")}
     k = pd.read_sql_query(
         'SELECT start, "end", correlationId, demangledName, gridX, gridY, gridZ, blockX, blockY, blockZ, '
-        f'{opt["mangledName"]} AS mangledName, {opt["graphNodeId"]} AS graphNodeId, '
-        f'{opt["dynamicSharedMemory"]} AS smem, {opt["globalPid"]} AS globalPid '
-        "FROM CUPTI_ACTIVITY_KIND_KERNEL", con)
+        f"{opt['mangledName']} AS mangledName, {opt['graphNodeId']} AS graphNodeId, "
+        f"{opt['dynamicSharedMemory']} AS smem, {opt['globalPid']} AS globalPid "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL",
+        con,
+    )
     rt = pd.read_sql_query(
         "SELECT correlationId, start AS launch_ns, globalTid AS tid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
-        "WHERE correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)", con)
+        "WHERE correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)",
+        con,
+    )
     # correlation ids are unique within a process: match the process too (bits 24-47 of the global ids)
     k["pid"] = (k["globalPid"].fillna(0).to_numpy(dtype="int64") >> 24) & 0xFFFFFF
     rt["pid"] = (rt["tid"].to_numpy(dtype="int64") >> 24) & 0xFFFFFF
@@ -155,23 +182,28 @@ def read_timeline(sqlite_path: str | Path, domain: str | None) -> Timeline:
     ``domain``: the NVTX domain of the stage ranges (None: the domain with the most push/pop ranges)."""
     path = Path(sqlite_path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no SQLite export; make it with: nsys export --type sqlite -o {path} "
-                                "REPORT.nsys-rep")
+        raise FileNotFoundError(
+            f"{path}: no SQLite export; make it with: nsys export --type sqlite -o {path} REPORT.nsys-rep"
+        )
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.Error as exc:
-        raise TimelineError(f"{path}: not a readable SQLite database ({exc}); export it again with nsys export "
-                            "--type sqlite") from exc
+        raise TimelineError(
+            f"{path}: not a readable SQLite database ({exc}); export it again with nsys export --type sqlite"
+        ) from exc
     missing = {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "StringIds"} - tables
     if missing:
-        raise TimelineError(f"{path}: the export has no {sorted(missing)} table(s): it holds no NVTX ranges or no CUDA "
-                            "kernels. Profile with nsys profile --trace=cuda,nvtx.")
+        raise TimelineError(
+            f"{path}: the export has no {sorted(missing)} table(s): it holds no NVTX ranges or no CUDA "
+            "kernels. Profile with nsys profile --trace=cuda,nvtx."
+        )
     with con:
         nvtx = _nvtx(con)
         k = _kernels(con)
-        names = _strings(con, np.concatenate([k["demangledName"].to_numpy(dtype=float),
-                                              k["mangledName"].to_numpy(dtype=float)]))
+        names = _strings(
+            con, np.concatenate([k["demangledName"].to_numpy(dtype=float), k["mangledName"].to_numpy(dtype=float)])
+        )
         gpu = None
         if "TARGET_INFO_GPU" in tables:
             row = con.execute("SELECT name FROM TARGET_INFO_GPU LIMIT 1").fetchone()
@@ -212,8 +244,16 @@ def read_timeline(sqlite_path: str | Path, domain: str | None) -> Timeline:
         launches = launches.sort_values(["pass_", "launch_ns", "start"], kind="stable", ignore_index=True)
         launches["seq"] = launches.groupby(["pass_", "stage", "step"]).cumcount()
         launches = _classes(launches)[LAUNCH_COLUMNS]
-    return Timeline(launches=launches, ranges=ranges[["stage", "step", "range_index", "start", "end", "globalTid"]]
-                    .rename(columns={"globalTid": "tid"}), probe_ops=ops, gpu_name=gpu, source=str(path), domain=domain)
+    return Timeline(
+        launches=launches,
+        ranges=ranges[["stage", "step", "range_index", "start", "end", "globalTid"]].rename(
+            columns={"globalTid": "tid"}
+        ),
+        probe_ops=ops,
+        gpu_name=gpu,
+        source=str(path),
+        domain=domain,
+    )
 
 
 KERNEL_FIELDS = ["demangledName", "mangledName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "smem"]
@@ -229,8 +269,13 @@ def _describe_kernels(launches: pd.DataFrame, names: dict[int, str]) -> None:
     grid = [f"({x}, {y}, {z})" for x, y, z in zip(u["gridX"], u["gridY"], u["gridZ"], strict=True)]
     block = [f"({x}, {y}, {z})" for x, y, z in zip(u["blockX"], u["blockY"], u["blockZ"], strict=True)]
     key = [f"{m}|{g}|{b}|{sm}" for m, g, b, sm in zip(mangled, grid, block, u["smem"], strict=True)]
-    for col, values in (("kernel", kernel.to_numpy()), ("mangled", mangled.to_numpy()), ("grid", grid),
-                        ("block", block), ("kernel_key", key)):
+    for col, values in (
+        ("kernel", kernel.to_numpy()),
+        ("mangled", mangled.to_numpy()),
+        ("grid", grid),
+        ("block", block),
+        ("kernel_key", key),
+    ):
         launches[col] = np.asarray(values, dtype=object)[codes]
 
 
@@ -280,6 +325,7 @@ def _classes(launches: pd.DataFrame) -> pd.DataFrame:
         codes, uniques = pd.MultiIndex.from_arrays([p["op"], ordinal, p["kernel_key"]]).factorize()
         keys = np.asarray([f"{op}#{k}|{kk}" for op, k, kk in uniques], dtype=object)
         launches.loc[probe, "class_key"] = keys[codes]
+
     # Per pass and step: the sequence of kernel keys (a twin must match it exactly), and of kernels alone
     # (the structure: positions correspond, a grid that grows with the step is work that grows with it).
     def sequence_ids(col: str, name: str) -> pd.DataFrame:
@@ -292,10 +338,12 @@ def _classes(launches: pd.DataFrame) -> pd.DataFrame:
     probes = seq_id[seq_id["pass_"] == "probe"].drop(columns="pass_").rename(columns={"seq_id": "probe_id"})
     structures = sequence_ids("mangled", "structure")
     steps = ranged.merge(probes, on=["stage", "step"], how="left").merge(
-        structures[structures["pass_"] == "ranged"].drop(columns="pass_"), on=["stage", "step"], how="left")
+        structures[structures["pass_"] == "ranged"].drop(columns="pass_"), on=["stage", "step"], how="left"
+    )
     steps["twin"] = steps["seq_id"] == steps["probe_id"]
-    merged = launches[["stage", "step"]].merge(steps[["stage", "step", "twin", "structure"]], on=["stage", "step"],
-                                               how="left")
+    merged = launches[["stage", "step"]].merge(
+        steps[["stage", "step", "twin", "structure"]], on=["stage", "step"], how="left"
+    )
     launches["twin"] = merged["twin"].fillna(False).astype(bool).to_numpy()
     launches["structure"] = merged["structure"].fillna(-1).astype("int64").to_numpy()
     # A ranged launch in a step with a twin takes its twin's class (same step, same position).
@@ -320,7 +368,8 @@ def kernel_table(tl: Timeline) -> pd.DataFrame:
     ranged = tl.launches[tl.launches["pass_"] == "ranged"]
     n_ranges = tl.ranges.groupby("stage").size().rename("range_instances")
     out = ranged.groupby(["stage", "kernel"], as_index=False, sort=False).agg(
-        instances=("duration_ns", "size"), total_ns=("duration_ns", "sum"), classes=("class_key", "nunique"))
+        instances=("duration_ns", "size"), total_ns=("duration_ns", "sum"), classes=("class_key", "nunique")
+    )
     out["total_ns"] = out["total_ns"].astype("float64")
     out = out.merge(n_ranges, left_on="stage", right_index=True, how="left")
     out["launches_per_range"] = out["instances"] / out["range_instances"]

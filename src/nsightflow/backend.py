@@ -21,15 +21,22 @@ def gpus() -> list[str]:
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, timeout=30, check=False)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
 
 
-def resolve(requested: str, nsys: str, ncu: str, captures: str | None = None,
-            gpu_names: list[str] | None = None) -> tuple[str, str]:
+def resolve(
+    requested: str, nsys: str, ncu: str, captures: str | None = None, gpu_names: list[str] | None = None
+) -> tuple[str, str]:
     """(backend, why). ``captures`` set means analysis of existing captures: no profiler runs.
     ``gpu_names``: what nvidia-smi lists, when already probed."""
     if captures:
@@ -39,12 +46,19 @@ def resolve(requested: str, nsys: str, ncu: str, captures: str | None = None,
     if requested != "auto":
         return requested, f"config 'profiler: {requested}'"
     gpu_names = gpus() if gpu_names is None else gpu_names
-    missing = [what for what, ok in (("no CUDA GPU (nvidia-smi lists none)", bool(gpu_names)),
-                                     (f"nsys not found ({nsys!r})", found(nsys)),
-                                     (f"ncu not found ({ncu!r})", found(ncu))) if not ok]
+    missing = [
+        what
+        for what, ok in (
+            ("no CUDA GPU (nvidia-smi lists none)", bool(gpu_names)),
+            (f"nsys not found ({nsys!r})", found(nsys)),
+            (f"ncu not found ({ncu!r})", found(ncu)),
+        )
+        if not ok
+    ]
     if not missing:
         return "nsight", "profiler 'auto': a CUDA GPU, nsys and ncu are usable"
     return "torch", "profiler 'auto' chose torch.profiler: " + "; ".join(missing)
+
 
 def slug(text: str) -> str:
     """A folder-safe form of a device name ("NVIDIA H200" -> "NVIDIA-H200")."""
@@ -83,8 +97,9 @@ def device_label(backend: str, names: list[str] | None = None) -> str:
 def tool_version(binary: str) -> str:
     """Last version-looking line of ``binary --version``, or why there is none."""
     try:
-        out = subprocess.run([binary, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             timeout=60, check=False).stdout
+        out = subprocess.run(
+            [binary, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60, check=False
+        ).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unavailable ({exc.__class__.__name__})"
     lines = [ln.strip() for ln in out.splitlines() if any(ch.isdigit() for ch in ln)]
@@ -112,8 +127,14 @@ def host_info() -> dict:
     info: dict = {"hostname": platform.node(), "cpu": cpu_name(), "gpus": gpus()}
     if shutil.which("nvidia-smi"):
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30, check=False)
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                timeout=30,
+                check=False,
+            )
             info["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
         except (OSError, subprocess.TimeoutExpired):
             info["driver"] = None

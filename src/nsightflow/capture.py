@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from nsightflow import children, ncu, nsys
 from nsightflow.attribution import read_timeline
 from nsightflow.matching import match_to_plan
@@ -43,12 +42,29 @@ def canonical_python(path: str) -> str:
 
 def harness_argv(spec: str, args: dict, domain: str, warmup: int, python: str | None = None) -> list[str]:
     """The program the profilers launch: the harness running the workload under NVTX."""
-    return [canonical_python(python or sys.executable), "-m", "nsightflow.harness", "--callable", spec,
-            "--args", json.dumps(args, sort_keys=True), "--domain", domain, "--warmup", str(warmup)]
+    return [
+        canonical_python(python or sys.executable),
+        "-m",
+        "nsightflow.harness",
+        "--callable",
+        spec,
+        "--args",
+        json.dumps(args, sort_keys=True),
+        "--domain",
+        domain,
+        "--warmup",
+        str(warmup),
+    ]
 
 
-def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, check: bool = True,
-             gpu: bool = False, on_line=None) -> tuple[str, int]:
+def run_tool(
+    argv: list[str],
+    log: str | Path,
+    timeout_s: float | None = None,
+    check: bool = True,
+    gpu: bool = False,
+    on_line=None,
+) -> tuple[str, int]:
     """Run ``argv`` (never through a shell), append its output to ``log``; return (output, exit code).
 
     With ``gpu`` the child runs on a device of its own (see nsightflow.gpus.claim). With ``check``
@@ -65,8 +81,11 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
             _append(log, argv, (exc.output or "") + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
             raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
         except (KeyboardInterrupt, children.Stopped) as exc:
-            _append(log, argv, f"\n[nsightflow] stopped ({type(exc).__name__} {exc}): the tool and its program "
-                               "were killed\n")
+            _append(
+                log,
+                argv,
+                f"\n[nsightflow] stopped ({type(exc).__name__} {exc}): the tool and its program were killed\n",
+            )
             raise
     gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""
     gpu_note += harmless_notes(stdout)
@@ -75,8 +94,9 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
         _append(log, argv, gpu_note + stdout + f"\n[nsightflow] {Path(argv[0]).name} {how}\n")
     except OSError as exc:  # a full disk must not hide why the tool failed
         if check and code != 0:
-            raise ToolError(f"{Path(argv[0]).name} {how}; the log could not be written ({exc})\n"
-                            f"{failure_lines(stdout)}") from exc
+            raise ToolError(
+                f"{Path(argv[0]).name} {how}; the log could not be written ({exc})\n{failure_lines(stdout)}"
+            ) from exc
         raise
     if check and code != 0:
         raise ToolError(f"{Path(argv[0]).name} {how}; log: {log}\n{failure_lines(stdout)}")
@@ -85,8 +105,11 @@ def run_tool(argv: list[str], log: str | Path, timeout_s: float | None = None, c
 
 # Lines libraries print that look alarming and are not, with what they mean (written into the job's log).
 HARMLESS = [
-    ("gpuGetDeviceCount failed", "'ERROR ... gpuGetDeviceCount failed' comes from torch.profiler's library (kineto) "
-     "looking for a CUDA device on a machine without one: harmless, the CPU trace is complete"),
+    (
+        "gpuGetDeviceCount failed",
+        "'ERROR ... gpuGetDeviceCount failed' comes from torch.profiler's library (kineto) "
+        "looking for a CUDA device on a machine without one: harmless, the CPU trace is complete",
+    ),
     ("SyncActivityProfilerHandler", "'USDT ... profiler_start/profiler_stop' lines are kineto's trace markers"),
 ]
 
@@ -127,8 +150,9 @@ def _publish(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
-def timeline(nsys_bin: str, program: list[str], rep: str | Path, sqlite_out: str | Path, log: str | Path,
-             timeout_s: float | None) -> str:
+def timeline(
+    nsys_bin: str, program: list[str], rep: str | Path, sqlite_out: str | Path, log: str | Path, timeout_s: float | None
+) -> str:
     """nsys profile → ``rep`` (.nsys-rep) and its SQLite export; returns what nsys and the program printed."""
     rep = Path(rep)
     tmp_base = rep.with_name(rep.stem + ".tmp")
@@ -149,8 +173,14 @@ def tool_warnings(output: str) -> list[str]:
     return [ln.strip() for ln in output.splitlines() if "warning" in ln.lower()][:50]
 
 
-def write_manifest(harness_json: str | Path, manifest: str | Path, versions: dict, commands: list[dict],
-                   settings: dict | None = None, warnings: list[str] | None = None) -> dict:
+def write_manifest(
+    harness_json: str | Path,
+    manifest: str | Path,
+    versions: dict,
+    commands: list[dict],
+    settings: dict | None = None,
+    warnings: list[str] | None = None,
+) -> dict:
     """The run's manifest: the harness's record (args, params, environment), the settings that shaped
     the run, tool versions, the host (GPU, driver) and the commands that ran."""
     from nsightflow.backend import host_info
@@ -168,17 +198,41 @@ def write_manifest(harness_json: str | Path, manifest: str | Path, versions: dic
     return data
 
 
-def torch_profile(program: list[str], trace: str | Path, manifest: str | Path, flops: str | Path,
-                  ceilings: str | Path, log: str | Path, versions: dict, settings: dict,
-                  timeout_s: float | None = None) -> None:
+def torch_profile(
+    program: list[str],
+    trace: str | Path,
+    manifest: str | Path,
+    flops: str | Path,
+    ceilings: str | Path,
+    log: str | Path,
+    versions: dict,
+    settings: dict,
+    timeout_s: float | None = None,
+) -> None:
     """The workload under torch.profiler → Chrome trace ``trace``; the analytic count and the measured
     ceilings ride on the same program launch; and the run's manifest."""
     harness_json = Path(str(manifest) + ".harness.json")
-    argv = list(program) + ["--mode", "torch", "--trace", str(trace), "--out", str(harness_json),
-                            "--flops-out", str(flops), "--ceilings-out", str(ceilings)]
+    argv = list(program) + [
+        "--mode",
+        "torch",
+        "--trace",
+        str(trace),
+        "--out",
+        str(harness_json),
+        "--flops-out",
+        str(flops),
+        "--ceilings-out",
+        str(ceilings),
+    ]
     out, _ = run_tool(argv, log, timeout_s, gpu=True)
-    write_manifest(harness_json, manifest, versions, [{"what": "torch.profiler run (harness)", "argv": argv}], settings,
-                   tool_warnings(out))
+    write_manifest(
+        harness_json,
+        manifest,
+        versions,
+        [{"what": "torch.profiler run (harness)", "argv": argv}],
+        settings,
+        tool_warnings(out),
+    )
     harness_json.unlink()
 
 
@@ -201,17 +255,20 @@ def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str |
     os.replace(tmp, out_dir)
 
 
-def make_plan(sqlite: str | Path, domain: str, sample_steps: list, mode: str, plan_out: str | Path,
-              log: str | Path) -> CapturePlan:
+def make_plan(
+    sqlite: str | Path, domain: str, sample_steps: list, mode: str, plan_out: str | Path, log: str | Path
+) -> CapturePlan:
     """Attribute the timeline and write the run's capture plan (nsightflow.plan); the log says what it chose."""
     tl = read_timeline(sqlite, domain)
     plan = plan_capture(tl, domain, sample_steps, mode)
     plan.write(plan_out)
     with open(log, "w") as fh:
         for stage, s in plan.stages.items():
-            fh.write(f"{stage}: {s['launches']} launches in {s['steps']} step(s) of {s['structures']} launch "
-                     f"sequence(s); profiling {s['profiled']} ({s['classes']} classes) in steps {s['sampled_steps']}"
-                     f" + {s['extra_steps']}\n")
+            fh.write(
+                f"{stage}: {s['launches']} launches in {s['steps']} step(s) of {s['structures']} launch "
+                f"sequence(s); profiling {s['profiled']} ({s['classes']} classes) in steps {s['sampled_steps']}"
+                f" + {s['extra_steps']}\n"
+            )
         for w in plan.windows:
             fh.write(f"window {w.stage} step {w.step}: {w.why}\n")
     return plan
@@ -227,21 +284,45 @@ def range_plan(sqlite: str | Path, domain: str, sample_steps: list, plan_out: st
     return plan
 
 
-def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: str | Path, csv_out: str | Path,
-                cmd_json: str | Path, log: str | Path, *, metrics: list[str], sections: list[str], replay_mode: str,
-                clock_control: str, cache_control: str, timeout_s: float | None, ranges: bool = False) -> None:
+def ncu_capture(
+    ncu_bin: str,
+    plan_json: str | Path,
+    program: list[str],
+    rep: str | Path,
+    csv_out: str | Path,
+    cmd_json: str | Path,
+    log: str | Path,
+    *,
+    metrics: list[str],
+    sections: list[str],
+    replay_mode: str,
+    clock_control: str,
+    cache_control: str,
+    timeout_s: float | None,
+    ranges: bool = False,
+) -> None:
     """One ncu run of the whole program (``--profile-from-start off``; the harness opens the plan's windows),
     exported to raw CSV and checked against the plan before anything is published: every planned launch
     profiled, nothing else, in order, with matching grid, block and name (ranges: one result per window)."""
     plan = CapturePlan.read(plan_json)
     rep = Path(rep)
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
-    argv = ncu.capture_argv(ncu_bin, tmp_base, list(program) + ["--windows", str(plan_json)], metrics=metrics,
-                            sections=sections, replay_mode=replay_mode, clock_control=clock_control,
-                            cache_control=cache_control)
+    argv = ncu.capture_argv(
+        ncu_bin,
+        tmp_base,
+        list(program) + ["--windows", str(plan_json)],
+        metrics=metrics,
+        sections=sections,
+        replay_mode=replay_mode,
+        clock_control=clock_control,
+        cache_control=cache_control,
+    )
     expected = len(plan.windows) if ranges else len(plan.expected)
-    what = (f"{len(plan.windows)} range windows" if ranges else
-            f"{expected} planned launches in {len(plan.windows)} windows ({plan.mode})")
+    what = (
+        f"{len(plan.windows)} range windows"
+        if ranges
+        else f"{expected} planned launches in {len(plan.windows)} windows ({plan.mode})"
+    )
     progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", plan.expected)
     out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True, on_line=progress)
     ncu.check_capture(out, rc, what=what, expected=expected)
@@ -255,8 +336,15 @@ def ncu_capture(ncu_bin: str, plan_json: str | Path, program: list[str], rep: st
             raise ToolError(f"range capture: {len(raw)} results for {expected} windows; log: {log}")
     else:
         match_to_plan(result_metrics(raw), expected_frame(plan), rep.name)  # raises on any disagreement
-    record = {"argv": argv, "what": "ranges" if ranges else plan.mode, "replay_mode": replay_mode,
-              "report": rep.name, "results": len(raw), "warnings": ncu.warnings(out), "clock_control": clock_control}
+    record = {
+        "argv": argv,
+        "what": "ranges" if ranges else plan.mode,
+        "replay_mode": replay_mode,
+        "report": rep.name,
+        "results": len(raw),
+        "warnings": ncu.warnings(out),
+        "clock_control": clock_control,
+    }
     _write_atomic(Path(csv_out), text)
     _write_atomic(Path(cmd_json), json.dumps(record, indent=1))
     _publish(produced, rep)
@@ -272,7 +360,7 @@ def export(ncu_bin: str, rep: str | Path, log: str | Path) -> str:
     """``ncu --import --page raw --csv --print-units base`` of a report: the CSV text (checked to parse)."""
     argv = ncu.export_argv(ncu_bin, rep)
     require(ncu_bin)
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(argv, capture_output=True, text=True)
     _append(log, argv, proc.stderr + f"\n[nsightflow] exit code {proc.returncode}\n")
     if proc.returncode != 0:
         raise ToolError(f"ncu --import failed with {proc.returncode}; log: {log}")

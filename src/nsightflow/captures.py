@@ -17,7 +17,6 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-
 from nsightflow import ncu
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -73,8 +72,11 @@ def classify(path: Path) -> str | None:
             return None
         if isinstance(data, dict) and "traceEvents" in data:
             return "torch_trace"
-        if isinstance(data, dict) and isinstance(data.get("stages"), dict) and all(
-                isinstance(v, dict) and "flops" in v for v in data["stages"].values()):
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("stages"), dict)
+            and all(isinstance(v, dict) and "flops" in v for v in data["stages"].values())
+        ):
             return "analytic_flops"
         return None
     header = set(_csv_header(text))
@@ -96,8 +98,13 @@ def _one(found: dict[str, list[Path]], kind: str) -> Path | None:
     return paths[0] if paths else None
 
 
-def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = "nsys", ncu_bin: str = "ncu",
-                    log: str | Path | None = None) -> dict:
+def import_captures(
+    directory: str | Path,
+    out_dir: str | Path,
+    nsys_bin: str = "nsys",
+    ncu_bin: str = "ncu",
+    log: str | Path | None = None,
+) -> dict:
     """Recognise and normalise a captures directory into ``out_dir``; returns the index of what was found.
 
     Layout written: stats/{nvtx_sum,nvtx_kern_sum}.csv, timeline.sqlite, ncu/<n>.raw.csv,
@@ -112,21 +119,26 @@ def import_captures(directory: str | Path, out_dir: str | Path, nsys_bin: str = 
         kind = classify(path)
         (found.setdefault(kind, []) if kind else unknown).append(path)
     if found.get("sqlite_unreadable"):
-        raise CapturesError(f"{found['sqlite_unreadable'][0]}: an SQLite database that cannot be read (corrupt or cut "
-                            f"short); export it again with: {NSYS_SQLITE_CMD}")
+        raise CapturesError(
+            f"{found['sqlite_unreadable'][0]}: an SQLite database that cannot be read (corrupt or cut "
+            f"short); export it again with: {NSYS_SQLITE_CMD}"
+        )
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "stats").mkdir(parents=True)
     (tmp / "ncu").mkdir()
     try:
-        return _import(directory, out_dir, tmp, found, unknown, nsys_bin, ncu_bin, Path(log) if log else tmp / "import.log")
+        return _import(
+            directory, out_dir, tmp, found, unknown, nsys_bin, ncu_bin, Path(log) if log else tmp / "import.log"
+        )
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed import leaves nothing behind
         raise
 
 
-def _import(directory: Path, out_dir: Path, tmp: Path, found: dict, unknown: list, nsys_bin: str, ncu_bin: str,
-            log: Path) -> dict:
+def _import(
+    directory: Path, out_dir: Path, tmp: Path, found: dict, unknown: list, nsys_bin: str, ncu_bin: str, log: Path
+) -> dict:
     from nsightflow.backend import found as tool_found
     from nsightflow.capture import ToolError, run_tool, stats
 
@@ -134,8 +146,10 @@ def _import(directory: Path, out_dir: Path, tmp: Path, found: dict, unknown: lis
     rep = _one(found, "nsys_rep")
     if (kern_sum is None or nvtx_sum is None or sqlite is None) and rep is not None:
         if not tool_found(nsys_bin):
-            raise CapturesError(f"{rep} needs exporting and nsys is not installed here; on a machine with nsys run: "
-                                f"{NSYS_STATS_CMD} (it writes the SQLite export beside the report too)")
+            raise CapturesError(
+                f"{rep} needs exporting and nsys is not installed here; on a machine with nsys run: "
+                f"{NSYS_STATS_CMD} (it writes the SQLite export beside the report too)"
+            )
         try:
             stats(nsys_bin, rep, tmp / "exported", tmp / "timeline.sqlite", log)
         except ToolError as exc:
@@ -143,10 +157,12 @@ def _import(directory: Path, out_dir: Path, tmp: Path, found: dict, unknown: lis
         kern_sum, nvtx_sum = tmp / "exported" / "nvtx_kern_sum.csv", tmp / "exported" / "nvtx_sum.csv"
         sqlite = tmp / "timeline.sqlite"
     if sqlite is None and (kern_sum is None or nvtx_sum is None):
-        raise CapturesError(f"{directory}: no timeline: neither an nsys SQLite export nor the nsys stats CSV exports "
-                            f"of nvtx_sum and nvtx_kern_sum were recognised (files seen: "
-                            f"{len(unknown) + sum(map(len, found.values()))}); make them with: {NSYS_SQLITE_CMD} "
-                            f"(or, for times only: {NSYS_STATS_CMD})")
+        raise CapturesError(
+            f"{directory}: no timeline: neither an nsys SQLite export nor the nsys stats CSV exports "
+            f"of nvtx_sum and nvtx_kern_sum were recognised (files seen: "
+            f"{len(unknown) + sum(map(len, found.values()))}); make them with: {NSYS_SQLITE_CMD} "
+            f"(or, for times only: {NSYS_STATS_CMD})"
+        )
     for src, name in ((kern_sum, "nvtx_kern_sum.csv"), (nvtx_sum, "nvtx_sum.csv")):
         if src is not None:
             shutil.copy(src, tmp / "stats" / name)
@@ -155,15 +171,19 @@ def _import(directory: Path, out_dir: Path, tmp: Path, found: dict, unknown: lis
     # their names). None given: every .ncu-rep is exported, which needs ncu here.
     for rep_path in [] if exports else found.get("ncu_rep", []):
         if not tool_found(ncu_bin):
-            raise CapturesError(f"{rep_path} has no raw CSV export and ncu is not installed here; on a machine with "
-                                f"ncu run: {NCU_EXPORT_CMD.replace('REPORT', rep_path.name.removesuffix('.ncu-rep'))}")
+            raise CapturesError(
+                f"{rep_path} has no raw CSV export and ncu is not installed here; on a machine with "
+                f"ncu run: {NCU_EXPORT_CMD.replace('REPORT', rep_path.name.removesuffix('.ncu-rep'))}"
+            )
         out, _ = run_tool(ncu.export_argv(ncu_bin, rep_path), log)
         made = tmp / f"{rep_path.name.removesuffix('.ncu-rep')}.exported.raw.csv"
         made.write_text(out)
         exports.append(made)
     if exports and sqlite is None:
-        raise CapturesError(f"{directory}: ncu exports need the timeline's SQLite export to match launches to "
-                            f"stages and steps; make it with: {NSYS_SQLITE_CMD}")
+        raise CapturesError(
+            f"{directory}: ncu exports need the timeline's SQLite export to match launches to "
+            f"stages and steps; make it with: {NSYS_SQLITE_CMD}"
+        )
     if sqlite is not None and sqlite != tmp / "timeline.sqlite":
         shutil.copy(sqlite, tmp / "timeline.sqlite")
     for i, export in enumerate(sorted(exports)):
@@ -172,10 +192,12 @@ def _import(directory: Path, out_dir: Path, tmp: Path, found: dict, unknown: lis
     flops = _one(found, "analytic_flops")
     if flops:
         shutil.copy(flops, tmp / "analytic_flops.json")
-    index = {"directory": str(directory.resolve()),
-             "recognised": {k: [str(p) for p in v] for k, v in found.items()},
-             "ignored": [str(p) for p in unknown],
-             "exports": [str(e) for e in sorted(exports)]}
+    index = {
+        "directory": str(directory.resolve()),
+        "recognised": {k: [str(p) for p in v] for k, v in found.items()},
+        "ignored": [str(p) for p in unknown],
+        "exports": [str(e) for e in sorted(exports)],
+    }
     (tmp / "index.json").write_text(json.dumps(index, indent=2))
     shutil.rmtree(tmp / "exported", ignore_errors=True)
     shutil.rmtree(out_dir, ignore_errors=True)

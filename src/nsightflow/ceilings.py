@@ -18,8 +18,10 @@ from nsightflow.backend import cpu_name
 # Sizes: big enough to reach steady state, small enough to finish in seconds.
 # (on this workplace's CPU bf16 reaches 19 GFLOP/s at 1024, 20 at 1536, 21 at 2048 (4 minutes for both layouts);
 # a measured rate is a reference, not a proven bound: the report says so when a stage runs faster)
-SIZES = {"cuda": {"matmul_n": 8192, "copy_bytes": 1 << 30, "reps": 20},
-         "cpu": {"matmul_n": 1536, "copy_bytes": 1 << 27, "reps": 3}}
+SIZES = {
+    "cuda": {"matmul_n": 8192, "copy_bytes": 1 << 30, "reps": 20},
+    "cpu": {"matmul_n": 1536, "copy_bytes": 1 << 27, "reps": 3},
+}
 
 
 def device_name(device: str) -> str:
@@ -62,8 +64,9 @@ def _faster_layout(device: str, dtype, timed) -> str:
     return min(best, key=best.get)
 
 
-def measure(device: str, dtype: str, matmul_n: int | None = None, copy_bytes: int | None = None,
-            reps: int | None = None) -> dict:
+def measure(
+    device: str, dtype: str, matmul_n: int | None = None, copy_bytes: int | None = None, reps: int | None = None
+) -> dict:
     """Best achieved matmul FLOP/s (2·n³ per n×n product, in ``dtype``, best layout) and copy bytes/s (read + write)."""
     import torch
 
@@ -88,11 +91,16 @@ def measure(device: str, dtype: str, matmul_n: int | None = None, copy_bytes: in
     dst.copy_(src)
     cp = min(timed(lambda: dst.copy_(src)) for _ in range(reps))
     return {
-        "device": device, "device_name": device_name(device), "dtype": dtype,
-        "matmul_flops_per_s": 2 * n**3 / mm, "copy_bytes_per_s": 2 * src.numel() * 4 / cp,
-        "method": {"matmul": f"best of {reps} of {layout} (the faster of a @ b and a @ b.T): {n}x{n} by {n}x{n} "
-                             f"in {dtype}, 2*n^3 FLOPs",
-                   "copy": f"best of {reps}: copy of {src.numel() * 4} bytes, counted as read + write"},
+        "device": device,
+        "device_name": device_name(device),
+        "dtype": dtype,
+        "matmul_flops_per_s": 2 * n**3 / mm,
+        "copy_bytes_per_s": 2 * src.numel() * 4 / cp,
+        "method": {
+            "matmul": f"best of {reps} of {layout} (the faster of a @ b and a @ b.T): {n}x{n} by {n}x{n} "
+            f"in {dtype}, 2*n^3 FLOPs",
+            "copy": f"best of {reps}: copy of {src.numel() * 4} bytes, counted as read + write",
+        },
         "torch": torch.__version__,
     }
 

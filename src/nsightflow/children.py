@@ -17,8 +17,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1
 
@@ -55,16 +55,28 @@ def stop_signals() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def run(argv: list[str], env: dict | None = None, timeout_s: float | None = None,
-        on_line: Callable[[str], None] | None = None) -> tuple[str, int]:
+def run(
+    argv: list[str],
+    env: dict | None = None,
+    timeout_s: float | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> tuple[str, int]:
     """Run ``argv`` in its own process group, output merged; (output, exit code). On a timeout raises
     subprocess.TimeoutExpired with the output so far; on any way out the whole group is killed first.
     ``on_line`` sees each line of output as it comes (progress), from a reader thread."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True, preexec_fn=die_with_parent)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
     lines: list[str] = []
     reader = None
     if on_line is not None:
+
         def read() -> None:
             for line in proc.stdout:
                 lines.append(line)

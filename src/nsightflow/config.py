@@ -113,14 +113,19 @@ def semantic(config: dict) -> None:
         try:
             json.dumps(w.get("args") or {})
         except TypeError as exc:
-            raise ConfigError(f"config workloads[{i}] ({name}).args: {exc}; write dates and other YAML types as "
-                              "quoted strings") from exc
+            raise ConfigError(
+                f"config workloads[{i}] ({name}).args: {exc}; write dates and other YAML types as quoted strings"
+            ) from exc
         dtype = args.get("dtype")
         if dtype is not None and dtype not in DTYPES:
             close = difflib.get_close_matches(str(dtype).lower(), DTYPES, n=1, cutoff=0.6)
-            raise ConfigError(f"config workloads[{i}] ({name}).args.dtype: {dtype!r} is not a dtype nsightflow knows "
-                              f"({', '.join(DTYPES)})" + (f"; did you mean {close[0]!r}?" if close else ""))
+            raise ConfigError(
+                f"config workloads[{i}] ({name}).args.dtype: {dtype!r} is not a dtype nsightflow knows "
+                f"({', '.join(DTYPES)})" + (f"; did you mean {close[0]!r}?" if close else "")
+            )
     select = config.get("select") or {}
     if "top_n" in select and "coverage" in select and select["top_n"] is None and select["coverage"] is None:
-        raise ConfigError("config select: top_n and coverage are both null; give at least one (the report's focus: "
-                          "the top kernels by time)")
+        raise ConfigError(
+            "config select: top_n and coverage are both null; give at least one (the report's focus: "
+            "the top kernels by time)"
+        )

@@ -41,8 +41,9 @@ class Block(nn.Module):
         self.gate_up = nn.Linear(d_model, 2 * d_ff, bias=False)
         self.down = nn.Linear(d_ff, d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-                pos: int = 0) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None, pos: int = 0
+    ) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.n_heads, self.head_dim).transpose(1, 2) for z in (q, k, v))
@@ -81,8 +82,16 @@ class TinyDecoder(nn.Module):
         return self.norm(x) @ self.embed.weight.t()
 
 
-def make_model(dtype: str, device: str, seed: int, vocab: int = 32000, d_model: int = 1024, n_layers: int = 4,
-               n_heads: int = 16, d_ff: int = 2816) -> TinyDecoder:
+def make_model(
+    dtype: str,
+    device: str,
+    seed: int,
+    vocab: int = 32000,
+    d_model: int = 1024,
+    n_layers: int = 4,
+    n_heads: int = 16,
+    d_ff: int = 2816,
+) -> TinyDecoder:
     """The decoder with seeded random weights, drawn on the device itself (no CPU round trip)."""
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.device(device):
@@ -129,8 +138,10 @@ def build(
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     prompt_tokens = torch.randint(0, vocab, (batch, prompt), generator=gen, device=device)
     shape = (batch, n_heads, prompt + decode_steps, d_model // n_heads)
-    caches = [(torch.zeros(shape, device=device, dtype=torch_dtype), torch.zeros(shape, device=device, dtype=torch_dtype))
-              for _ in range(n_layers)]
+    caches = [
+        (torch.zeros(shape, device=device, dtype=torch_dtype), torch.zeros(shape, device=device, dtype=torch_dtype))
+        for _ in range(n_layers)
+    ]
     token = torch.zeros((batch, 1), dtype=torch.long, device=device)  # static: CUDA graphs read and write it
     graphs: list = []
 
@@ -169,9 +180,20 @@ def build(
         else:
             run_decode(step)
 
-    params = dict(batch=batch, prompt=prompt, decode_steps=decode_steps, vocab=vocab, d_model=d_model,
-                  n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, dtype=dtype, device=device, cuda_graph=cuda_graph,
-                  compile=compile)
+    params = dict(
+        batch=batch,
+        prompt=prompt,
+        decode_steps=decode_steps,
+        vocab=vocab,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_ff=d_ff,
+        dtype=dtype,
+        device=device,
+        cuda_graph=cuda_graph,
+        compile=compile,
+    )
     return Workload(
         setup=setup,
         stages=[Stage("prefill", prefill, 1), Stage("decode", decode, decode_steps)],

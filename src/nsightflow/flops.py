@@ -15,8 +15,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "convolution", "_convolution", "convolution_backward",
-            "cudnn_convolution", "convolution_overrideable", "_slow_conv2d_forward"}
+GEMM_OPS = {
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "_scaled_mm",
+    "convolution",
+    "_convolution",
+    "convolution_backward",
+    "cudnn_convolution",
+    "convolution_overrideable",
+    "_slow_conv2d_forward",
+}
 # SDPA operators (any backend) and the layout of their query/key/value: (b, h, s, d) for the
 # _scaled_dot_product_* family, (b, s, h, d) for the lower-level kernels called directly.
 ATTENTION_FORWARD = {
@@ -43,7 +54,7 @@ def causal_kept(sq: int, sk: int) -> int:
 def _named_args(func, args: tuple, kwargs: dict) -> dict:
     """Arguments of an aten call by schema name (positions differ between operators and versions)."""
     names = [a.name for a in func._schema.arguments]
-    out = dict(zip(names, args))
+    out = dict(zip(names, args, strict=False))
     out.update(kwargs)
     return out
 
@@ -146,8 +157,10 @@ class StageCount:
         if self.failures:
             why.append("a FLOP formula failed for " + "; ".join(f"{op}: {err}" for op, err in self.failures.items()))
         if self.graph_replays:
-            why.append(f"the stage replays CUDA graphs ({self.graph_replays} replays): the operators inside a graph "
-                       "run without passing through PyTorch's dispatcher, so they cannot be counted")
+            why.append(
+                f"the stage replays CUDA graphs ({self.graph_replays} replays): the operators inside a graph "
+                "run without passing through PyTorch's dispatcher, so they cannot be counted"
+            )
         ok = not why
         return {
             "flops": self.flops if ok else None,
@@ -206,7 +219,9 @@ class Tally:
             self.stages.setdefault(name, StageCount()).stopped = why[:500]
 
     def result(self) -> dict:
-        return {"stages": {name: s.record() for name, s in self.stages.items()},
-                "method": "operators seen by a TorchDispatchMode in a pass outside the measured ranges: attention "
-                          "from shapes (nsightflow.flops), matmul-like operators from torch.utils.flop_counter's "
-                          "formulas, other operators 0 FLOPs; bytes: each operator's tensors touched once"}
+        return {
+            "stages": {name: s.record() for name, s in self.stages.items()},
+            "method": "operators seen by a TorchDispatchMode in a pass outside the measured ranges: attention "
+            "from shapes (nsightflow.flops), matmul-like operators from torch.utils.flop_counter's "
+            "formulas, other operators 0 FLOPs; bytes: each operator's tensors touched once",
+        }

@@ -12,16 +12,17 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 LOCK_DIR = Path(".snakemake") / "nsightflow-gpu-locks"
 
 
 @contextmanager
-def claim(n_devices: int | None = None, lock_dir: str | Path = LOCK_DIR, poll_s: float = 0.5,
-          env: dict | None = None) -> Iterator[tuple[dict, str]]:
+def claim(
+    n_devices: int | None = None, lock_dir: str | Path = LOCK_DIR, poll_s: float = 0.5, env: dict | None = None
+) -> Iterator[tuple[dict, str]]:
     """Yield (environment for the child, what was decided) while holding one device's lock."""
     env = dict(os.environ if env is None else env)
     if env.get("CUDA_VISIBLE_DEVICES", "") != "":

@@ -26,10 +26,11 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 DEFAULT_DOMAIN = "nsightflow"
 
@@ -102,12 +103,20 @@ def build_workload(spec: str, args: dict) -> Workload:
     names = [s.name for s in workload.stages]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise WorkloadError(f"workload callable {spec!r}: stage name(s) {twice} used twice; stages are reported by "
-                            "name, so each needs its own")
-    bad = [f"{s.name!r} repeats {s.repeats}" for s in workload.stages if not (isinstance(s.repeats, int) and s.repeats >= 1)]
+        raise WorkloadError(
+            f"workload callable {spec!r}: stage name(s) {twice} used twice; stages are reported by "
+            "name, so each needs its own"
+        )
+    bad = [
+        f"{s.name!r} repeats {s.repeats}"
+        for s in workload.stages
+        if not (isinstance(s.repeats, int) and s.repeats >= 1)
+    ]
     if bad or not (isinstance(workload.iterations, int) and workload.iterations >= 1):
-        raise WorkloadError(f"workload callable {spec!r}: every stage runs at least once: "
-                            f"{', '.join(bad) or f'iterations {workload.iterations}'}; use a whole number of 1 or more")
+        raise WorkloadError(
+            f"workload callable {spec!r}: every stage runs at least once: "
+            f"{', '.join(bad) or f'iterations {workload.iterations}'}; use a whole number of 1 or more"
+        )
     return workload
 
 
@@ -160,8 +169,10 @@ def _call(stage: Stage, step: int) -> None:
     except WorkloadError:
         raise
     except Exception as exc:
-        raise WorkloadError(f"stage {stage.name!r} raised at step {step}: {exc!r}. Run the workload once "
-                            "outside nsightflow to debug it; nothing was measured.") from exc
+        raise WorkloadError(
+            f"stage {stage.name!r} raised at step {step}: {exc!r}. Run the workload once "
+            "outside nsightflow to debug it; nothing was measured."
+        ) from exc
 
 
 def _nvtx_ranges(domain: str):
@@ -192,8 +203,11 @@ def probe_pass(workload: Workload, domain: str | None, count: bool, windows=None
         if tally is None or windows is not None:
             raise
         # The workload ran in the ranged pass; under the probe it failed: the measurement stands, the count does not.
-        tally.failed([s.name for s in workload.stages], f"the counting pass (the workload run again under a "
-                     f"TorchDispatchMode, after the measured pass) failed: {exc}")
+        tally.failed(
+            [s.name for s in workload.stages],
+            f"the counting pass (the workload run again under a "
+            f"TorchDispatchMode, after the measured pass) failed: {exc}",
+        )
     return tally.result() if tally is not None else None
 
 
@@ -244,8 +258,9 @@ def trace_label(workload: Workload, name: str) -> str:
     return f"{i} {safe}"
 
 
-def run_torch_profiled(workload: Workload, trace: Path, domain: str = DEFAULT_DOMAIN,
-                       warmup: int = 1) -> dict[str, list[float]]:
+def run_torch_profiled(
+    workload: Workload, trace: Path, domain: str = DEFAULT_DOMAIN, warmup: int = 1
+) -> dict[str, list[float]]:
     """Warm up, then run every stage step under torch.profiler inside ``record_function('domain:stage')``.
 
     The trace (Chrome/Perfetto JSON) records operators on the CPU and, on a GPU, the CUDA kernels
@@ -315,8 +330,9 @@ def _read_windows(path: Path):
     from nsightflow.probe import WHOLE, Windows
 
     plan = json.loads(path.read_text())
-    return Windows({(w["stage"], int(w["step"])): (WHOLE if w["units"] is None else set(w["units"]))
-                    for w in plan["windows"]})
+    return Windows(
+        {(w["stage"], int(w["step"])): (WHOLE if w["units"] is None else set(w["units"])) for w in plan["windows"]}
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,9 +341,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--args", default="{}", help="JSON object of keyword arguments for the callable")
     parser.add_argument("--domain", default=DEFAULT_DOMAIN)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--mode", choices=["profile", "torch", "flops"], default="profile",
-                        help="profile: NVTX ranges for nsys/ncu; torch: torch.profiler trace to --trace; "
-                             "flops: only the analytic count (to --flops-out)")
+    parser.add_argument(
+        "--mode",
+        choices=["profile", "torch", "flops"],
+        default="profile",
+        help="profile: NVTX ranges for nsys/ncu; torch: torch.profiler trace to --trace; "
+        "flops: only the analytic count (to --flops-out)",
+    )
     parser.add_argument("--trace", type=Path, help="Chrome trace path for --mode torch")
     parser.add_argument("--flops-out", type=Path, help="run the probe pass and write the analytic FLOP counts here")
     parser.add_argument("--windows", type=Path, help="capture plan: the probe pass opens ncu profiler windows")
@@ -360,10 +380,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nsightflow: {exc}", file=sys.stderr)
         return 2
     result.update(
-        callable=ns.spec, args=args, domain=ns.domain, params=workload.params, dtype=workload.dtype,
+        callable=ns.spec,
+        args=args,
+        domain=ns.domain,
+        params=workload.params,
+        dtype=workload.dtype,
         iterations=workload.iterations,
-        stages=[{"name": s.name, "repeats": s.repeats, "steps": s.repeats * workload.iterations}
-                for s in workload.stages],
+        stages=[
+            {"name": s.name, "repeats": s.repeats, "steps": s.repeats * workload.iterations} for s in workload.stages
+        ],
         trace_labels={trace_label(workload, s.name): s.name for s in workload.stages},
         environment=environment(workload),
     )

@@ -21,27 +21,32 @@ def _transformers():
     try:
         import transformers
     except ImportError as exc:
-        raise WorkloadError("the HuggingFace workloads need transformers: pip install -e \".[hf]\"") from exc
+        raise WorkloadError('the HuggingFace workloads need transformers: pip install -e ".[hf]"') from exc
     return transformers
 
 
-def load_model(model: str | None, config: dict | None, dtype: str, device: str, attn_implementation: str,
-               seed: int) -> torch.nn.Module:
+def load_model(
+    model: str | None, config: dict | None, dtype: str, device: str, attn_implementation: str, seed: int
+) -> torch.nn.Module:
     """A causal LM from a local checkpoint directory or from a config; raises WorkloadError naming the fix."""
     tf = _transformers()
     torch_dtype = getattr(torch, dtype)
     if (model is None) == (config is None):
-        raise WorkloadError("give the HuggingFace workload either `model` (a local checkpoint directory) or `config` "
-                            "(model_type and sizes, e.g. {model_type: llama, hidden_size: 256, num_hidden_layers: 2, "
-                            "num_attention_heads: 8, num_key_value_heads: 2, intermediate_size: 512, vocab_size: 1024})")
+        raise WorkloadError(
+            "give the HuggingFace workload either `model` (a local checkpoint directory) or `config` "
+            "(model_type and sizes, e.g. {model_type: llama, hidden_size: 256, num_hidden_layers: 2, "
+            "num_attention_heads: 8, num_key_value_heads: 2, intermediate_size: 512, vocab_size: 1024})"
+        )
     if model is not None:
         try:
-            net = tf.AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype,
-                                                          attn_implementation=attn_implementation,
-                                                          local_files_only=True)
+            net = tf.AutoModelForCausalLM.from_pretrained(
+                model, dtype=torch_dtype, attn_implementation=attn_implementation, local_files_only=True
+            )
         except (OSError, ValueError) as exc:
-            raise WorkloadError(f"no HuggingFace checkpoint could be loaded from {model!r}: {exc}. Give a local "
-                                "directory with config.json and the weights (nothing is downloaded)") from exc
+            raise WorkloadError(
+                f"no HuggingFace checkpoint could be loaded from {model!r}: {exc}. Give a local "
+                "directory with config.json and the weights (nothing is downloaded)"
+            ) from exc
         return net.to(device).eval()
     cfg = dict(config)
     model_type = cfg.pop("model_type", None)
@@ -91,11 +96,26 @@ def build(
         state["cache"], state["next"] = out.past_key_values, out.logits[:, -1:].argmax(-1)
 
     c = net.config
-    params = dict(model=model, config=config, architecture=type(net).__name__, batch=batch, prompt=prompt,
-                  decode_steps=decode_steps, dtype=dtype, device=device, attn_implementation=attn_implementation,
-                  hidden_size=c.hidden_size, num_hidden_layers=c.num_hidden_layers,
-                  num_attention_heads=c.num_attention_heads,
-                  num_key_value_heads=getattr(c, "num_key_value_heads", c.num_attention_heads),
-                  vocab_size=c.vocab_size)
-    return Workload(setup=setup, stages=[Stage("prefill", prefill, 1), Stage("decode", decode, decode_steps)],
-                    device=device, dtype=dtype, params=params)
+    params = dict(
+        model=model,
+        config=config,
+        architecture=type(net).__name__,
+        batch=batch,
+        prompt=prompt,
+        decode_steps=decode_steps,
+        dtype=dtype,
+        device=device,
+        attn_implementation=attn_implementation,
+        hidden_size=c.hidden_size,
+        num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=getattr(c, "num_key_value_heads", c.num_attention_heads),
+        vocab_size=c.vocab_size,
+    )
+    return Workload(
+        setup=setup,
+        stages=[Stage("prefill", prefill, 1), Stage("decode", decode, decode_steps)],
+        device=device,
+        dtype=dtype,
+        params=params,
+    )

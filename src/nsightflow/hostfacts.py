@@ -39,8 +39,13 @@ class HostFacts:
 def request_of(config: dict) -> dict:
     """The config values the facts depend on: a job whose config differs from these must not reuse them."""
     tools = config["tools"]
-    return {"profiler": config["profiler"], "captures": config.get("captures"), "device": config.get("device"),
-            "nsys": tools["nsys"], "ncu": tools["ncu"]}
+    return {
+        "profiler": config["profiler"],
+        "captures": config.get("captures"),
+        "device": config.get("device"),
+        "nsys": tools["nsys"],
+        "ncu": tools["ncu"],
+    }
 
 
 def decide(config: dict) -> HostFacts:
@@ -55,9 +60,15 @@ def decide(config: dict) -> HostFacts:
     else:
         device = device_label(backend, local_gpus)
     gpu_jobs = backend == "nsight" or (backend == "torch" and (bool(local_gpus) or bool(req["device"])))
-    return HostFacts(backend=backend, reason=reason, device=device, gpu_jobs=gpu_jobs,
-                     versions=tool_versions(backend, req["nsys"], req["ncu"]), decided_on=platform.node(),
-                     request=req)
+    return HostFacts(
+        backend=backend,
+        reason=reason,
+        device=device,
+        gpu_jobs=gpu_jobs,
+        versions=tool_versions(backend, req["nsys"], req["ncu"]),
+        decided_on=platform.node(),
+        request=req,
+    )
 
 
 def shared(config: dict, environ: os._Environ | dict = os.environ) -> HostFacts:

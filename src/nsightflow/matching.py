@@ -34,20 +34,27 @@ def match_to_plan(results: pd.DataFrame, expected: pd.DataFrame, capture: str) -
     """Attach stage, step, class and the timeline's kernel name to each result: the k-th result is the k-th
     planned launch, and its grid, block and name key must agree."""
     if len(results) != len(expected):
-        raise MatchError(f"capture {capture}: ncu profiled {len(results)} launches, the plan names {len(expected)}; "
-                         "the program's launches changed between the nsys and ncu runs (non-deterministic dispatch?)")
+        raise MatchError(
+            f"capture {capture}: ncu profiled {len(results)} launches, the plan names {len(expected)}; "
+            "the program's launches changed between the nsys and ncu runs (non-deterministic dispatch?)"
+        )
     res = results.sort_values("ncu_id").reset_index(drop=True)
     exp = expected.reset_index(drop=True)
-    bad = [i for i in range(len(res))
-           if str(res.loc[i, "grid"]) != str(exp.loc[i, "grid"]) or str(res.loc[i, "block"]) != str(exp.loc[i, "block"])
-           or name_key(res.loc[i, "ncu_kernel"]) != name_key(exp.loc[i, "kernel"])]
+    bad = [
+        i
+        for i in range(len(res))
+        if str(res.loc[i, "grid"]) != str(exp.loc[i, "grid"])
+        or str(res.loc[i, "block"]) != str(exp.loc[i, "block"])
+        or name_key(res.loc[i, "ncu_kernel"]) != name_key(exp.loc[i, "kernel"])
+    ]
     if bad:
         i = bad[0]
         raise MatchError(
             f"capture {capture}: result {i} (ncu ID {res.loc[i, 'ncu_id']}) differs from the planned launch: ncu "
             f"{str(res.loc[i, 'ncu_kernel'])[:100]} grid {res.loc[i, 'grid']} block {res.loc[i, 'block']}; timeline "
             f"{str(exp.loc[i, 'kernel'])[:100]} grid {exp.loc[i, 'grid']} block {exp.loc[i, 'block']} "
-            f"({exp.loc[i, 'stage']} step {exp.loc[i, 'step']}); {len(bad)} results differ")
+            f"({exp.loc[i, 'stage']} step {exp.loc[i, 'step']}); {len(bad)} results differ"
+        )
     for col in JOINED + [c for c in ("unit", "role") if c in exp.columns]:
         res[col] = exp[col].to_numpy()
     res["capture"] = capture
@@ -76,9 +83,11 @@ def search_timeline(results: pd.DataFrame, launches: pd.DataFrame, domain: str, 
     where = [_stage_of(s, domain) for s in res["nvtx_stack"]]
     if any(w is None for w in where):
         i = next(i for i, w in enumerate(where) if w is None)
-        raise MatchError(f"{capture}: result {int(res.loc[i, 'ncu_id'])} has no NVTX range of domain {domain!r} on its "
-                         "stack: capture with --nvtx, and launch the work inside the stages' ranges (results of "
-                         "autograd's thread carry no stage range; such captures need nsightflow's plan)")
+        raise MatchError(
+            f"{capture}: result {int(res.loc[i, 'ncu_id'])} has no NVTX range of domain {domain!r} on its "
+            "stack: capture with --nvtx, and launch the work inside the stages' ranges (results of "
+            "autograd's thread carry no stage range; such captures need nsightflow's plan)"
+        )
     res["_pass"], res["_stage"], res["_step"] = zip(*where, strict=True)
     rows: list[dict] = []
     for (pass_, stage, payload), group in res.groupby(["_pass", "_stage", res["_step"].fillna(-1)], sort=False):
@@ -86,8 +95,10 @@ def search_timeline(results: pd.DataFrame, launches: pd.DataFrame, domain: str, 
         mine = launches[(launches["pass_"] == pass_) & (launches["stage"] == stage)]
         cand = mine[(mine["step"] == step) if step >= 0 else (mine["range_index"] == 0)]
         if cand.empty:
-            raise MatchError(f"{capture}: the timeline has no launches in NVTX range {stage!r} step {step} that the "
-                             "export names: were the nsys and ncu captures made from the same program?")
+            raise MatchError(
+                f"{capture}: the timeline has no launches in NVTX range {stage!r} step {step} that the "
+                "export names: were the nsys and ncu captures made from the same program?"
+            )
         cand = cand.sort_values("seq").reset_index(drop=True)
         keys = [(name_key(k), g, b) for k, g, b in zip(cand["kernel"], cand["grid"], cand["block"], strict=True)]
         j = 0
@@ -96,9 +107,11 @@ def search_timeline(results: pd.DataFrame, launches: pd.DataFrame, domain: str, 
             while j < len(keys) and keys[j] != want:
                 j += 1
             if j == len(keys):
-                raise MatchError(f"{capture}: ncu result {int(r['ncu_id'])} ({str(r['ncu_kernel'])[:80]} grid {r['grid']}) "
-                                 f"has no matching launch in {stage} step {step} of the timeline: were the nsys and "
-                                 "ncu captures made from the same program and configuration?")
+                raise MatchError(
+                    f"{capture}: ncu result {int(r['ncu_id'])} ({str(r['ncu_kernel'])[:80]} grid {r['grid']}) "
+                    f"has no matching launch in {stage} step {step} of the timeline: were the nsys and "
+                    "ncu captures made from the same program and configuration?"
+                )
             rows.append({**cand.loc[j, JOINED].to_dict(), "_result": i})
             j += 1
     out = res.drop(columns=["_pass", "_stage", "_step"])

@@ -20,18 +20,63 @@ from nsightflow.ncu import BYTE_METRICS, PEAK_METRICS, SASS_FLOP_METRICS, TENSOR
 
 # Datasheet peaks (dense, no sparsity), FLOP/s and bytes/s, matched by substring of the device name.
 DATASHEET = {
-    "H200": {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp8": 1978.9e12, "fp32": 66.9e12,
-             "fp64": 66.9e12, "dram": 4.8e12, "source": "NVIDIA H200 datasheet (SXM)"},
-    "H100 80GB HBM3": {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp8": 1978.9e12,
-                       "fp32": 66.9e12, "fp64": 66.9e12, "dram": 3.35e12, "source": "NVIDIA H100 datasheet (SXM)"},
-    "H100 PCIe": {"bf16": 756.5e12, "fp16": 756.5e12, "tf32": 378e12, "fp8": 1513e12, "fp32": 51.2e12,
-                  "fp64": 51.2e12, "dram": 2.0e12, "source": "NVIDIA H100 datasheet (PCIe)"},
-    "A100-SXM4-80GB": {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12, "fp64": 19.5e12,
-                       "dram": 2.039e12, "source": "NVIDIA A100 datasheet (SXM 80GB)"},
-    "A100-SXM4-40GB": {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12, "fp64": 19.5e12,
-                       "dram": 1.555e12, "source": "NVIDIA A100 datasheet (SXM 40GB)"},
-    "L4": {"bf16": 121e12, "fp16": 121e12, "tf32": 60e12, "fp8": 242e12, "fp32": 30.3e12, "dram": 0.3e12,
-           "source": "NVIDIA L4 datasheet"},
+    "H200": {
+        "bf16": 989.4e12,
+        "fp16": 989.4e12,
+        "tf32": 494.7e12,
+        "fp8": 1978.9e12,
+        "fp32": 66.9e12,
+        "fp64": 66.9e12,
+        "dram": 4.8e12,
+        "source": "NVIDIA H200 datasheet (SXM)",
+    },
+    "H100 80GB HBM3": {
+        "bf16": 989.4e12,
+        "fp16": 989.4e12,
+        "tf32": 494.7e12,
+        "fp8": 1978.9e12,
+        "fp32": 66.9e12,
+        "fp64": 66.9e12,
+        "dram": 3.35e12,
+        "source": "NVIDIA H100 datasheet (SXM)",
+    },
+    "H100 PCIe": {
+        "bf16": 756.5e12,
+        "fp16": 756.5e12,
+        "tf32": 378e12,
+        "fp8": 1513e12,
+        "fp32": 51.2e12,
+        "fp64": 51.2e12,
+        "dram": 2.0e12,
+        "source": "NVIDIA H100 datasheet (PCIe)",
+    },
+    "A100-SXM4-80GB": {
+        "bf16": 312e12,
+        "fp16": 312e12,
+        "tf32": 156e12,
+        "fp32": 19.5e12,
+        "fp64": 19.5e12,
+        "dram": 2.039e12,
+        "source": "NVIDIA A100 datasheet (SXM 80GB)",
+    },
+    "A100-SXM4-40GB": {
+        "bf16": 312e12,
+        "fp16": 312e12,
+        "tf32": 156e12,
+        "fp32": 19.5e12,
+        "fp64": 19.5e12,
+        "dram": 1.555e12,
+        "source": "NVIDIA A100 datasheet (SXM 40GB)",
+    },
+    "L4": {
+        "bf16": 121e12,
+        "fp16": 121e12,
+        "tf32": 60e12,
+        "fp8": 242e12,
+        "fp32": 30.3e12,
+        "dram": 0.3e12,
+        "source": "NVIDIA L4 datasheet",
+    },
 }
 
 # Which FLOP precision a workload dtype's matrix work runs at.
@@ -114,8 +159,12 @@ def class_summary(values: pd.DataFrame) -> pd.DataFrame:
     """Per (stage, class of identical launches): launches, GPU time, profiled launches and counter totals
     (NaN where any of its launches has no number)."""
     g = values.groupby(["stage", "class_key"], sort=False)
-    out = g.agg(kernel=("kernel", "first"), instances=("duration_ns", "size"), total_ns=("duration_ns", "sum"),
-                profiled=("profiled", "sum")).reset_index()
+    out = g.agg(
+        kernel=("kernel", "first"),
+        instances=("duration_ns", "size"),
+        total_ns=("duration_ns", "sum"),
+        profiled=("profiled", "sum"),
+    ).reset_index()
     out["total_ns"] = out["total_ns"].astype("float64")
     for c in COUNTERS:
         out[c] = g[c].agg(lambda x: x.sum(skipna=False)).to_numpy()
@@ -128,8 +177,12 @@ def kernel_summary(classes: pd.DataFrame, ranges: pd.DataFrame, pk: dict) -> pd.
     achieved rates and share of peak. A kernel with any class unmeasured has no counters (NaN)."""
     n_ranges = ranges.groupby("stage").size().rename("range_instances")
     g = classes.groupby(["stage", "kernel"], sort=False)
-    out = g.agg(instances=("instances", "sum"), total_ns=("total_ns", "sum"), classes=("class_key", "size"),
-                sampled_launches=("profiled", "sum")).reset_index()
+    out = g.agg(
+        instances=("instances", "sum"),
+        total_ns=("total_ns", "sum"),
+        classes=("class_key", "size"),
+        sampled_launches=("profiled", "sum"),
+    ).reset_index()
     for c in COUNTERS:
         out[c] = g[c].agg(lambda x: x.sum(skipna=False)).to_numpy()
         out[f"{c}_per_launch"] = out[c] / out["instances"]
@@ -158,8 +211,13 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
     for stage, g in values.groupby("stage", sort=False):
         ok = g[g[COUNTERS].notna().all(axis=1)]
         prof = g[g["profiled"] > 0].drop_duplicates(["step", "class_key"])
-        row = {"stage": stage, "busy_ns": float(g["duration_ns"].sum()), "covered_ns": float(ok["duration_ns"].sum()),
-               "profiled": int(prof["profiled"].sum()), "classes": int(len(prof))}
+        row = {
+            "stage": stage,
+            "busy_ns": float(g["duration_ns"].sum()),
+            "covered_ns": float(ok["duration_ns"].sum()),
+            "profiled": int(prof["profiled"].sum()),
+            "classes": int(len(prof)),
+        }
         for c in COUNTERS:
             row[c] = float(ok[c].sum()) if len(ok) else np.nan
         rows.append(row)
@@ -175,8 +233,10 @@ def peaks(results: pd.DataFrame, device_name: str | None, dtype: str) -> dict:
     sheet = DATASHEET.get(sheet_key, {})
     out: dict = {"precision": precision, "device_name": device_name, "sm_hz": sm_hz, "dram_hz": dram_hz}
 
-    per_cycle = {"bf16": results["bf16_dense_per_cycle"].max() if len(results) else 0,
-                 "fp32": 2 * results["ffma_per_cycle"].max() if len(results) else 0}
+    per_cycle = {
+        "bf16": results["bf16_dense_per_cycle"].max() if len(results) else 0,
+        "fp32": 2 * results["ffma_per_cycle"].max() if len(results) else 0,
+    }
     if per_cycle.get(precision, 0) > 0 and sm_hz > 0:
         metric = PEAK_METRICS["bf16_dense_per_cycle" if precision == "bf16" else "ffma_per_cycle"]
         factor = "" if precision == "bf16" else "2 × "
@@ -191,8 +251,10 @@ def peaks(results: pd.DataFrame, device_name: str | None, dtype: str) -> dict:
     dram_pc = results["dram_bytes_per_cycle"].max() if len(results) else 0
     if dram_pc > 0 and dram_hz > 0:
         out["dram"] = dram_pc * dram_hz
-        out["dram_source"] = (f"ncu: {PEAK_METRICS['dram_bytes_per_cycle']} × dram__cycles_elapsed.avg.per_second "
-                              f"({dram_hz / 1e9:.3f} GHz)")
+        out["dram_source"] = (
+            f"ncu: {PEAK_METRICS['dram_bytes_per_cycle']} × dram__cycles_elapsed.avg.per_second "
+            f"({dram_hz / 1e9:.3f} GHz)"
+        )
     elif "dram" in sheet:
         out["dram"] = sheet["dram"]
         out["dram_source"] = sheet["source"]
@@ -211,28 +273,44 @@ def ceiling_peaks(ceiling: dict, dtype: str) -> dict:
     precision = DTYPE_PRECISION.get(dtype, dtype)
     name = ceiling.get("device_name")
     if "error" in ceiling:
-        return {"precision": precision, "device_name": name, "compute": np.nan, "dram": np.nan,
-                "compute_source": f"unknown: the ceiling was {ceiling['error']}",
-                "dram_source": f"unknown: the ceiling was {ceiling['error']}"}
-    out = {"precision": precision, "device_name": name,
-           "compute": ceiling["matmul_flops_per_s"],
-           "compute_source": f"measured on {name}: {ceiling['method']['matmul']}",
-           "dram": ceiling["copy_bytes_per_s"], "dram_source": f"measured on {name}: {ceiling['method']['copy']}"}
+        return {
+            "precision": precision,
+            "device_name": name,
+            "compute": np.nan,
+            "dram": np.nan,
+            "compute_source": f"unknown: the ceiling was {ceiling['error']}",
+            "dram_source": f"unknown: the ceiling was {ceiling['error']}",
+        }
+    out = {
+        "precision": precision,
+        "device_name": name,
+        "compute": ceiling["matmul_flops_per_s"],
+        "compute_source": f"measured on {name}: {ceiling['method']['matmul']}",
+        "dram": ceiling["copy_bytes_per_s"],
+        "dram_source": f"measured on {name}: {ceiling['method']['copy']}",
+    }
     if ceiling.get("dtype") != dtype:
         out["compute_source"] += f" (ceiling dtype {ceiling.get('dtype')}, workload {dtype})"
     sheet_key = next((k for k in DATASHEET if name and k in name), None)
     if sheet_key:
         sheet = DATASHEET[sheet_key]
-        out.update(datasheet_compute=sheet.get(precision, np.nan), datasheet_dram=sheet.get("dram", np.nan),
-                   datasheet_source=sheet["source"])
+        out.update(
+            datasheet_compute=sheet.get(precision, np.nan),
+            datasheet_dram=sheet.get("dram", np.nan),
+            datasheet_source=sheet["source"],
+        )
     return out
 
 
 def with_ceiling(pk: dict, ceiling: dict) -> dict:
     """Add the measured ceilings to ncu/datasheet peaks, as second denominators."""
-    return {**pk, "ceiling_compute": ceiling["matmul_flops_per_s"], "ceiling_dram": ceiling["copy_bytes_per_s"],
-            "ceiling_source": f"measured on {ceiling.get('device_name')}: {ceiling['method']['matmul']}; "
-                              f"{ceiling['method']['copy']}"}
+    return {
+        **pk,
+        "ceiling_compute": ceiling["matmul_flops_per_s"],
+        "ceiling_dram": ceiling["copy_bytes_per_s"],
+        "ceiling_source": f"measured on {ceiling.get('device_name')}: {ceiling['method']['matmul']}; "
+        f"{ceiling['method']['copy']}",
+    }
 
 
 def _util(amount: float, seconds: float, peak: float) -> float:
@@ -246,8 +324,9 @@ def _num(v) -> float:
     return np.nan if v is None else float(v)
 
 
-def stage_summary(stages: pd.DataFrame, measured: pd.DataFrame, analytic: dict, pk: dict,
-                  divergence: float) -> pd.DataFrame:
+def stage_summary(
+    stages: pd.DataFrame, measured: pd.DataFrame, analytic: dict, pk: dict, divergence: float
+) -> pd.DataFrame:
     """Per stage: wall and GPU busy time (timeline), FLOPs and bytes (ncu, scaled), utilisation on each time.
 
     MFU divides the model's FLOPs (nsightflow.flops, causal-adjusted) by time × peak; HFU divides
@@ -271,20 +350,27 @@ def stage_summary(stages: pd.DataFrame, measured: pd.DataFrame, analytic: dict, 
         wall_s, busy_s = st["wall_ns"] * 1e-9, busy_ns * 1e-9
         covered = float(m.get("covered_ns", np.nan))
         row = {
-            "stage": name, "range_instances": int(st["range_instances"]),
-            "wall_ms": st["wall_ns"] / 1e6, "gpu_busy_ms": busy_ns / 1e6,
-            "kernels": int(m.get("kernels", m.get("classes", 0)) or 0), "classes": int(m.get("classes", 0) or 0),
+            "stage": name,
+            "range_instances": int(st["range_instances"]),
+            "wall_ms": st["wall_ns"] / 1e6,
+            "gpu_busy_ms": busy_ns / 1e6,
+            "kernels": int(m.get("kernels", m.get("classes", 0)) or 0),
+            "classes": int(m.get("classes", 0) or 0),
             "profiled_launches": int(m.get("profiled", 0) or 0),
             "coverage": covered / busy_ns if busy_ns and np.isfinite(covered) else np.nan,
-            "flops_measured": flops, "flops_tensor_measured": float(m.get("flops_tensor", np.nan)),
+            "flops_measured": flops,
+            "flops_tensor_measured": float(m.get("flops_tensor", np.nan)),
             "flops_analytic": _num(an.get("flops")),
             "flops_analytic_causal": _num(an.get("flops_causal_adjusted")),
-            "flops_analytic_gemm": _num(by_class.get("gemm")), "flops_analytic_attention": _num(by_class.get("attention")),
+            "flops_analytic_gemm": _num(by_class.get("gemm")),
+            "flops_analytic_attention": _num(by_class.get("attention")),
             "flops_analytic_other": _num(by_class.get("other")),
             "executed_over_model": flops / model if model else np.nan,
             "dram_bytes_measured": dram,
-            "mfu_wall": _util(model, wall_s, pk["compute"]), "mfu_busy": _util(model, busy_s, pk["compute"]),
-            "hfu_wall": _util(flops, wall_s, pk["compute"]), "hfu_busy": _util(flops, busy_s, pk["compute"]),
+            "mfu_wall": _util(model, wall_s, pk["compute"]),
+            "mfu_busy": _util(model, busy_s, pk["compute"]),
+            "hfu_wall": _util(flops, wall_s, pk["compute"]),
+            "hfu_busy": _util(flops, busy_s, pk["compute"]),
             "dram_bw_util_busy": _util(dram, busy_s, pk["dram"]),
             "dram_bw_util_wall": _util(dram, wall_s, pk["dram"]),
         }

@@ -32,15 +32,21 @@ TENSOR_FLOP_METRICS = {
     "fp64_tensor": "sm__ops_path_tensor_src_fp64.sum",
 }
 SASS_FLOP_METRICS = {  # (metric, FLOPs per thread instruction)
-    "fp32": [("sm__sass_thread_inst_executed_op_fadd_pred_on.sum", 1),
-             ("sm__sass_thread_inst_executed_op_fmul_pred_on.sum", 1),
-             ("sm__sass_thread_inst_executed_op_ffma_pred_on.sum", 2)],
-    "fp64": [("sm__sass_thread_inst_executed_op_dadd_pred_on.sum", 1),
-             ("sm__sass_thread_inst_executed_op_dmul_pred_on.sum", 1),
-             ("sm__sass_thread_inst_executed_op_dfma_pred_on.sum", 2)],
-    "fp16": [("sm__sass_thread_inst_executed_op_hadd_pred_on.sum", 2),  # half2: two lanes
-             ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum", 2),
-             ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum", 4)],
+    "fp32": [
+        ("sm__sass_thread_inst_executed_op_fadd_pred_on.sum", 1),
+        ("sm__sass_thread_inst_executed_op_fmul_pred_on.sum", 1),
+        ("sm__sass_thread_inst_executed_op_ffma_pred_on.sum", 2),
+    ],
+    "fp64": [
+        ("sm__sass_thread_inst_executed_op_dadd_pred_on.sum", 1),
+        ("sm__sass_thread_inst_executed_op_dmul_pred_on.sum", 1),
+        ("sm__sass_thread_inst_executed_op_dfma_pred_on.sum", 2),
+    ],
+    "fp16": [
+        ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum", 2),  # half2: two lanes
+        ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum", 2),
+        ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum", 4),
+    ],
 }
 BYTE_METRICS = {
     "dram_read": "dram__bytes_read.sum",
@@ -61,9 +67,11 @@ TIME_METRICS = {
     "dram_hz": "dram__cycles_elapsed.avg.per_second",
 }
 DEFAULT_METRICS = (
-    list(TIME_METRICS.values()) + list(TENSOR_FLOP_METRICS.values())
+    list(TIME_METRICS.values())
+    + list(TENSOR_FLOP_METRICS.values())
     + [m for pairs in SASS_FLOP_METRICS.values() for m, _ in pairs]
-    + list(BYTE_METRICS.values()) + list(PEAK_METRICS.values())
+    + list(BYTE_METRICS.values())
+    + list(PEAK_METRICS.values())
 )
 # Each tensor-precision counter costs a replay pass of its own (H200: 6 passes with all five, 3 with one), but
 # a workload's declared dtype does not say which precisions its kernels use, and no all-precision tensor
@@ -86,17 +94,34 @@ def resolve_metrics(spec, extra: list[str], ranges: bool = False) -> list[str]:
     return [m for m in out if "__sass_" not in m] if ranges else out
 
 
-def capture_argv(ncu: str, out_base: str | Path, program: list[str], *, metrics: list[str] | None = None,
-                 sections: list[str] | None = None, replay_mode: str = "kernel", clock_control: str = "none",
-                 cache_control: str = "all") -> list[str]:
+def capture_argv(
+    ncu: str,
+    out_base: str | Path,
+    program: list[str],
+    *,
+    metrics: list[str] | None = None,
+    sections: list[str] | None = None,
+    replay_mode: str = "kernel",
+    clock_control: str = "none",
+    cache_control: str = "all",
+) -> list[str]:
     """The ncu command line of a windowed capture (an argv list: no shell ever sees a name from the config).
 
     ``--profile-from-start off``: nothing is profiled until the program opens a window. Range replay refuses
     that option (ncu 2025.3.1); there the program's start/stop pairs are the ranges themselves.
     """
     start = [] if replay_mode in RANGE_REPLAY_MODES else ["--profile-from-start", "off"]
-    argv = [ncu, "--force-overwrite", "--export", str(out_base), "--nvtx", *start,
-            f"--replay-mode={replay_mode}", f"--clock-control={clock_control}", f"--cache-control={cache_control}"]
+    argv = [
+        ncu,
+        "--force-overwrite",
+        "--export",
+        str(out_base),
+        "--nvtx",
+        *start,
+        f"--replay-mode={replay_mode}",
+        f"--clock-control={clock_control}",
+        f"--cache-control={cache_control}",
+    ]
     for section in sections or []:
         argv += ["--section", section]
     if metrics:
@@ -110,12 +135,21 @@ def export_argv(ncu: str, report: str | Path) -> list[str]:
 
 
 _REFUSALS = [
-    ("Unsupported API during capture", "range replay refused an API the workload calls inside the range "
-     "(PyTorch calls cuKernelSetAttribute): use ncu.ranges 'app-range'"),
-    ("ERR_NVGPUCTRPERM", "no permission to read GPU performance counters: run as root or set "
-     "NVreg_RestrictProfilingToAdminUsers=0 for the nvidia kernel module"),
-    ("not supported in range replay", "a metric (SASS instruction counts) is not collectable in range replay: "
-     "range captures must use hardware counters only"),
+    (
+        "Unsupported API during capture",
+        "range replay refused an API the workload calls inside the range "
+        "(PyTorch calls cuKernelSetAttribute): use ncu.ranges 'app-range'",
+    ),
+    (
+        "ERR_NVGPUCTRPERM",
+        "no permission to read GPU performance counters: run as root or set "
+        "NVreg_RestrictProfilingToAdminUsers=0 for the nvidia kernel module",
+    ),
+    (
+        "not supported in range replay",
+        "a metric (SASS instruction counts) is not collectable in range replay: "
+        "range captures must use hardware counters only",
+    ),
     ("Failed to find metric", "a requested metric does not exist on this GPU: check `ncu --query-metrics`"),
 ]
 
@@ -146,24 +180,32 @@ def check_capture(log_text: str, returncode: int, *, what: str, expected: int | 
     if returncode == 0 and not empty and not causes and not wrong:
         return
     if wrong:
-        lines = [f"ncu profiled {got} launches for {what}, the plan names {expected}: a capture that does not match "
-                 "its plan would be scaled wrongly, so it is refused.",
-                 "likely causes: the program launched other kernels under ncu than under nsys (non-deterministic "
-                 "dispatch, autotuning that differs run to run: warm up more), or another thread launched kernels "
-                 "while a window was open; ncu.capture 'every_launch' profiles whole steps instead."]
+        lines = [
+            f"ncu profiled {got} launches for {what}, the plan names {expected}: a capture that does not match "
+            "its plan would be scaled wrongly, so it is refused.",
+            "likely causes: the program launched other kernels under ncu than under nsys (non-deterministic "
+            "dispatch, autotuning that differs run to run: warm up more), or another thread launched kernels "
+            "while a window was open; ncu.capture 'every_launch' profiles whole steps instead.",
+        ]
     else:
         lines = [f"ncu captured nothing for {what} (exit code {returncode})."]
     lines += [f"cause: {c}" for c in causes]
     if empty:
-        lines.append("ncu said: " + ("No kernels were profiled" if "No kernels" in log_text else "No ranges were profiled"))
-        lines.append("the program never opened a profiler window: it must run nsightflow's harness with --windows "
-                     "(cudaProfilerStart/Stop around the planned launches), under ncu --profile-from-start off")
+        lines.append(
+            "ncu said: " + ("No kernels were profiled" if "No kernels" in log_text else "No ranges were profiled")
+        )
+        lines.append(
+            "the program never opened a profiler window: it must run nsightflow's harness with --windows "
+            "(cudaProfilerStart/Stop around the planned launches), under ncu --profile-from-start off"
+        )
     tail = "\n".join(log_text.strip().splitlines()[-15:])
     raise CaptureError("\n".join(lines) + f"\n--- last lines of ncu output ---\n{tail}")
 
 
-_NVTX_ENTRY = re.compile(r'"(?P<domain>[^"]*?):(?P<range>[^"]*):(?P<pltype>[^:"]*):(?P<plvalue>[^:"]*):'
-                         r'(?P<clrtype>[^:"]*):(?P<color>[^:"]*):(?P<msgtype>[^:"]*):(?P=range)"')
+_NVTX_ENTRY = re.compile(
+    r'"(?P<domain>[^"]*?):(?P<range>[^"]*):(?P<pltype>[^:"]*):(?P<plvalue>[^:"]*):'
+    r'(?P<clrtype>[^:"]*):(?P<color>[^:"]*):(?P<msgtype>[^:"]*):(?P=range)"'
+)
 
 
 def parse_nvtx(cell: str) -> list[dict]:
@@ -176,11 +218,13 @@ def parse_nvtx(cell: str) -> list[dict]:
     for m in _NVTX_ENTRY.finditer(cell or ""):
         payload = m.group("plvalue")
         domain = m.group("domain")
-        out.append({
-            "domain": "" if domain == "<default domain>" else domain,
-            "range": m.group("range"),
-            "payload": int(payload) if re.fullmatch(r"-?\d+", payload or "") else None,
-        })
+        out.append(
+            {
+                "domain": "" if domain == "<default domain>" else domain,
+                "range": m.group("range"),
+                "payload": int(payload) if re.fullmatch(r"-?\d+", payload or "") else None,
+            }
+        )
     return out
 
 
@@ -195,8 +239,22 @@ def _number(cell: str) -> float:
 
 
 _PREFIX = {"n": -9, "u": -6, "m": -3, "": 0, "K": 3, "M": 6, "G": 9, "T": 12, "P": 15}  # powers of ten
-_UNIT_BASES = {"byte": 0, "second": 0, "s": 0, "ns": -9, "hz": 0, "inst": 0, "warp": 0, "cycle": 0,
-               "thread": 0, "sector": 0, "request": 0, "block": 0, "register": 0, "wavefront": 0}
+_UNIT_BASES = {
+    "byte": 0,
+    "second": 0,
+    "s": 0,
+    "ns": -9,
+    "hz": 0,
+    "inst": 0,
+    "warp": 0,
+    "cycle": 0,
+    "thread": 0,
+    "sector": 0,
+    "request": 0,
+    "block": 0,
+    "register": 0,
+    "wavefront": 0,
+}
 
 
 def _unit_exponent(unit: str) -> tuple[int, bool] | None:
@@ -236,15 +294,19 @@ def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
     rows = list(csv.reader(io.StringIO(text)))
     rows = [r for r in rows if r and not (len(r) == 1 and r[0].startswith("=="))]
     if len(rows) < 2 or "Kernel Name" not in rows[0] or "ID" not in rows[0]:
-        raise ValueError(f"{source if isinstance(source, Path) else 'input'}: not an ncu raw CSV export "
-                         "(expected a header with 'ID' and 'Kernel Name', then a units row); "
-                         "make it with: ncu --import R.ncu-rep --page raw --csv --print-units base")
+        raise ValueError(
+            f"{source if isinstance(source, Path) else 'input'}: not an ncu raw CSV export "
+            "(expected a header with 'ID' and 'Kernel Name', then a units row); "
+            "make it with: ncu --import R.ncu-rep --page raw --csv --print-units base"
+        )
     header, units = rows[0], rows[1]
     if len(units) != len(header):
         raise ValueError("ncu raw CSV: the units row does not match the header (truncated file?)")
     body = [r for r in rows[2:] if len(r) == len(header)]
     if len(body) != len(rows) - 2:
-        raise ValueError(f"ncu raw CSV: {len(rows) - 2 - len(body)} rows have the wrong number of cells (truncated file?)")
+        raise ValueError(
+            f"ncu raw CSV: {len(rows) - 2 - len(body)} rows have the wrong number of cells (truncated file?)"
+        )
     columns = {}
     for i, col in enumerate(header):
         cells = [r[i] for r in body]
@@ -255,8 +317,10 @@ def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
         exp = _unit_exponent(units[i])
         if exp is None:
             if col in DEFAULT_METRICS:
-                raise ValueError(f"ncu raw CSV: column {col!r} has unit {units[i]!r}, which nsightflow does not know; "
-                                 "export with: ncu --import R.ncu-rep --page raw --csv --print-units base")
+                raise ValueError(
+                    f"ncu raw CSV: column {col!r} has unit {units[i]!r}, which nsightflow does not know; "
+                    "export with: ncu --import R.ncu-rep --page raw --csv --print-units base"
+                )
             exp = (0, False)  # a column nsightflow does not read (e.g. launch__* counts of 'cluster'): as printed
         scale = 10.0 ** (exp[0] + (9 if exp[1] else 0))  # plain times in ns
         columns[col] = [_number(v) * scale for v in cells]
@@ -268,4 +332,4 @@ def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
     columns["nvtx_payload"] = [s[-1]["payload"] if s else None for s in stacks]
     df = pd.DataFrame(columns)
     df["ID"] = df["ID"].astype(int)
-    return df, dict(zip(header, units))
+    return df, dict(zip(header, units, strict=True))

@@ -25,8 +25,19 @@ def profile_argv(nsys: str, out_base: str | Path, program: list[str], trace: str
     Kernels inside CUDA graphs are traced one by one (``--cuda-graph-trace=node``; by default nsys
     shows a replayed graph as one item and its kernels in no range). No OS-runtime tracing (it grows
     past GBs), no CPU sampling."""
-    return [nsys, "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none", "--cuda-graph-trace=node",
-            "--export=sqlite", "--force-overwrite=true", "-o", str(out_base), *program]
+    return [
+        nsys,
+        "profile",
+        f"--trace={trace}",
+        "--sample=none",
+        "--cpuctxsw=none",
+        "--cuda-graph-trace=node",
+        "--export=sqlite",
+        "--force-overwrite=true",
+        "-o",
+        str(out_base),
+        *program,
+    ]
 
 
 def stats_argv(nsys: str, rep: str | Path, out_prefix: str | Path) -> list[str]:
@@ -55,8 +66,10 @@ def _read_csv(path: str | Path, required: list[str], what: str, numeric: list[st
     except pd.errors.EmptyDataError as exc:
         raise ValueError(f"{path}: empty file; expected the {what} CSV from nsys stats") from exc
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable CSV ({exc}); export it again with: nsys stats --report {what} "
-                         "--format csv -o PREFIX REPORT.nsys-rep") from exc
+        raise ValueError(
+            f"{path}: not a readable CSV ({exc}); export it again with: nsys stats --report {what} "
+            "--format csv -o PREFIX REPORT.nsys-rep"
+        ) from exc
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ValueError(
@@ -68,8 +81,10 @@ def _read_csv(path: str | Path, required: list[str], what: str, numeric: list[st
         bad = values.isna() | (values < 0)
         if bad.any():
             row = int(bad.idxmax())
-            raise ValueError(f"{path}: row {row + 2}, column {col!r}: {df.loc[row, col]!r} is not a count or time "
-                             f"(a cut or edited {what} export?); export it again")
+            raise ValueError(
+                f"{path}: row {row + 2}, column {col!r}: {df.loc[row, col]!r} is not a count or time "
+                f"(a cut or edited {what} export?); export it again"
+            )
         df[col] = values
     return df
 
@@ -80,26 +95,35 @@ def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
     Columns: domain, stage, kernel, instances, total_ns, range_instances,
     launches_per_range (instances / range instances: for decode, launches per step).
     """
-    df = _read_csv(nvtx_kern_sum, ["NVTX Range", "NVTX Inst", "Kern Inst", "Total Time (ns)", "Kernel Name"],
-                   "nvtx_kern_sum", ["NVTX Inst", "Kern Inst", "Total Time (ns)"])
+    df = _read_csv(
+        nvtx_kern_sum,
+        ["NVTX Range", "NVTX Inst", "Kern Inst", "Total Time (ns)", "Kernel Name"],
+        "nvtx_kern_sum",
+        ["NVTX Inst", "Kern Inst", "Total Time (ns)"],
+    )
     df = df[df["NVTX Range"].notna() & (df["NVTX Range"].astype(str) != "")]
     parts = df["NVTX Range"].map(split_range)
-    out = pd.DataFrame({
-        "domain": [p[0] for p in parts],
-        "stage": [p[1] for p in parts],
-        "kernel": df["Kernel Name"].astype(str).values,
-        "instances": df["Kern Inst"].astype("int64").values,
-        "total_ns": df["Total Time (ns)"].astype("float64").values,
-        "range_instances": df["NVTX Inst"].astype("int64").values,
-    })
+    out = pd.DataFrame(
+        {
+            "domain": [p[0] for p in parts],
+            "stage": [p[1] for p in parts],
+            "kernel": df["Kernel Name"].astype(str).values,
+            "instances": df["Kern Inst"].astype("int64").values,
+            "total_ns": df["Total Time (ns)"].astype("float64").values,
+            "range_instances": df["NVTX Inst"].astype("int64").values,
+        }
+    )
     per_launch = out["total_ns"] / out["instances"].where(out["instances"] > 0)
     if (per_launch < MIN_KERNEL_NS).any():
         i = int(per_launch.idxmin())
-        raise ValueError(f"{nvtx_kern_sum}: row {i + 2}: {out.loc[i, 'kernel'][:60]} took {per_launch[i]:.3g} ns per "
-                         f"launch; no GPU kernel completes in under {MIN_KERNEL_NS} ns (columns swapped, or an edited "
-                         "export?); export it again")
+        raise ValueError(
+            f"{nvtx_kern_sum}: row {i + 2}: {out.loc[i, 'kernel'][:60]} took {per_launch[i]:.3g} ns per "
+            f"launch; no GPU kernel completes in under {MIN_KERNEL_NS} ns (columns swapped, or an edited "
+            "export?); export it again"
+        )
     out = out.groupby(["domain", "stage", "kernel"], as_index=False).agg(
-        instances=("instances", "sum"), total_ns=("total_ns", "sum"), range_instances=("range_instances", "max"))
+        instances=("instances", "sum"), total_ns=("total_ns", "sum"), range_instances=("range_instances", "max")
+    )
     out["launches_per_range"] = out["instances"] / out["range_instances"]
     return out.sort_values(["stage", "total_ns"], ascending=[True, False], ignore_index=True)
 
@@ -108,12 +132,14 @@ def stage_table(nvtx_sum: str | Path) -> pd.DataFrame:
     """Wall time per NVTX range: columns domain, stage, range_instances, wall_ns (total over instances)."""
     df = _read_csv(nvtx_sum, ["Total Time (ns)", "Instances", "Range"], "nvtx_sum", ["Total Time (ns)", "Instances"])
     parts = df["Range"].map(split_range)
-    return pd.DataFrame({
-        "domain": [p[0] for p in parts],
-        "stage": [p[1] for p in parts],
-        "range_instances": df["Instances"].astype("int64").values,
-        "wall_ns": df["Total Time (ns)"].astype("float64").values,
-    })
+    return pd.DataFrame(
+        {
+            "domain": [p[0] for p in parts],
+            "stage": [p[1] for p in parts],
+            "range_instances": df["Instances"].astype("int64").values,
+            "wall_ns": df["Total Time (ns)"].astype("float64").values,
+        }
+    )
 
 
 def gpu_name(sqlite_path: str | Path) -> str | None:

@@ -30,6 +30,8 @@ import pandas as pd
 from nsightflow.attribution import Timeline
 
 MODES = ("representatives", "every_launch")
+
+
 def resolve_steps(spec: list, repeats: int) -> list[int]:
     """Decode steps to sample: items 'first', 'middle', 'last', 'every:K', or step indices."""
     steps: set[int] = set()
@@ -79,7 +81,7 @@ class CapturePlan:
         tmp.replace(path)
 
     @classmethod
-    def read(cls, path: str | Path) -> "CapturePlan":
+    def read(cls, path: str | Path) -> CapturePlan:
         data = json.loads(Path(path).read_text())
         data["windows"] = [Window(**w) for w in data["windows"]]
         return cls(**data)
@@ -124,9 +126,13 @@ def plan_capture(tl: Timeline, domain: str, sample_steps: list, mode: str = "rep
         mine = ranged[ranged["stage"] == stage]
         sampled, extra = chosen_steps(tl, stage, sample_steps)
         chosen |= {(stage, s) for s in sampled + extra}
-        summary[stage] = {"steps": int(tl.ranges["stage"].eq(stage).sum()), "sampled_steps": sampled,
-                          "extra_steps": extra, "structures": int(mine["structure"].nunique()),
-                          "launches": int(len(mine))}
+        summary[stage] = {
+            "steps": int(tl.ranges["stage"].eq(stage).sum()),
+            "sampled_steps": sampled,
+            "extra_steps": extra,
+            "structures": int(mine["structure"].nunique()),
+            "launches": int(len(mine)),
+        }
     windows, expected = [], []
     for stage, step in tl.ranges.sort_values("start")[["stage", "step"]].itertuples(index=False):
         if (stage, step) not in chosen:
@@ -159,15 +165,28 @@ def _window(stage: str, step: int, ranged: pd.DataFrame, probe: pd.DataFrame, mo
     if probe.empty:
         return Window(stage, step, None, "no probe pass in the timeline: the whole step is profiled"), whole
     if (probe["unit"] < 0).any():
-        return Window(stage, step, None, "operators of the probe pass overlapped in time (several threads "
-                                         "dispatching at once): the whole step is profiled"), whole
+        return Window(
+            stage,
+            step,
+            None,
+            "operators of the probe pass overlapped in time (several threads "
+            "dispatching at once): the whole step is profiled",
+        ), whole
     if not bool(ranged["twin"].all()):
-        diff = (Counter(probe["kernel_key"]) - Counter(ranged["kernel_key"])) + \
-               (Counter(ranged["kernel_key"]) - Counter(probe["kernel_key"]))
-        what = (f"{sum(diff.values())} launches differ, e.g. {next(iter(diff)).split('|')[0][:80]}" if diff
-                else "the same launches in another order")
-        return Window(stage, step, None, f"the probe pass launched other kernels than the ranged pass ({what}): "
-                                         "the whole step is profiled"), whole
+        diff = (Counter(probe["kernel_key"]) - Counter(ranged["kernel_key"])) + (
+            Counter(ranged["kernel_key"]) - Counter(probe["kernel_key"])
+        )
+        what = (
+            f"{sum(diff.values())} launches differ, e.g. {next(iter(diff)).split('|')[0][:80]}"
+            if diff
+            else "the same launches in another order"
+        )
+        return Window(
+            stage,
+            step,
+            None,
+            f"the probe pass launched other kernels than the ranged pass ({what}): the whole step is profiled",
+        ), whole
     units: list[int] = []
     covered: set[str] = set()
     for cls, unit in zip(probe["class_key"], probe["unit"], strict=True):
@@ -181,13 +200,17 @@ def _window(stage: str, step: int, ranged: pd.DataFrame, probe: pd.DataFrame, mo
 def check_stages(tl: Timeline) -> None:
     """Fail before ncu runs when the timeline has no harness ranges, or a stage launched no kernel."""
     if tl.ranges.empty:
-        raise PlanError(f"{tl.source}: the timeline has no NVTX range of the harness's domain: was it made by "
-                        "nsightflow's harness (config 'nvtx_domain'), with nsys profile --trace=cuda,nvtx?")
+        raise PlanError(
+            f"{tl.source}: the timeline has no NVTX range of the harness's domain: was it made by "
+            "nsightflow's harness (config 'nvtx_domain'), with nsys profile --trace=cuda,nvtx?"
+        )
     ranged = tl.launches[tl.launches["pass_"] == "ranged"]
     idle = sorted(set(tl.ranges["stage"]) - set(ranged["stage"]))
     if idle:
-        raise PlanError(f"no GPU kernels were launched inside the ranges of stage(s) {idle}, by any thread: the work "
-                        "runs outside the stage (in setup) or on the CPU; ncu would profile nothing.")
+        raise PlanError(
+            f"no GPU kernels were launched inside the ranges of stage(s) {idle}, by any thread: the work "
+            "runs outside the stage (in setup) or on the CPU; ncu would profile nothing."
+        )
 
 
 def expected_frame(plan: CapturePlan) -> pd.DataFrame:

@@ -43,8 +43,9 @@ class PreflightError(RuntimeError):
     """The host cannot profile; the message lists every failed check with its fix."""
 
 
-def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300,
-               device: str | None = None) -> list[dict]:
+def run_checks(
+    nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300, device: str | None = None
+) -> list[dict]:
     """Every check as {name, ok, detail, fix}; the counter probe runs only when the rest passed.
 
     ``device``: the device name the workflow planned for (its files are named after it); this host's
@@ -53,21 +54,38 @@ def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float 
     python = python or sys.executable
     checks = []
     names = gpus()
-    checks.append({"name": "GPU", "ok": bool(names), "detail": ", ".join(names) or "nvidia-smi lists no GPU",
-                   "fix": "run on a host with an NVIDIA GPU and driver (in a container: --gpus all), "
-                          "or set `profiler: torch` (or `auto`)"})
+    checks.append(
+        {
+            "name": "GPU",
+            "ok": bool(names),
+            "detail": ", ".join(names) or "nvidia-smi lists no GPU",
+            "fix": "run on a host with an NVIDIA GPU and driver (in a container: --gpus all), "
+            "or set `profiler: torch` (or `auto`)",
+        }
+    )
     if names and device is not None:
         same = slug(names[0]) == device
-        checks.append({"name": "device", "ok": same,
-                       "detail": f"planned for device '{device}', this host's GPU is '{names[0]}'",
-                       "fix": f"set config `device: {names[0]}` (the workflow was planned on a host that does not "
-                              "have this GPU, e.g. a cluster's login node)"})
+        checks.append(
+            {
+                "name": "device",
+                "ok": same,
+                "detail": f"planned for device '{device}', this host's GPU is '{names[0]}'",
+                "fix": f"set config `device: {names[0]}` (the workflow was planned on a host that does not "
+                "have this GPU, e.g. a cluster's login node)",
+            }
+        )
     checks.append({"name": "driver", "ok": bool(names), "detail": str(host_info().get("driver")), "fix": ""})
     for tool, key in ((nsys, "nsys"), (ncu, "ncu")):
         ok = found(tool)
-        checks.append({"name": key, "ok": ok, "detail": tool_version(tool) if ok else f"{tool!r} not found",
-                       "fix": f"install Nsight {'Systems' if key == 'nsys' else 'Compute'} or set `tools: {key}:` "
-                              "to its full path"})
+        checks.append(
+            {
+                "name": key,
+                "ok": ok,
+                "detail": tool_version(tool) if ok else f"{tool!r} not found",
+                "fix": f"install Nsight {'Systems' if key == 'nsys' else 'Compute'} or set `tools: {key}:` "
+                "to its full path",
+            }
+        )
     if all(c["ok"] for c in checks):
         argv = [ncu, "--metrics", "gpu__time_duration.sum", "--clock-control", "none", python, "-c", PROBE]
         try:
@@ -75,25 +93,40 @@ def run_checks(nsys: str, ncu: str, python: str | None = None, timeout_s: float 
         except subprocess.TimeoutExpired:
             out = f"probe did not finish within {timeout_s} s"
         if "ERR_NVGPUCTRPERM" in out:
-            checks.append({"name": "counters", "ok": False, "detail": "ERR_NVGPUCTRPERM",
-                           "fix": "allow counter access: run as root, or load the nvidia module with "
-                                  "NVreg_RestrictProfilingToAdminUsers=0 (containers: --cap-add SYS_ADMIN)"})
+            checks.append(
+                {
+                    "name": "counters",
+                    "ok": False,
+                    "detail": "ERR_NVGPUCTRPERM",
+                    "fix": "allow counter access: run as root, or load the nvidia module with "
+                    "NVreg_RestrictProfilingToAdminUsers=0 (containers: --cap-add SYS_ADMIN)",
+                }
+            )
         else:
             ok = "==PROF== Profiling" in out and "probe ok" in out
-            checks.append({"name": "counters", "ok": ok, "detail": "one-kernel ncu probe "
-                           + ("profiled its kernel" if ok else "failed: " + " | ".join(out.strip().splitlines()[-4:])),
-                           "fix": "run the probe by hand to see why: " + " ".join(argv[:-1]) + " '<probe>'"})
+            checks.append(
+                {
+                    "name": "counters",
+                    "ok": ok,
+                    "detail": "one-kernel ncu probe "
+                    + ("profiled its kernel" if ok else "failed: " + " | ".join(out.strip().splitlines()[-4:])),
+                    "fix": "run the probe by hand to see why: " + " ".join(argv[:-1]) + " '<probe>'",
+                }
+            )
     return checks
 
 
-def preflight(nsys: str, ncu: str, out_json: str | Path, python: str | None = None,
-              device: str | None = None) -> list[dict]:
+def preflight(
+    nsys: str, ncu: str, out_json: str | Path, python: str | None = None, device: str | None = None
+) -> list[dict]:
     """Run the checks; write ``out_json`` only when all pass, else raise PreflightError listing the failures."""
     checks = run_checks(nsys, ncu, python, device=device)
     failed = [c for c in checks if not c["ok"] and c["fix"]]
     if failed:
-        raise PreflightError("this host cannot run the Nsight backend:\n" + "\n".join(
-            f"- {c['name']}: {c['detail']}. Fix: {c['fix']}" for c in failed))
+        raise PreflightError(
+            "this host cannot run the Nsight backend:\n"
+            + "\n".join(f"- {c['name']}: {c['detail']}. Fix: {c['fix']}" for c in failed)
+        )
     out = Path(out_json)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import torch
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nsightflow.flops import Tally
-
 from nsightflow.harness import ops_domain
 
 WHOLE = None  # a window over the whole step
@@ -58,8 +56,12 @@ def signature(func, args: tuple, kwargs: dict) -> str:
 class Windows:
     """Which units of which stage steps ncu must see, and the profiler switch that shows them."""
 
-    def __init__(self, plan: dict[tuple[str, int], set[int] | None],
-                 start: Callable[[], None] | None = None, stop: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        plan: dict[tuple[str, int], set[int] | None],
+        start: Callable[[], None] | None = None,
+        stop: Callable[[], None] | None = None,
+    ) -> None:
         if start is None or stop is None:
             import torch.cuda.profiler as cuda_profiler
 

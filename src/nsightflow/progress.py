@@ -25,8 +25,10 @@ class LaunchProgress:
         if 0 < self.done <= total:
             e = self.expected[self.done - 1]
             where = f", now stage {e.get('stage')}" + (f" step {e['step']}" if e.get("step") is not None else "")
-        return (f"nsightflow: {self.label}: {self.done}/{total} planned launches profiled{where} "
-                f"({time.monotonic() - self.started:.0f} s)")
+        return (
+            f"nsightflow: {self.label}: {self.done}/{total} planned launches profiled{where} "
+            f"({time.monotonic() - self.started:.0f} s)"
+        )
 
     def __call__(self, text: str) -> None:
         if not text.startswith("==PROF== Profiling"):

@@ -13,9 +13,13 @@ import pandas as pd
 from nsightflow import units
 
 
-def roofline_png(kernels: pd.DataFrame, pk: dict, title: str,
-                 x_label: str = "arithmetic intensity (FLOP / DRAM byte)",
-                 y_label: str = "achieved FLOP/s (on busy time)") -> bytes:
+def roofline_png(
+    kernels: pd.DataFrame,
+    pk: dict,
+    title: str,
+    x_label: str = "arithmetic intensity (FLOP / DRAM byte)",
+    y_label: str = "achieved FLOP/s (on busy time)",
+) -> bytes:
     """Log-log roofline: DRAM and compute roofs, one point per captured kernel (intensity vs achieved rate)."""
     import matplotlib
 
@@ -29,8 +33,13 @@ def roofline_png(kernels: pd.DataFrame, pk: dict, title: str,
     hi = max([1e4] + list(pts["arithmetic_intensity"] * 3))
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     if math.isfinite(pk.get("compute", float("nan"))) and math.isfinite(pk.get("dram", float("nan"))):
-        ax.plot(xs, [min(pk["compute"], x * pk["dram"]) for x in xs], color="black", lw=1.5,
-                label=f"roof: {units.si(pk['compute'], 'FLOP/s')}, {units.si(pk['dram'], 'B/s')}")
+        ax.plot(
+            xs,
+            [min(pk["compute"], x * pk["dram"]) for x in xs],
+            color="black",
+            lw=1.5,
+            label=f"roof: {units.si(pk['compute'], 'FLOP/s')}, {units.si(pk['dram'], 'B/s')}",
+        )
     for stage, g in pts.groupby("stage"):
         ax.scatter(g["arithmetic_intensity"], g["achieved_flops_per_s"], s=18 + 60 * g["share"], label=stage, alpha=0.8)
     ax.set_xscale("log")
@@ -50,17 +59,26 @@ def roofline_png(kernels: pd.DataFrame, pk: dict, title: str,
 def stage_points(stages: pd.DataFrame) -> pd.DataFrame:
     """One roofline point per stage from analytic counts: model FLOPs / operator bytes, FLOPs / busy time."""
     model = stages["flops_analytic_causal"].fillna(stages["flops_analytic"])
-    return pd.DataFrame({
-        "stage": stages["stage"], "share": 1.0,
-        "arithmetic_intensity": model / stages.get("bytes_analytic", pd.Series(float("nan"), index=stages.index)),
-        "achieved_flops_per_s": model / (stages["gpu_busy_ms"] * 1e-3),
-    })
+    return pd.DataFrame(
+        {
+            "stage": stages["stage"],
+            "share": 1.0,
+            "arithmetic_intensity": model / stages.get("bytes_analytic", pd.Series(float("nan"), index=stages.index)),
+            "achieved_flops_per_s": model / (stages["gpu_busy_ms"] * 1e-3),
+        }
+    )
 
 
 FORMATS = {
-    "text": str, "count": units.count, "ms": units.ms, "ns_as_ms": lambda v: units.ms(v / 1e6),
-    "flop": lambda v: units.si(v, "FLOP"), "bytes": lambda v: units.si(v, "B"), "pct": units.percent,
-    "flop_rate": lambda v: units.si(v, "FLOP/s"), "intensity": lambda v: units.sig(v) if units.finite(v) else units.MISSING,
+    "text": str,
+    "count": units.count,
+    "ms": units.ms,
+    "ns_as_ms": lambda v: units.ms(v / 1e6),
+    "flop": lambda v: units.si(v, "FLOP"),
+    "bytes": lambda v: units.si(v, "B"),
+    "pct": units.percent,
+    "flop_rate": lambda v: units.si(v, "FLOP/s"),
+    "intensity": lambda v: units.sig(v) if units.finite(v) else units.MISSING,
     "bool": lambda v: "yes" if v is True or v == 1 else "",
 }
 
@@ -98,11 +116,16 @@ def table(df: pd.DataFrame, columns: dict[str, tuple[str, str]], cls: str = "") 
         title = f' title="{html.escape(tip, quote=True)}"' if tip else ""
         return f"<th{title}>{html.escape(columns[c][0])}</th>"
 
-    body = "".join("<tr>" + "".join(
-        f"<td{_td_class(c, columns[c][1])}>{html.escape(cell(r[c], columns[c][1]))}</td>"
-        for c in cols) + "</tr>" for _, r in df.iterrows())
-    return (f"<table{f' class={cls}' if cls else ''}><thead><tr>{''.join(th(c) for c in cols)}</tr></thead>"
-            f"<tbody>{body}</tbody></table>")
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{_td_class(c, columns[c][1])}>{html.escape(cell(r[c], columns[c][1]))}</td>" for c in cols)
+        + "</tr>"
+        for _, r in df.iterrows()
+    )
+    return (
+        f"<table{f' class={cls}' if cls else ''}><thead><tr>{''.join(th(c) for c in cols)}</tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+    )
 
 
 def stage_columns(on_cpu: bool, counters: bool = True) -> dict[str, tuple[str, str]]:
@@ -110,18 +133,27 @@ def stage_columns(on_cpu: bool, counters: bool = True) -> dict[str, tuple[str, s
     without hardware counters (torch.profiler) no launch classes or profiled launches."""
     busy = "busy ms (CPU operators)" if on_cpu else "busy ms (GPU kernels)"
     cols = {
-        "stage": ("stage", "text"), "range_instances": ("ranges", "count"), "wall_ms": ("wall ms", "ms"),
-        "gpu_busy_ms": (busy, "ms"), "busy_over_wall": ("busy / wall", "pct"),
-        "classes": ("launch classes", "count"), "profiled_launches": ("launches profiled", "count"),
-        "coverage": ("coverage", "pct"), "flops_measured": ("FLOPs (ncu)", "flop"),
+        "stage": ("stage", "text"),
+        "range_instances": ("ranges", "count"),
+        "wall_ms": ("wall ms", "ms"),
+        "gpu_busy_ms": (busy, "ms"),
+        "busy_over_wall": ("busy / wall", "pct"),
+        "classes": ("launch classes", "count"),
+        "profiled_launches": ("launches profiled", "count"),
+        "coverage": ("coverage", "pct"),
+        "flops_measured": ("FLOPs (ncu)", "flop"),
         "flops_analytic": ("FLOPs (model, full attention)", "flop"),
         "flops_analytic_causal": ("FLOPs (model)", "flop"),
-        "flops_analytic_gemm": ("of which GEMM", "flop"), "flops_analytic_attention": ("of which attention", "flop"),
+        "flops_analytic_gemm": ("of which GEMM", "flop"),
+        "flops_analytic_attention": ("of which attention", "flop"),
         "executed_over_model": ("executed / model", "intensity"),
-        "mfu_wall": ("MFU on wall", "pct"), "mfu_busy": ("MFU on busy", "pct"),
-        "hfu_wall": ("HFU on wall", "pct"), "hfu_busy": ("HFU on busy", "pct"),
+        "mfu_wall": ("MFU on wall", "pct"),
+        "mfu_busy": ("MFU on busy", "pct"),
+        "hfu_wall": ("HFU on wall", "pct"),
+        "hfu_busy": ("HFU on busy", "pct"),
         "dram_bytes_measured": ("DRAM bytes (ncu)", "bytes"),
-        "dram_bw_util_busy": ("DRAM BW util on busy", "pct"), "dram_bw_util_wall": ("DRAM BW util on wall", "pct"),
+        "dram_bw_util_busy": ("DRAM BW util on busy", "pct"),
+        "dram_bw_util_wall": ("DRAM BW util on wall", "pct"),
         "mfu_busy_ceiling": ("MFU on busy vs measured ceiling", "pct"),
         "dram_bw_util_busy_ceiling": ("DRAM BW util vs measured copy", "pct"),
         "flops_tensor_measured": ("tensor FLOPs (per kernel)", "flop"),
@@ -140,38 +172,81 @@ def stage_columns(on_cpu: bool, counters: bool = True) -> dict[str, tuple[str, s
 def kernel_columns(on_cpu: bool) -> dict[str, tuple[str, str]]:
     """The kernel table's columns: operators on the CPU, kernels (demangled names) on a GPU."""
     return {
-        "stage": ("stage", "text"), "rank": ("#", "count"), "selected": ("top-N", "bool"),
-        "kernel": ("operator" if on_cpu else "kernel", "text"), "instances": ("launches", "count"),
-        "launches_per_range": ("per step", "count"), "classes": ("classes", "count"),
-        "sampled_launches": ("profiled", "count"), "total_ns": ("busy ms", "ns_as_ms"),
-        "share": ("share of stage", "pct"), "flops_per_launch": ("FLOPs / launch", "flop"),
-        "dram_bytes_per_launch": ("DRAM / launch", "bytes"), "l2_bytes_per_launch": ("L2 / launch", "bytes"),
-        "l1_bytes_per_launch": ("L1 / launch", "bytes"), "arithmetic_intensity": ("FLOP / DRAM byte", "intensity"),
-        "achieved_flops_per_s": ("achieved", "flop_rate"), "compute_utilisation": ("of compute peak", "pct"),
+        "stage": ("stage", "text"),
+        "rank": ("#", "count"),
+        "selected": ("top-N", "bool"),
+        "kernel": ("operator" if on_cpu else "kernel", "text"),
+        "instances": ("launches", "count"),
+        "launches_per_range": ("per step", "count"),
+        "classes": ("classes", "count"),
+        "sampled_launches": ("profiled", "count"),
+        "total_ns": ("busy ms", "ns_as_ms"),
+        "share": ("share of stage", "pct"),
+        "flops_per_launch": ("FLOPs / launch", "flop"),
+        "dram_bytes_per_launch": ("DRAM / launch", "bytes"),
+        "l2_bytes_per_launch": ("L2 / launch", "bytes"),
+        "l1_bytes_per_launch": ("L1 / launch", "bytes"),
+        "arithmetic_intensity": ("FLOP / DRAM byte", "intensity"),
+        "achieved_flops_per_s": ("achieved", "flop_rate"),
+        "compute_utilisation": ("of compute peak", "pct"),
         "dram_utilisation": ("of DRAM peak", "pct"),
     }
 
 
 # What each number means, shown on every page (and as header tooltips).
 GLOSSARY = [
-    ("wall", "wall_ms", "time from the start to the end of the stage's annotated range (NVTX or "
-     "record_function), summed over its ranges (steps)"),
-    ("busy", "gpu_busy_ms", "time the device was running the stage's kernels (GPU) or operators (CPU, self "
-     "time), from the timeline; busy / wall well below 1 means the host, not the device, sets the pace"),
-    ("MFU", "mfu_busy", "model FLOP utilisation: the model's FLOPs (counted from shapes: GEMMs and attention, "
-     "causal part only) per second of busy (or wall) time, over the peak"),
-    ("HFU", "hfu_busy", "hardware FLOP utilisation: FLOPs the device executed (ncu's tensor and FMA counters, "
-     "padding and recomputation included) per second, over the peak"),
-    ("DRAM BW util", "dram_bw_util_busy", "bytes read and written in device memory (ncu) per second of busy "
-     "time, over the peak bandwidth"),
-    ("BW util (operator bytes)", "bw_util_busy_model", "on torch.profiler: bytes of every operator's tensors, "
-     "each touched once (a lower bound of memory traffic), per second of busy time, over the measured copy rate"),
-    ("coverage", "coverage", "share of the stage's busy time whose kernels have ncu counters (scaled from "
-     "representative launches where identical launches were profiled once)"),
-    ("peaks", None, "compute and bandwidth peaks of the device as listed under Peaks: ncu's own peak_sustained "
-     "metrics at the measured clocks, or measured matmul and copy rates, or named datasheet values"),
-    ("—", None, "not available for this backend or stage (e.g. no hardware counters under torch.profiler), "
-     "never a zero"),
+    (
+        "wall",
+        "wall_ms",
+        "time from the start to the end of the stage's annotated range (NVTX or "
+        "record_function), summed over its ranges (steps)",
+    ),
+    (
+        "busy",
+        "gpu_busy_ms",
+        "time the device was running the stage's kernels (GPU) or operators (CPU, self "
+        "time), from the timeline; busy / wall well below 1 means the host, not the device, sets the pace",
+    ),
+    (
+        "MFU",
+        "mfu_busy",
+        "model FLOP utilisation: the model's FLOPs (counted from shapes: GEMMs and attention, "
+        "causal part only) per second of busy (or wall) time, over the peak",
+    ),
+    (
+        "HFU",
+        "hfu_busy",
+        "hardware FLOP utilisation: FLOPs the device executed (ncu's tensor and FMA counters, "
+        "padding and recomputation included) per second, over the peak",
+    ),
+    (
+        "DRAM BW util",
+        "dram_bw_util_busy",
+        "bytes read and written in device memory (ncu) per second of busy time, over the peak bandwidth",
+    ),
+    (
+        "BW util (operator bytes)",
+        "bw_util_busy_model",
+        "on torch.profiler: bytes of every operator's tensors, "
+        "each touched once (a lower bound of memory traffic), per second of busy time, over the measured copy rate",
+    ),
+    (
+        "coverage",
+        "coverage",
+        "share of the stage's busy time whose kernels have ncu counters (scaled from "
+        "representative launches where identical launches were profiled once)",
+    ),
+    (
+        "peaks",
+        None,
+        "compute and bandwidth peaks of the device as listed under Peaks: ncu's own peak_sustained "
+        "metrics at the measured clocks, or measured matmul and copy rates, or named datasheet values",
+    ),
+    (
+        "—",
+        None,
+        "not available for this backend or stage (e.g. no hardware counters under torch.profiler), never a zero",
+    ),
 ]
 GLOSSARY_TIPS = {key: text for _, key, text in GLOSSARY if key}
 
@@ -195,12 +270,14 @@ def _png(png: bytes, alt: str) -> str:
 
 
 def _page(title: str, body: list[str]) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "</body></html>"
+    )
 
 
 def _backend_line(backend: str, reason: str) -> str:
-    return (f"<p>Backend: <b>{html.escape(backend)}</b>" + (f" — {html.escape(reason)}" if reason else "") + "</p>")
+    return f"<p>Backend: <b>{html.escape(backend)}</b>" + (f" — {html.escape(reason)}" if reason else "") + "</p>"
 
 
 def _on_cpu(run: dict) -> bool:
@@ -210,15 +287,21 @@ def _on_cpu(run: dict) -> bool:
 
 def peaks_html(pk: dict) -> str:
     """The peaks every utilisation on the page is relative to, with where each comes from."""
-    items = [f"compute ({html.escape(str(pk.get('precision')))}): {units.si(pk.get('compute'), 'FLOP/s')} — "
-             f"{html.escape(str(pk.get('compute_source')))}",
-             f"memory bandwidth: {units.si(pk.get('dram'), 'B/s')} — {html.escape(str(pk.get('dram_source')))}"]
+    items = [
+        f"compute ({html.escape(str(pk.get('precision')))}): {units.si(pk.get('compute'), 'FLOP/s')} — "
+        f"{html.escape(str(pk.get('compute_source')))}",
+        f"memory bandwidth: {units.si(pk.get('dram'), 'B/s')} — {html.escape(str(pk.get('dram_source')))}",
+    ]
     if "ceiling_source" in pk:
-        items.append(f"measured ceilings: {units.si(pk.get('ceiling_compute'), 'FLOP/s')}, "
-                     f"{units.si(pk.get('ceiling_dram'), 'B/s')} — {html.escape(pk['ceiling_source'])}")
+        items.append(
+            f"measured ceilings: {units.si(pk.get('ceiling_compute'), 'FLOP/s')}, "
+            f"{units.si(pk.get('ceiling_dram'), 'B/s')} — {html.escape(pk['ceiling_source'])}"
+        )
     if "datasheet_source" in pk:
-        items.append(f"datasheet, for comparison: {units.si(pk.get('datasheet_compute'), 'FLOP/s')}, "
-                     f"{units.si(pk.get('datasheet_dram'), 'B/s')} — {html.escape(pk['datasheet_source'])}")
+        items.append(
+            f"datasheet, for comparison: {units.si(pk.get('datasheet_compute'), 'FLOP/s')}, "
+            f"{units.si(pk.get('datasheet_dram'), 'B/s')} — {html.escape(pk['datasheet_source'])}"
+        )
     return "<h3>Peaks</h3><ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
 
@@ -230,8 +313,11 @@ def kernels_html(kernels: pd.DataFrame, columns: dict, noun: str = "kernels") ->
     rest = kernels[~top]
     out = table(kernels[top], columns)
     if len(rest):
-        out += (f"<details><summary>{len(rest)} more {noun} (the rest of each stage's time)</summary>"
-                + table(rest, columns) + "</details>")
+        out += (
+            f"<details><summary>{len(rest)} more {noun} (the rest of each stage's time)</summary>"
+            + table(rest, columns)
+            + "</details>"
+        )
     return out
 
 
@@ -239,28 +325,66 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
     """One run's page. ``run`` as aggregate.load_run gives it; ``settings``: the config values that shaped it."""
     pk = run["peaks"]
     on_cpu = _on_cpu(run)
-    parts = [f"<p><a href='{'../' * (run['run_id'].count('/') + 1)}report.html'>all runs</a></p>",
-             f"<h2>Run {html.escape(run['run_id'])}</h2>", _backend_line(backend, reason),
-             "<h3>Stages</h3>" + table(run["stages"], stage_columns(on_cpu, backend != "torch"), cls="stages"),
-             glossary_html()]
+    parts = [
+        f"<p><a href='{'../' * (run['run_id'].count('/') + 1)}report.html'>all runs</a></p>",
+        f"<h2>Run {html.escape(run['run_id'])}</h2>",
+        _backend_line(backend, reason),
+        "<h3>Stages</h3>" + table(run["stages"], stage_columns(on_cpu, backend != "torch"), cls="stages"),
+        glossary_html(),
+    ]
     parts += [f"<p class='warn'>{html.escape(note)}</p>" for note in run.get("notes", [])]
     parts.append(diagnostics_html(run.get("diagnostics", [])))
     parts.append(peaks_html(pk))
     has_counters = "arithmetic_intensity" in run["kernels"] and run["kernels"]["arithmetic_intensity"].notna().any()
     if has_counters:
-        parts.append("<h3>Roofline (captured kernels, ncu counters)</h3>" + _png(roofline_png(
-            run["kernels"], pk, f"roofline: {run['run_id']}", "arithmetic intensity (FLOP / DRAM byte, ncu)",
-            "achieved FLOP/s (on the kernel's own time)"), "roofline"))
+        parts.append(
+            "<h3>Roofline (captured kernels, ncu counters)</h3>"
+            + _png(
+                roofline_png(
+                    run["kernels"],
+                    pk,
+                    f"roofline: {run['run_id']}",
+                    "arithmetic intensity (FLOP / DRAM byte, ncu)",
+                    "achieved FLOP/s (on the kernel's own time)",
+                ),
+                "roofline",
+            )
+        )
     else:
-        parts.append("<h3>Roofline (per stage: model FLOPs over operator bytes, on busy time)</h3>" + _png(roofline_png(
-            stage_points(run["stages"]), pk, f"roofline: {run['run_id']}",
-            "arithmetic intensity (model FLOP / operator byte)", "achieved model FLOP/s (on busy time)"), "roofline"))
-    parts.append(f"<h3>Top {'operators' if on_cpu else 'kernels'}</h3>"
-                 + kernels_html(run["kernels"], kernel_columns(on_cpu), "operators" if on_cpu else "kernels"))
+        parts.append(
+            "<h3>Roofline (per stage: model FLOPs over operator bytes, on busy time)</h3>"
+            + _png(
+                roofline_png(
+                    stage_points(run["stages"]),
+                    pk,
+                    f"roofline: {run['run_id']}",
+                    "arithmetic intensity (model FLOP / operator byte)",
+                    "achieved model FLOP/s (on busy time)",
+                ),
+                "roofline",
+            )
+        )
+    parts.append(
+        f"<h3>Top {'operators' if on_cpu else 'kernels'}</h3>"
+        + kernels_html(run["kernels"], kernel_columns(on_cpu), "operators" if on_cpu else "kernels")
+    )
     manifest = run.get("manifest", {})
-    parts.append("<h3>Configuration and tool versions</h3><pre>" + html.escape(json.dumps(
-        {"settings": settings, "workload": {k: manifest.get(k) for k in ("callable", "args", "params")},
-         "versions": manifest.get("versions"), "host": manifest.get("host")}, indent=2, default=str)) + "</pre>")
+    parts.append(
+        "<h3>Configuration and tool versions</h3><pre>"
+        + html.escape(
+            json.dumps(
+                {
+                    "settings": settings,
+                    "workload": {k: manifest.get(k) for k in ("callable", "args", "params")},
+                    "versions": manifest.get("versions"),
+                    "host": manifest.get("host"),
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        + "</pre>"
+    )
     parts.append("<h3>Profiler commands behind these numbers</h3>")
     for cmd in run.get("commands", []):
         parts.append(f"<p>{html.escape(cmd['what'])}</p><pre>{html.escape(_quote(cmd['argv']))}</pre>")
@@ -271,19 +395,34 @@ def diagnostics_html(items: list[dict]) -> str:
     """Warnings from the tools, clock state, coverage, and what is estimated rather than measured."""
     if not items:
         return "<h3>Diagnostics</h3><p>No warnings; nothing estimated.</p>"
-    rows = "".join(f"<tr><td>{html.escape(d['level'])}</td><td>{html.escape(str(d['source']))}</td>"
-                   f"<td class=name>{html.escape(d['message'])}</td></tr>" for d in items)
-    return ("<h3>Diagnostics</h3><table><thead><tr><th>level</th><th>source</th><th>message</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>")
+    rows = "".join(
+        f"<tr><td>{html.escape(d['level'])}</td><td>{html.escape(str(d['source']))}</td>"
+        f"<td class=name>{html.escape(d['message'])}</td></tr>"
+        for d in items
+    )
+    return (
+        "<h3>Diagnostics</h3><table><thead><tr><th>level</th><th>source</th><th>message</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
 
 
-COMPARE_COLUMNS = {"wall_ms": ("wall ms", "ms"), "gpu_busy_ms": ("busy ms", "ms"), "mfu_busy": ("MFU on busy", "pct"),
-                   "hfu_busy": ("HFU on busy", "pct"), "dram_bw_util_busy": ("DRAM BW util on busy", "pct"),
-                   "bw_util_busy_model": ("BW util on busy (operator bytes)", "pct"),
-                   "flops_measured": ("FLOPs (ncu)", "flop"), "flops_analytic_causal": ("FLOPs (model)", "flop")}
+COMPARE_COLUMNS = {
+    "wall_ms": ("wall ms", "ms"),
+    "gpu_busy_ms": ("busy ms", "ms"),
+    "mfu_busy": ("MFU on busy", "pct"),
+    "hfu_busy": ("HFU on busy", "pct"),
+    "dram_bw_util_busy": ("DRAM BW util on busy", "pct"),
+    "bw_util_busy_model": ("BW util on busy (operator bytes)", "pct"),
+    "flops_measured": ("FLOPs (ncu)", "flop"),
+    "flops_analytic_causal": ("FLOPs (model)", "flop"),
+}
 # What the sweep charts plot, with their axis labels.
-SWEEP_METRICS = {"gpu_busy_ms": "busy time (ms)", "mfu_busy": "MFU on busy (%)",
-                 "dram_bw_util_busy": "DRAM BW util on busy (%)", "bw_util_busy_model": "BW util, operator bytes (%)"}
+SWEEP_METRICS = {
+    "gpu_busy_ms": "busy time (ms)",
+    "mfu_busy": "MFU on busy (%)",
+    "dram_bw_util_busy": "DRAM BW util on busy (%)",
+    "bw_util_busy_model": "BW util, operator bytes (%)",
+}
 
 
 def comparison(runs: list[dict]) -> pd.DataFrame:
@@ -314,11 +453,14 @@ def breakdown_png(df: pd.DataFrame) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bw = "dram_bw_util_busy" if "dram_bw_util_busy" in df and df["dram_bw_util_busy"].notna().any() else "bw_util_busy_model"
+    bw = (
+        "dram_bw_util_busy"
+        if "dram_bw_util_busy" in df and df["dram_bw_util_busy"].notna().any()
+        else "bw_util_busy_model"
+    )
     runs = list(dict.fromkeys(df["run"]))
     stages = list(dict.fromkeys(df["stage"]))
-    fig, (ax_t, ax_u) = plt.subplots(1, 2, figsize=(12, max(2.8, 1.4 + 0.5 * max(len(runs), len(df) / 2))),
-                                     dpi=100)
+    fig, (ax_t, ax_u) = plt.subplots(1, 2, figsize=(12, max(2.8, 1.4 + 0.5 * max(len(runs), len(df) / 2))), dpi=100)
     left = pd.Series(0.0, index=runs)
     for stage in stages:
         g = df[df["stage"] == stage].set_index("run")["gpu_busy_ms"].reindex(runs).fillna(0.0)
@@ -326,14 +468,28 @@ def breakdown_png(df: pd.DataFrame) -> bytes:
         left += g
     ax_t.set_xlabel("busy time (ms), stacked by stage")
     ax_t.invert_yaxis()
-    ax_t.legend(fontsize=8, title="stage", title_fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35),
-                ncol=min(4, len(stages)))
+    ax_t.legend(
+        fontsize=8,
+        title="stage",
+        title_fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35),
+        ncol=min(4, len(stages)),
+    )
     labels = [f"{r} · {st}" for r, st in zip(df["run"], df["stage"], strict=True)]
     ys = range(len(df))
-    ax_u.barh([y - 0.2 for y in ys], 100 * df.get("mfu_busy", pd.Series(float("nan"), index=df.index)).fillna(0),
-              height=0.4, label="compute: MFU on busy")
-    ax_u.barh([y + 0.2 for y in ys], 100 * df.get(bw, pd.Series(float("nan"), index=df.index)).fillna(0), height=0.4,
-              label="memory: " + ("DRAM BW util on busy" if bw == "dram_bw_util_busy" else "BW util (operator bytes)"))
+    ax_u.barh(
+        [y - 0.2 for y in ys],
+        100 * df.get("mfu_busy", pd.Series(float("nan"), index=df.index)).fillna(0),
+        height=0.4,
+        label="compute: MFU on busy",
+    )
+    ax_u.barh(
+        [y + 0.2 for y in ys],
+        100 * df.get(bw, pd.Series(float("nan"), index=df.index)).fillna(0),
+        height=0.4,
+        label="memory: " + ("DRAM BW util on busy" if bw == "dram_bw_util_busy" else "BW util (operator bytes)"),
+    )
     ax_u.set_yticks(list(ys), labels, fontsize=8)
     ax_u.invert_yaxis()
     ax_u.set_xlabel("% of peak")
@@ -367,8 +523,15 @@ def sweep_png(df: pd.DataFrame, param: str, swept: list[str]) -> bytes:
         ax.set_ylabel(SWEEP_METRICS[m])
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(4, len(labels)), fontsize=8,
-               bbox_to_anchor=(0.5, 0.0), title="workload, stage" + (" and other swept values" if others else ""))
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        ncol=min(4, len(labels)),
+        fontsize=8,
+        bbox_to_anchor=(0.5, 0.0),
+        title="workload, stage" + (" and other swept values" if others else ""),
+    )
     fig.tight_layout()
     return _figure_png(fig)
 
@@ -378,16 +541,26 @@ def render_index(runs: list[dict], backend: str, reason: str, title: str = "nsig
     parameter, links to the run pages."""
     df = comparison(runs)
     swept = list(dict.fromkeys(k for run in runs for k in run["point"]))
-    links = "".join(f"<li><a href='{html.escape(r['run_id'])}/report.html'>{html.escape(r['run_id'])}</a></li>"
-                    for r in runs)
-    parts = [_backend_line(backend, reason), f"<h2>Runs</h2><ul>{links}</ul>",
-             "<h2>Stages across runs</h2>"
-             + table(df, {"run": ("run", "text"), **{p: (p, "text") for p in swept}, "stage": ("stage", "text"),
-                          **COMPARE_COLUMNS}, cls="stages"), glossary_html(),
-             "<h2>Where the time goes</h2>" + _png(breakdown_png(df), "time and utilisation by stage")]
+    links = "".join(
+        f"<li><a href='{html.escape(r['run_id'])}/report.html'>{html.escape(r['run_id'])}</a></li>" for r in runs
+    )
+    parts = [
+        _backend_line(backend, reason),
+        f"<h2>Runs</h2><ul>{links}</ul>",
+        "<h2>Stages across runs</h2>"
+        + table(
+            df,
+            {"run": ("run", "text"), **{p: (p, "text") for p in swept}, "stage": ("stage", "text"), **COMPARE_COLUMNS},
+            cls="stages",
+        ),
+        glossary_html(),
+        "<h2>Where the time goes</h2>" + _png(breakdown_png(df), "time and utilisation by stage"),
+    ]
     for param in swept:
-        parts.append(f"<h3>Against {html.escape(param)} (workload argument swept)</h3>"
-                     + _png(sweep_png(df, param, swept), f"against {param}"))
+        parts.append(
+            f"<h3>Against {html.escape(param)} (workload argument swept)</h3>"
+            + _png(sweep_png(df, param, swept), f"against {param}")
+        )
     for run in runs:
         parts += [f"<p class='warn'>{html.escape(run['run_id'])}: {html.escape(n)}</p>" for n in run.get("notes", [])]
     return _page(title, parts)

@@ -27,13 +27,15 @@ def points(sweep: dict, mode: str = "product") -> list[dict]:
     if mode == "zip":
         lengths = {len(v) for v in lists}
         if len(lengths) != 1:
-            raise ValueError(f"sweep_mode zip needs lists of one length; got {dict(zip(keys, map(len, lists)))}")
-        combos = zip(*lists)
+            raise ValueError(
+                f"sweep_mode zip needs lists of one length; got {dict(zip(keys, map(len, lists), strict=True))}"
+            )
+        combos = zip(*lists, strict=True)
     elif mode == "product":
         combos = itertools.product(*lists)
     else:
         raise ValueError(f"sweep_mode {mode!r}: use 'product' or 'zip'")
-    return [dict(zip(keys, c)) for c in combos]
+    return [dict(zip(keys, c, strict=True)) for c in combos]
 
 
 def expand(workloads: list[dict]) -> dict[str, dict]:
@@ -43,11 +45,19 @@ def expand(workloads: list[dict]) -> dict[str, dict]:
         for point in points(w.get("sweep") or {}, w.get("sweep_mode", "product")):
             rid = run_id(w["name"], point)
             if any(part in ("", ".", "..") for part in rid.split("/")) or ".." in w["name"]:
-                raise ValueError(f"workload {w['name']!r}, sweep point {point}: run id {rid!r} would name a folder "
-                                 "outside results/; use names of letters, digits, _ . - not starting with a dot")
+                raise ValueError(
+                    f"workload {w['name']!r}, sweep point {point}: run id {rid!r} would name a folder "
+                    "outside results/; use names of letters, digits, _ . - not starting with a dot"
+                )
             if rid in runs:
-                raise ValueError(f"two sweep points share the run id {rid!r}: give the workloads distinct names "
-                                 "or make the swept values distinct")
-            runs[rid] = {"name": w["name"], "callable": w["callable"],
-                         "args": {**(w.get("args") or {}), **point}, "point": point}
+                raise ValueError(
+                    f"two sweep points share the run id {rid!r}: give the workloads distinct names "
+                    "or make the swept values distinct"
+                )
+            runs[rid] = {
+                "name": w["name"],
+                "callable": w["callable"],
+                "args": {**(w.get("args") or {}), **point},
+                "point": point,
+            }
     return runs

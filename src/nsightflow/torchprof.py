@@ -29,8 +29,10 @@ def load_trace(path: str | Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON trace ({exc}); export one with "
-                         "torch.profiler.profile(...).export_chrome_trace(PATH)") from exc
+        raise ValueError(
+            f"{path}: not a readable JSON trace ({exc}); export one with "
+            "torch.profiler.profile(...).export_chrome_trace(PATH)"
+        ) from exc
     if not isinstance(data, dict) or "traceEvents" not in data:
         raise ValueError(f"{path}: JSON without 'traceEvents': not a torch.profiler Chrome trace")
     return data
@@ -38,15 +40,17 @@ def load_trace(path: str | Path) -> dict:
 
 def _complete_events(trace: dict) -> pd.DataFrame:
     rows = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e]
-    df = pd.DataFrame({
-        "cat": [e.get("cat", "") for e in rows],
-        "name": [str(e.get("name", "")) for e in rows],
-        "ts": [float(e["ts"]) for e in rows],
-        "dur": [float(e["dur"]) for e in rows],
-        "tid": [str(e.get("tid")) for e in rows],
-        "pid": [str(e.get("pid")) for e in rows],
-        "correlation": [(e.get("args") or {}).get("correlation") for e in rows],
-    })
+    df = pd.DataFrame(
+        {
+            "cat": [e.get("cat", "") for e in rows],
+            "name": [str(e.get("name", "")) for e in rows],
+            "ts": [float(e["ts"]) for e in rows],
+            "dur": [float(e["dur"]) for e in rows],
+            "tid": [str(e.get("tid")) for e in rows],
+            "pid": [str(e.get("pid")) for e in rows],
+            "correlation": [(e.get("args") or {}).get("correlation") for e in rows],
+        }
+    )
     df["end"] = df["ts"] + df["dur"]
     return df
 
@@ -75,8 +79,10 @@ class _Owners:
     """Find the innermost annotated range on a thread that holds a time stamp."""
 
     def __init__(self, rng: pd.DataFrame) -> None:
-        self.by_tid = {tid: (g["ts"].to_numpy(), g["end"].to_numpy(), g.index.to_numpy())
-                       for tid, g in rng.sort_values("ts").groupby("tid")}
+        self.by_tid = {
+            tid: (g["ts"].to_numpy(), g["end"].to_numpy(), g.index.to_numpy())
+            for tid, g in rng.sort_values("ts").groupby("tid")
+        }
 
     def __call__(self, ts: float, tid: str) -> int | None:
         if tid not in self.by_tid:
@@ -95,7 +101,7 @@ def _self_times(ops: pd.DataFrame) -> pd.Series:
     self_t = ops["dur"].copy()
     for _, g in ops.sort_values(["ts", "dur"], ascending=[True, False]).groupby("tid"):
         stack: list[tuple[int, float]] = []
-        for idx, ts, end in zip(g.index, g["ts"], g["end"]):
+        for idx, ts, end in zip(g.index, g["ts"], g["end"], strict=True):
             while stack and stack[-1][1] <= ts:
                 stack.pop()
             if stack:
@@ -113,8 +119,10 @@ def activity(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
     rows = []
     if not kernels.empty:
         launches = ev[ev["cat"].isin(LAUNCH_CATEGORIES) & ev["correlation"].notna()]
-        by_corr = {c: (ts, tid) for c, ts, tid in zip(launches["correlation"], launches["ts"], launches["tid"])}
-        for name, dur, corr in zip(kernels["name"], kernels["dur"], kernels["correlation"]):
+        by_corr = {
+            c: (ts, tid) for c, ts, tid in zip(launches["correlation"], launches["ts"], launches["tid"], strict=True)
+        }
+        for name, dur, corr in zip(kernels["name"], kernels["dur"], kernels["correlation"], strict=True):
             if corr not in by_corr:
                 continue
             owner = owner_of(*by_corr[corr])
@@ -123,7 +131,7 @@ def activity(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
     else:
         ops = ev[ev["cat"] == "cpu_op"].copy()
         ops["self"] = _self_times(ops)
-        for name, ts, tid, self_us in zip(ops["name"], ops["ts"], ops["tid"], ops["self"]):
+        for name, ts, tid, self_us in zip(ops["name"], ops["ts"], ops["tid"], ops["self"], strict=True):
             owner = owner_of(ts, tid)
             if owner is not None:
                 rows.append((owner, name, self_us))
@@ -145,7 +153,8 @@ def kernel_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFr
     act = activity(trace, labels)
     n_ranges = ranges(trace, labels).groupby(["domain", "stage"]).size().rename("range_instances").reset_index()
     out = act.groupby(["domain", "stage", "kernel"], as_index=False).agg(
-        instances=("duration_ns", "size"), total_ns=("duration_ns", "sum"))
+        instances=("duration_ns", "size"), total_ns=("duration_ns", "sum")
+    )
     out = out.merge(n_ranges, on=["domain", "stage"], how="left")
     out["launches_per_range"] = out["instances"] / out["range_instances"]
     return out.sort_values(["stage", "total_ns"], ascending=[True, False], ignore_index=True)
@@ -154,7 +163,8 @@ def kernel_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFr
 def stage_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Wall time per annotated range, in the order the stages first ran; columns as ``nsys.stage_table``."""
     rng = ranges(trace, labels)
-    out = rng.groupby(["domain", "stage"], as_index=False, sort=False).agg(range_instances=("dur", "size"),
-                                                                         wall_us=("dur", "sum"))
+    out = rng.groupby(["domain", "stage"], as_index=False, sort=False).agg(
+        range_instances=("dur", "size"), wall_us=("dur", "sum")
+    )
     out["wall_ns"] = out.pop("wall_us") * 1e3
     return out

@@ -17,9 +17,19 @@ from nsightflow.decoder import make_model, resolve_device
 from nsightflow.harness import Stage, Workload
 
 
-def build(batch: int = 4, seq: int = 512, iterations: int = 3, dtype: str = "bfloat16", device: str = "auto",
-          lr: float = 1e-4, seed: int = 0, model: str | None = None, config: dict | None = None,
-          attn_implementation: str = "sdpa", **sizes: int) -> Workload:
+def build(
+    batch: int = 4,
+    seq: int = 512,
+    iterations: int = 3,
+    dtype: str = "bfloat16",
+    device: str = "auto",
+    lr: float = 1e-4,
+    seed: int = 0,
+    model: str | None = None,
+    config: dict | None = None,
+    attn_implementation: str = "sdpa",
+    **sizes: int,
+) -> Workload:
     """Next-token training: cross-entropy over every position, AdamW."""
     device = resolve_device(device)
     if model is not None or config is not None:
@@ -54,8 +64,23 @@ def build(batch: int = 4, seq: int = 512, iterations: int = 3, dtype: str = "bfl
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    params = dict(batch=batch, seq=seq, iterations=iterations, dtype=dtype, device=device, lr=lr, model=model,
-                  config=config, architecture=type(net).__name__, **sizes)
-    return Workload(setup=setup, stages=[Stage("forward", forward), Stage("backward", backward),
-                                         Stage("optimizer", step)],
-                    device=device, dtype=dtype, params=params, iterations=iterations)
+    params = dict(
+        batch=batch,
+        seq=seq,
+        iterations=iterations,
+        dtype=dtype,
+        device=device,
+        lr=lr,
+        model=model,
+        config=config,
+        architecture=type(net).__name__,
+        **sizes,
+    )
+    return Workload(
+        setup=setup,
+        stages=[Stage("forward", forward), Stage("backward", backward), Stage("optimizer", step)],
+        device=device,
+        dtype=dtype,
+        params=params,
+        iterations=iterations,
+    )

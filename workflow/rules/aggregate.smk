@@ -17,15 +17,15 @@ rule aggregate:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
         summary="results/{run}/summary.json",
+    log:
+        "results/{run}/logs/aggregate.log",
+    conda:
+        "../../envs/nsightflow.yaml"
     params:
         domain=config["nvtx_domain"],
         top_n=config["select"]["top_n"],
         coverage=config["select"]["coverage"],
         divergence=config["report"]["divergence"],
         ncu=config["tools"]["ncu"],
-    log:
-        "results/{run}/logs/aggregate.log",
-    conda:
-        "../../envs/nsightflow.yaml"
     script:
         "../scripts/aggregate.py"

@@ -1,6 +1,7 @@
 # Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
 localrules:
-    import_captures, aggregate_captures,
+    import_captures,
+    aggregate_captures,
 
 
 rule import_captures:
@@ -8,14 +9,14 @@ rule import_captures:
         captures_files,
     output:
         directory("results/{run}/imported"),
-    params:
-        directory=config["captures"],
-        nsys=config["tools"]["nsys"],
-        ncu=config["tools"]["ncu"],
     log:
         "results/{run}/logs/import_captures.log",
     conda:
         "../../envs/nsightflow.yaml"
+    params:
+        directory=config["captures"],
+        nsys=config["tools"]["nsys"],
+        ncu=config["tools"]["ncu"],
     script:
         "../scripts/import_captures.py"
 
@@ -28,13 +29,13 @@ rule aggregate_captures:
         stages="results/{run}/stages.csv",
         summary="results/{run}/summary.json",
         manifest="results/{run}/manifest.json",
-    params:
-        divergence=config["report"]["divergence"],
-        top_n=config["select"]["top_n"],
-        coverage=config["select"]["coverage"],
     log:
         "results/{run}/logs/aggregate.log",
     conda:
         "../../envs/nsightflow.yaml"
+    params:
+        divergence=config["report"]["divergence"],
+        top_n=config["select"]["top_n"],
+        coverage=config["select"]["coverage"],
     script:
         "../scripts/aggregate_captures.py"

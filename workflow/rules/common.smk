@@ -8,7 +8,6 @@ from nsightflow import hostfacts
 from nsightflow.config import ConfigError, check, normalize
 from nsightflow.sweep import expand as expand_sweep
 
-
 SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 try:
     normalize(config, SCHEMA)  # --config values arrive as strings
@@ -46,16 +45,20 @@ def program(wildcards):
     from nsightflow.capture import harness_argv
 
     spec = run_spec(wildcards)
-    return harness_argv(spec["callable"], spec["args"], config["nvtx_domain"], config["warmup"], config["tools"]["python"])
+    return harness_argv(
+        spec["callable"], spec["args"], config["nvtx_domain"], config["warmup"], config["tools"]["python"]
+    )
 
 
 def range_inputs(wildcards):
     """The range capture and its plan, when config ncu.ranges asks for range results beside the kernel ones."""
     if config["ncu"]["ranges"] == "none":
         return {}
-    return {"ranges": f"results/{wildcards.run}/ncu/ranges.raw.csv",
-            "ranges_plan": f"results/{wildcards.run}/ranges.plan.json",
-            "ranges_cmd": f"results/{wildcards.run}/ncu/ranges.cmd.json"}
+    return {
+        "ranges": f"results/{wildcards.run}/ncu/ranges.raw.csv",
+        "ranges_plan": f"results/{wildcards.run}/ranges.plan.json",
+        "ranges_cmd": f"results/{wildcards.run}/ncu/ranges.cmd.json",
+    }
 
 
 def captures_files(wildcards):
@@ -73,15 +76,27 @@ def _canonical(value):
 
 def capture_settings(wildcards):
     """The config values that shape a run's capture (its manifest records them)."""
-    return _canonical({"run": wildcards.run, "backend": BACKEND, "workload": run_spec(wildcards),
-                       "nvtx_domain": config["nvtx_domain"], "warmup": config["warmup"]})
+    return _canonical(
+        {
+            "run": wildcards.run,
+            "backend": BACKEND,
+            "workload": run_spec(wildcards),
+            "nvtx_domain": config["nvtx_domain"],
+            "warmup": config["warmup"],
+        }
+    )
 
 
 def run_settings(wildcards):
     """Every config value that shapes a run's numbers, shown on its page."""
-    return _canonical({**capture_settings(wildcards), "select": config["select"],
-                       "ncu": config["ncu"] if BACKEND == "nsight" else None,
-                       "divergence": config["report"]["divergence"]})
+    return _canonical(
+        {
+            **capture_settings(wildcards),
+            "select": config["select"],
+            "ncu": config["ncu"] if BACKEND == "nsight" else None,
+            "divergence": config["report"]["divergence"],
+        }
+    )
 
 
 def runtime_min(timeout_s, margin_min=10):

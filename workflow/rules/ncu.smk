@@ -11,6 +11,14 @@ rule ncu_capture:
         rep="results/{run}/ncu/capture.ncu-rep",
         csv="results/{run}/ncu/capture.raw.csv",
         cmd="results/{run}/ncu/capture.cmd.json",
+    log:
+        "results/{run}/logs/ncu_capture.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    resources:
+        gpu=GPU_JOBS,
+        runtime=runtime_min(config["ncu"]["timeout_s"]),
+        mem_mb=MEM_MB["profile"],
     params:
         versions=TOOL_VERSIONS,
         program=program,
@@ -23,14 +31,6 @@ rule ncu_capture:
         cache_control=config["ncu"]["cache_control"],
         timeout_s=config["ncu"]["timeout_s"],
         ranges=False,
-    log:
-        "results/{run}/logs/ncu_capture.log",
-    conda:
-        "../../envs/nsightflow.yaml"
-    resources:
-        gpu=GPU_JOBS,
-        runtime=runtime_min(config["ncu"]["timeout_s"]),
-        mem_mb=MEM_MB["profile"],
     script:
         "../scripts/ncu_capture.py"
 
@@ -40,13 +40,13 @@ rule range_plan:
         sqlite="results/{run}/timeline/timeline.sqlite",
     output:
         "results/{run}/ranges.plan.json",
-    params:
-        domain=config["nvtx_domain"],
-        sample_steps=config["ncu"]["sample_steps"],
     log:
         "results/{run}/logs/range_plan.log",
     conda:
         "../../envs/nsightflow.yaml"
+    params:
+        domain=config["nvtx_domain"],
+        sample_steps=config["ncu"]["sample_steps"],
     script:
         "../scripts/range_plan.py"
 
@@ -59,6 +59,8 @@ use rule ncu_capture as ncu_ranges with:
         rep="results/{run}/ncu/ranges.ncu-rep",
         csv="results/{run}/ncu/ranges.raw.csv",
         cmd="results/{run}/ncu/ranges.cmd.json",
+    log:
+        "results/{run}/logs/ncu_ranges.log",
     params:
         versions=TOOL_VERSIONS,
         program=program,
@@ -71,5 +73,3 @@ use rule ncu_capture as ncu_ranges with:
         cache_control=config["ncu"]["cache_control"],
         timeout_s=config["ncu"]["timeout_s"],
         ranges=True,
-    log:
-        "results/{run}/logs/ncu_ranges.log",

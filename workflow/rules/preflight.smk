@@ -1,11 +1,6 @@
 rule preflight:
     output:
         "results/preflight/{device}.json",
-    params:
-        versions=TOOL_VERSIONS,
-        nsys=config["tools"]["nsys"],
-        ncu=config["tools"]["ncu"],
-        python=config["tools"]["python"],
     log:
         "results/preflight/{device}.log",
     conda:
@@ -14,5 +9,10 @@ rule preflight:
         gpu=GPU_JOBS,
         runtime=runtime_min(300),
         mem_mb=MEM_MB["light"],
+    params:
+        versions=TOOL_VERSIONS,
+        nsys=config["tools"]["nsys"],
+        ncu=config["tools"]["ncu"],
+        python=config["tools"]["python"],
     script:
         "../scripts/preflight.py"

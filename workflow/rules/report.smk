@@ -1,6 +1,7 @@
 # Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
 localrules:
-    run_report, report,
+    run_report,
+    report,
 
 
 rule run_report:
@@ -11,15 +12,15 @@ rule run_report:
         manifest="results/{run}/manifest.json",
     output:
         "results/{run}/report.html",
+    log:
+        "results/{run}/logs/report.log",
+    conda:
+        "../../envs/nsightflow.yaml"
     params:
         backend=BACKEND,
         backend_reason=BACKEND_REASON,
         settings=run_settings,
         title=config["report"]["title"],
-    log:
-        "results/{run}/logs/report.log",
-    conda:
-        "../../envs/nsightflow.yaml"
     script:
         "../scripts/run_report.py"
 
@@ -32,6 +33,10 @@ rule report:
         manifests=expand("results/{run}/manifest.json", run=RUNS),
     output:
         "results/report.html",
+    log:
+        "results/logs/report.log",
+    conda:
+        "../../envs/nsightflow.yaml"
     params:
         runs=list(RUNS),
         names=[RUNS[r]["name"] for r in RUNS],
@@ -39,9 +44,5 @@ rule report:
         backend=BACKEND,
         backend_reason=BACKEND_REASON,
         title=config["report"]["title"],
-    log:
-        "results/logs/report.log",
-    conda:
-        "../../envs/nsightflow.yaml"
     script:
         "../scripts/report.py"

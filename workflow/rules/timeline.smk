@@ -12,12 +12,6 @@ rule timeline:
         manifest="results/{run}/manifest.json",
         flops="results/{run}/analytic_flops.json",
         ceilings="results/{run}/ceilings.json",
-    params:
-        versions=TOOL_VERSIONS,
-        settings=capture_settings,
-        program=program,
-        nsys=config["tools"]["nsys"],
-        timeout_s=config["nsys"]["timeout_s"],
     log:
         "results/{run}/logs/timeline.log",
     conda:
@@ -26,6 +20,12 @@ rule timeline:
         gpu=GPU_JOBS,
         runtime=runtime_min(config["nsys"]["timeout_s"]),
         mem_mb=MEM_MB["profile"],
+    params:
+        versions=TOOL_VERSIONS,
+        settings=capture_settings,
+        program=program,
+        nsys=config["tools"]["nsys"],
+        timeout_s=config["nsys"]["timeout_s"],
     script:
         "../scripts/timeline.py"
 
@@ -35,13 +35,13 @@ rule plan:
         sqlite="results/{run}/timeline/timeline.sqlite",
     output:
         "results/{run}/plan.json",
-    params:
-        domain=config["nvtx_domain"],
-        sample_steps=config["ncu"]["sample_steps"],
-        mode=config["ncu"]["capture"],
     log:
         "results/{run}/logs/plan.log",
     conda:
         "../../envs/nsightflow.yaml"
+    params:
+        domain=config["nvtx_domain"],
+        sample_steps=config["ncu"]["sample_steps"],
+        mode=config["ncu"]["capture"],
     script:
         "../scripts/plan.py"

@@ -9,11 +9,6 @@ rule torch_profile:
         manifest="results/{run}/manifest.json",
         flops="results/{run}/analytic_flops.json",
         ceilings="results/{run}/ceilings.json",
-    params:
-        versions=TOOL_VERSIONS,
-        settings=capture_settings,
-        program=program,
-        timeout_s=config["torch"]["timeout_s"],
     log:
         "results/{run}/logs/torch_profile.log",
     conda:
@@ -22,6 +17,11 @@ rule torch_profile:
         gpu=GPU_JOBS,
         runtime=runtime_min(config["torch"]["timeout_s"]),
         mem_mb=MEM_MB["profile"],
+    params:
+        versions=TOOL_VERSIONS,
+        settings=capture_settings,
+        program=program,
+        timeout_s=config["torch"]["timeout_s"],
     script:
         "../scripts/torch_profile.py"
 
@@ -36,13 +36,13 @@ rule aggregate_torch:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
         summary="results/{run}/summary.json",
-    params:
-        top_n=config["select"]["top_n"],
-        coverage=config["select"]["coverage"],
-        divergence=config["report"]["divergence"],
     log:
         "results/{run}/logs/aggregate.log",
     conda:
         "../../envs/nsightflow.yaml"
+    params:
+        top_n=config["select"]["top_n"],
+        coverage=config["select"]["coverage"],
+        divergence=config["report"]["divergence"],
     script:
         "../scripts/aggregate_torch.py"

@@ -1,4 +1,5 @@
 """Rule aggregate_captures: tables of captures made elsewhere, and a manifest naming what was analysed."""
+
 import json
 from pathlib import Path
 

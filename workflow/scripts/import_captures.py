@@ -1,4 +1,5 @@
 """Rule import_captures: recognise a directory of captures by content and normalise it."""
+
 import json
 
 from nsightflow.captures import import_captures

@@ -1,4 +1,5 @@
 """Rule plan: attribute the timeline by time window and plan the run's one ncu capture."""
+
 from nsightflow.capture import make_plan
 
 sm = snakemake  # noqa: F821

@@ -1,4 +1,5 @@
 """Rule preflight: GPU, driver, nsys, ncu and counter access, checked once per host before any capture."""
+
 import json
 
 from nsightflow.preflight import PreflightError, preflight

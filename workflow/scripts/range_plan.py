@@ -1,4 +1,5 @@
 """Rule range_plan: one whole-step window per sampled step, for a range-replay capture."""
+
 from nsightflow.capture import range_plan
 
 sm = snakemake  # noqa: F821

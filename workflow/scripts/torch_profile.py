@@ -1,7 +1,17 @@
 """Rule torch_profile: the workload under torch.profiler → Chrome trace; analytic count and ceilings in the same
 launch; the run's manifest."""
+
 from nsightflow.capture import torch_profile
 
 sm = snakemake  # noqa: F821
-torch_profile(list(sm.params.program), sm.output.trace, sm.output.manifest, sm.output.flops, sm.output.ceilings,
-              sm.log[0], dict(sm.params.versions), dict(sm.params.settings), sm.params.timeout_s)
+torch_profile(
+    list(sm.params.program),
+    sm.output.trace,
+    sm.output.manifest,
+    sm.output.flops,
+    sm.output.ceilings,
+    sm.log[0],
+    dict(sm.params.versions),
+    dict(sm.params.settings),
+    sm.params.timeout_s,
+)
