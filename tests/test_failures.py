@@ -46,6 +46,10 @@ def test_failing_workloads_fail_the_job_with_the_cause(tmp_path, fn, needle):
     proc = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
     assert proc.returncode != 0 and needle in proc.stdout, proc.stdout[-3000:]
     assert not (wf / "results" / "report.html").exists() and not (wf / "results" / "w" / "stages.csv").exists()
+    # The rule's log holds the cause too, with the script's traceback (the terminal may be gone).
+    logs = [p.read_text() for p in (wf / "results" / "w" / "logs").glob("*.log")]
+    failed = [log for log in logs if "[nsightflow] the job failed: " in log]
+    assert len(failed) == 1 and needle in failed[0] and "Traceback" in failed[0]
 
 
 def test_names_with_shell_and_nvtx_characters_reach_the_tools_intact(tmp_path):

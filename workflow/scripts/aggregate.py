@@ -3,33 +3,35 @@
 import json
 
 from nsightflow.aggregate import aggregate_run, command_records, diagnose, write_run
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-manifest = json.loads(open(sm.input.manifest).read())
-ranges = sm.input.get("ranges")
-agg = aggregate_run(
-    sm.input.sqlite,
-    sm.params.domain,
-    sm.input.plan,
-    sm.input.export,
-    sm.input.flops,
-    manifest["dtype"],
-    sm.params.divergence,
-    sm.params.top_n,
-    sm.params.coverage,
-    ceiling_json=sm.input.ceilings,
-    ranges_export=ranges,
-    ranges_plan=sm.input.get("ranges_plan"),
-)
-cmds = [sm.input.cmd] + ([sm.input.ranges_cmd] if ranges else [])
-records = [json.loads(open(c).read()) for c in cmds]
-write_run(
-    agg,
-    sm.output.kernels,
-    sm.output.stages,
-    sm.output.summary,
-    command_records(cmds, sm.params.ncu),
-    diagnose(agg, records, manifest),
-)
-with open(sm.log[0], "w") as log:
-    log.write(agg["stages"].to_string() + "\n" + "\n".join(agg["notes"]) + "\n")
+with errors_to_log(sm.log[0]):
+    manifest = json.loads(open(sm.input.manifest).read())
+    ranges = sm.input.get("ranges")
+    agg = aggregate_run(
+        sm.input.sqlite,
+        sm.params.domain,
+        sm.input.plan,
+        sm.input.export,
+        sm.input.flops,
+        manifest["dtype"],
+        sm.params.divergence,
+        sm.params.top_n,
+        sm.params.coverage,
+        ceiling_json=sm.input.ceilings,
+        ranges_export=ranges,
+        ranges_plan=sm.input.get("ranges_plan"),
+    )
+    cmds = [sm.input.cmd] + ([sm.input.ranges_cmd] if ranges else [])
+    records = [json.loads(open(c).read()) for c in cmds]
+    write_run(
+        agg,
+        sm.output.kernels,
+        sm.output.stages,
+        sm.output.summary,
+        command_records(cmds, sm.params.ncu),
+        diagnose(agg, records, manifest),
+    )
+    with open(sm.log[0], "w") as log:
+        log.write(agg["stages"].to_string() + "\n" + "\n".join(agg["notes"]) + "\n")

@@ -4,11 +4,13 @@ import json
 from pathlib import Path
 
 from nsightflow.aggregate import aggregate_captures, write_run
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-agg = aggregate_captures(sm.input.imported, sm.params.divergence, sm.params.top_n, sm.params.coverage)
-write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary)
-index = json.loads((Path(sm.input.imported) / "index.json").read_text())
-Path(sm.output.manifest).write_text(json.dumps({"captures": index, "versions": {}, "commands": []}, indent=2))
-with open(sm.log[0], "w") as log:
-    log.write(agg["stages"].to_string() + "\n" + "\n".join(agg["notes"]) + "\n")
+with errors_to_log(sm.log[0]):
+    agg = aggregate_captures(sm.input.imported, sm.params.divergence, sm.params.top_n, sm.params.coverage)
+    write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary)
+    index = json.loads((Path(sm.input.imported) / "index.json").read_text())
+    Path(sm.output.manifest).write_text(json.dumps({"captures": index, "versions": {}, "commands": []}, indent=2))
+    with open(sm.log[0], "w") as log:
+        log.write(agg["stages"].to_string() + "\n" + "\n".join(agg["notes"]) + "\n")

@@ -4,22 +4,24 @@ import json
 
 from nsightflow import torchprof
 from nsightflow.aggregate import aggregate_torch, diagnose, write_run
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-trace = torchprof.load_trace(sm.input.trace)
-manifest = json.loads(open(sm.input.manifest).read())
-labels = manifest.get("trace_labels", {})
-agg = aggregate_torch(
-    torchprof.kernel_table(trace, labels),
-    torchprof.stage_table(trace, labels),
-    sm.input.flops,
-    sm.input.ceilings,
-    manifest["dtype"],
-    sm.params.top_n,
-    sm.params.coverage,
-    torchprof.device_kind(trace),
-    sm.params.divergence,
-)
-write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, [], manifest))
-with open(sm.log[0], "w") as log:
-    log.write(agg["stages"].to_string() + "\n" + "\n".join(agg["notes"]) + "\n")
+with errors_to_log(sm.log[0]):
+    trace = torchprof.load_trace(sm.input.trace)
+    manifest = json.loads(open(sm.input.manifest).read())
+    labels = manifest.get("trace_labels", {})
+    agg = aggregate_torch(
+        torchprof.kernel_table(trace, labels),
+        torchprof.stage_table(trace, labels),
+        sm.input.flops,
+        sm.input.ceilings,
+        manifest["dtype"],
+        sm.params.top_n,
+        sm.params.coverage,
+        torchprof.device_kind(trace),
+        sm.params.divergence,
+    )
+    write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, [], manifest))
+    with open(sm.log[0], "w") as log:
+        log.write(agg["stages"].to_string() + "\n" + "\n".join(agg["notes"]) + "\n")

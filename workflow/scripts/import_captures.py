@@ -3,8 +3,10 @@
 import json
 
 from nsightflow.captures import import_captures
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-index = import_captures(sm.params.directory, sm.output[0], sm.params.nsys, sm.params.ncu, sm.log[0])
-with open(sm.log[0], "a") as log:
-    log.write(json.dumps(index, indent=2) + "\n")
+with errors_to_log(sm.log[0]):
+    index = import_captures(sm.params.directory, sm.output[0], sm.params.nsys, sm.params.ncu, sm.log[0])
+    with open(sm.log[0], "a") as log:
+        log.write(json.dumps(index, indent=2) + "\n")

@@ -3,12 +3,14 @@
 import json
 
 from nsightflow.preflight import PreflightError, preflight
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-with open(sm.log[0], "w") as log:
-    try:
-        checks = preflight(sm.params.nsys, sm.params.ncu, sm.output[0], sm.params.python, sm.wildcards.device)
-    except PreflightError as exc:
-        log.write(str(exc) + "\n")
-        raise
-    log.write(json.dumps(checks, indent=2) + "\n")
+with errors_to_log(sm.log[0]):
+    with open(sm.log[0], "w") as log:
+        try:
+            checks = preflight(sm.params.nsys, sm.params.ncu, sm.output[0], sm.params.python, sm.wildcards.device)
+        except PreflightError as exc:
+            log.write(str(exc) + "\n")
+            raise
+        log.write(json.dumps(checks, indent=2) + "\n")

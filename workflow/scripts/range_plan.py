@@ -1,8 +1,10 @@
 """Rule range_plan: one whole-step window per sampled step, for a range-replay capture."""
 
 from nsightflow.capture import range_plan
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-plan = range_plan(sm.input[0], sm.params.domain, list(sm.params.sample_steps), sm.output[0])
-with open(sm.log[0], "w") as log:
-    log.write("".join(f"window {w.stage} step {w.step}\n" for w in plan.windows))
+with errors_to_log(sm.log[0]):
+    plan = range_plan(sm.input[0], sm.params.domain, list(sm.params.sample_steps), sm.output[0])
+    with open(sm.log[0], "w") as log:
+        log.write("".join(f"window {w.stage} step {w.step}\n" for w in plan.windows))

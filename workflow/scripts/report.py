@@ -5,14 +5,16 @@ import json
 import pandas as pd
 
 from nsightflow.report import render_index, write_html
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-runs = [
-    {"run_id": r, "name": n, "point": p, "stages": pd.read_csv(st), "notes": json.loads(open(su).read())["notes"]}
-    for r, n, p, st, su in zip(
-        sm.params.runs, sm.params.names, sm.params.points, sm.input.stages, sm.input.summaries, strict=True
-    )
-]
-write_html(sm.output[0], render_index(runs, sm.params.backend, sm.params.backend_reason, sm.params.title))
-with open(sm.log[0], "w") as log:
-    log.write(f"report of {len(runs)} runs, backend {sm.params.backend}\n")
+with errors_to_log(sm.log[0]):
+    runs = [
+        {"run_id": r, "name": n, "point": p, "stages": pd.read_csv(st), "notes": json.loads(open(su).read())["notes"]}
+        for r, n, p, st, su in zip(
+            sm.params.runs, sm.params.names, sm.params.points, sm.input.stages, sm.input.summaries, strict=True
+        )
+    ]
+    write_html(sm.output[0], render_index(runs, sm.params.backend, sm.params.backend_reason, sm.params.title))
+    with open(sm.log[0], "w") as log:
+        log.write(f"report of {len(runs)} runs, backend {sm.params.backend}\n")

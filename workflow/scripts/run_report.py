@@ -2,11 +2,13 @@
 
 from nsightflow.aggregate import load_run
 from nsightflow.report import render_run, write_html
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-run = load_run(sm.wildcards.run, sm.input.kernels, sm.input.stages, sm.input.summary, sm.input.manifest)
-write_html(
-    sm.output[0], render_run(run, sm.params.backend, sm.params.backend_reason, sm.params.settings, sm.params.title)
-)
-with open(sm.log[0], "w") as log:
-    log.write(f"run page {sm.wildcards.run}: {len(run['stages'])} stages, {len(run['kernels'])} kernels\n")
+with errors_to_log(sm.log[0]):
+    run = load_run(sm.wildcards.run, sm.input.kernels, sm.input.stages, sm.input.summary, sm.input.manifest)
+    write_html(
+        sm.output[0], render_run(run, sm.params.backend, sm.params.backend_reason, sm.params.settings, sm.params.title)
+    )
+    with open(sm.log[0], "w") as log:
+        log.write(f"run page {sm.wildcards.run}: {len(run['stages'])} stages, {len(run['kernels'])} kernels\n")

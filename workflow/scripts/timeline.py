@@ -5,29 +5,31 @@ from pathlib import Path
 
 from nsightflow import nsys
 from nsightflow.capture import timeline, tool_warnings, write_manifest
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-harness_json = Path(sm.output.manifest + ".harness.json")
-program = list(sm.params.program) + [
-    "--out",
-    str(harness_json),
-    "--flops-out",
-    sm.output.flops,
-    "--ceilings-out",
-    sm.output.ceilings,
-]
-out = timeline(sm.params.nsys, program, sm.output.rep, sm.output.sqlite, sm.log[0], sm.params.timeout_s)
-write_manifest(
-    harness_json,
-    sm.output.manifest,
-    dict(sm.params.versions),
-    [
-        {
-            "what": "Timeline (nsys), analytic count and ceilings in the same launch",
-            "argv": nsys.profile_argv(sm.params.nsys, Path(sm.output.rep).with_suffix(""), program),
-        }
-    ],
-    dict(sm.params.settings),
-    tool_warnings(out),
-)
-harness_json.unlink()
+with errors_to_log(sm.log[0]):
+    harness_json = Path(sm.output.manifest + ".harness.json")
+    program = list(sm.params.program) + [
+        "--out",
+        str(harness_json),
+        "--flops-out",
+        sm.output.flops,
+        "--ceilings-out",
+        sm.output.ceilings,
+    ]
+    out = timeline(sm.params.nsys, program, sm.output.rep, sm.output.sqlite, sm.log[0], sm.params.timeout_s)
+    write_manifest(
+        harness_json,
+        sm.output.manifest,
+        dict(sm.params.versions),
+        [
+            {
+                "what": "Timeline (nsys), analytic count and ceilings in the same launch",
+                "argv": nsys.profile_argv(sm.params.nsys, Path(sm.output.rep).with_suffix(""), program),
+            }
+        ],
+        dict(sm.params.settings),
+        tool_warnings(out),
+    )
+    harness_json.unlink()

@@ -2,16 +2,18 @@
 launch; the run's manifest."""
 
 from nsightflow.capture import torch_profile
+from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
-torch_profile(
-    list(sm.params.program),
-    sm.output.trace,
-    sm.output.manifest,
-    sm.output.flops,
-    sm.output.ceilings,
-    sm.log[0],
-    dict(sm.params.versions),
-    dict(sm.params.settings),
-    sm.params.timeout_s,
-)
+with errors_to_log(sm.log[0]):
+    torch_profile(
+        list(sm.params.program),
+        sm.output.trace,
+        sm.output.manifest,
+        sm.output.flops,
+        sm.output.ceilings,
+        sm.log[0],
+        dict(sm.params.versions),
+        dict(sm.params.settings),
+        sm.params.timeout_s,
+    )
