@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import DATA, copy_workflow, snakemake
 
-from nsightflow import aggregate, captures
+from nsightflow import aggregate, imported
 
 F = DATA / "h200_tinyllm_filtered"
 
@@ -29,7 +29,7 @@ def _copy(tmp_path, sqlite=True):
 
 def _analyse(caps, tmp_path):
     out = tmp_path / "imported"
-    captures.import_captures(caps, out)
+    imported.import_captures(caps, out)
     return aggregate.aggregate_captures(out, 0.5)
 
 
@@ -112,7 +112,7 @@ def test_negative_analytic_counts_and_a_corrupt_sqlite_are_named(tmp_path):
     shutil.copy(F / "analytic_flops.json", caps / "analytic_flops.json")
     blob = (caps / "timeline.sqlite").read_bytes()
     (caps / "timeline.sqlite").write_bytes(blob[: len(blob) // 3])  # cut short
-    with pytest.raises(captures.CapturesError, match="timeline.sqlite: an SQLite database that cannot be read"):
+    with pytest.raises(imported.CapturesError, match="timeline.sqlite: an SQLite database that cannot be read"):
         _analyse(caps, tmp_path / "b")
     assert not (tmp_path / "b" / "imported.tmp").exists() and not list(tmp_path.rglob("*.tmp"))
 

@@ -6,7 +6,7 @@ import pytest
 from conftest import DATA
 
 from nsightflow import attribution, plan
-from nsightflow.capture import make_plan
+from nsightflow.plan import make_plan
 
 D = DATA / "h200_tinyllm"
 

@@ -15,7 +15,10 @@ import pandas as pd
 from nsightflow import attribution, metrics, ncu, nsys, units
 from nsightflow.matching import match_to_plan, search_timeline
 from nsightflow.plan import CapturePlan, expected_frame
-from nsightflow.select import select_kernels
+from nsightflow.selection import select_kernels
+
+# A stage whose counters cover less of its GPU time than this is called partly measured (a warning, lower bounds).
+FULL_COVERAGE = 0.999
 
 MODE_TEXT = {
     "representatives": "one profiled launch per class of identical launches (the same operator call, by shapes "
@@ -213,7 +216,7 @@ def with_range_totals(
 def aggregate_captures(
     imported: str | Path, divergence: float, top_n: int | None = None, coverage: float | None = None
 ) -> dict:
-    """Tables for captures made elsewhere (see nsightflow.captures): ncu results joined to the timeline without
+    """Tables for captures made elsewhere (see nsightflow.imported): ncu results joined to the timeline without
     a plan; the dtype is the precision that did most of the tensor work."""
     imported = Path(imported)
     flops = imported / "analytic_flops.json"
@@ -395,7 +398,7 @@ def stage_notes(ssum: pd.DataFrame, analytic: dict | None = None) -> list[str]:
     analytic counts that could not be made."""
     notes = []
     for _, s in ssum.iterrows():
-        if np.isfinite(s["coverage"]) and s["coverage"] < 0.999:
+        if np.isfinite(s["coverage"]) and s["coverage"] < FULL_COVERAGE:
             notes.append(
                 f"{s['stage']}: FLOPs and bytes are counted for {s['coverage']:.1%} of the stage's GPU time; "
                 "the rest is not measured, so its HFU and bandwidth are lower bounds."
@@ -456,7 +459,7 @@ def flop_notes(s: pd.Series) -> list[str]:
             "a decode step is padded and the padding is counted; the kernel table's FLOPs per launch "
             "show which kernels do it."
         )
-    elif np.isfinite(r) and r < 0.8 and s["coverage"] >= 0.999:
+    elif np.isfinite(r) and r < 0.8 and s["coverage"] >= FULL_COVERAGE:
         notes.append(
             f"{s['stage']}: ncu counted {r:.2f}x the model's FLOPs although every kernel was captured: "
             "part of the work runs on pipes the default metrics do not count (e.g. integer or FP8 "
@@ -515,7 +518,7 @@ def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> li
             out.append({"level": "estimate", "source": "peaks", "message": f"{key} peak not measured: {src}"})
     for _, st in agg["stages"].iterrows():
         cov = st.get("coverage")
-        if cov is not None and np.isfinite(cov) and cov < 0.999:
+        if cov is not None and np.isfinite(cov) and cov < FULL_COVERAGE:
             out.append(
                 {
                     "level": "warning",
@@ -535,51 +538,3 @@ def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> li
             )
     out += [{"level": "estimate", **e} for e in agg.get("estimates", [])]
     return out
-
-
-def write_run(
-    agg: dict,
-    kernels_csv: str | Path,
-    stages_csv: str | Path,
-    summary_json: str | Path,
-    commands: list[dict] | None = None,
-    diagnostics: list[dict] | None = None,
-) -> None:
-    """The run's tables as CSV (for pandas and diffs) and its peaks, notes, diagnostics and commands as JSON.
-
-    Each file is written beside its target and moved into place, so a killed job leaves none half-written.
-    """
-    for df, path in ((agg["kernels"], kernels_csv), (agg["stages"], stages_csv)):
-        tmp = Path(str(path) + ".tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(path)
-    tmp = Path(str(summary_json) + ".tmp")
-    tmp.write_text(
-        json.dumps(
-            {
-                "peaks": agg["peaks"],
-                "notes": agg["notes"],
-                "commands": commands or [],
-                "diagnostics": diagnostics if diagnostics is not None else diagnose(agg, []),
-            },
-            indent=2,
-            default=float,
-        )
-    )
-    tmp.replace(summary_json)
-
-
-def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json) -> dict:
-    """A run as the report wants it, from the files its backend wrote."""
-    summary = json.loads(Path(summary_json).read_text())
-    manifest = json.loads(Path(manifest_json).read_text())
-    return {
-        "run_id": run_id,
-        "kernels": pd.read_csv(kernels_csv),
-        "stages": pd.read_csv(stages_csv),
-        "peaks": summary["peaks"],
-        "notes": summary["notes"],
-        "manifest": manifest,
-        "diagnostics": summary.get("diagnostics", []),
-        "commands": list(manifest.get("commands", [])) + list(summary.get("commands", [])),
-    }

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import platform
-import re
 import shutil
 import subprocess
 from pathlib import Path
+
+from nsightflow.files import safe_name
 
 BACKENDS = ("nsight", "torch", "auto")
 
@@ -16,13 +17,13 @@ def found(binary: str) -> bool:
     return shutil.which(binary) is not None or Path(binary).is_file()
 
 
-def gpus() -> list[str]:
-    """GPU names nvidia-smi lists (empty without a driver or a GPU)."""
+def smi_query(field: str) -> list[str]:
+    """One value per GPU of ``nvidia-smi --query-gpu=<field>`` (empty without nvidia-smi, a driver or a GPU)."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -32,6 +33,11 @@ def gpus() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
+
+
+def gpus() -> list[str]:
+    """GPU names nvidia-smi lists (empty without a driver or a GPU)."""
+    return smi_query("name")
 
 
 def resolve(
@@ -62,7 +68,7 @@ def resolve(
 
 def slug(text: str) -> str:
     """A folder-safe form of a device name ("NVIDIA H200" -> "NVIDIA-H200")."""
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", text).strip("-") or "unknown"
+    return safe_name(text)
 
 
 def cpu_name() -> str:
@@ -126,16 +132,5 @@ def host_info() -> dict:
     """Host name, GPUs and driver as nvidia-smi reports them (for manifests)."""
     info: dict = {"hostname": platform.node(), "cpu": cpu_name(), "gpus": gpus()}
     if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-            info["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-        except (OSError, subprocess.TimeoutExpired):
-            info["driver"] = None
+        info["driver"] = next(iter(smi_query("driver_version")), None)
     return info

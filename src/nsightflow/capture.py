@@ -13,11 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from nsightflow import children, ncu, nsys
-from nsightflow.attribution import read_timeline
+from nsightflow import children, files, ncu, nsys
 from nsightflow.matching import match_to_plan
 from nsightflow.metrics import result_metrics
-from nsightflow.plan import CapturePlan, expected_frame, plan_capture
+from nsightflow.plan import CapturePlan, expected_frame
 from nsightflow.progress import LaunchProgress
 
 
@@ -144,12 +143,6 @@ def _append(log: str | Path, argv: list[str], text: str) -> None:
         fh.write("$ " + " ".join(argv) + "\n" + text)
 
 
-def _publish(tmp: Path, final: Path) -> None:
-    """Move a finished output into place, so a killed run never leaves a complete-looking file."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, final)
-
-
 def timeline(
     nsys_bin: str, program: list[str], rep: str | Path, sqlite_out: str | Path, log: str | Path, timeout_s: float | None
 ) -> str:
@@ -163,8 +156,8 @@ def timeline(
     exported = Path(str(tmp_base) + ".sqlite")
     if not exported.exists():
         raise ToolError(f"nsys wrote no SQLite export beside {produced.name} (--export=sqlite); log: {log}")
-    _publish(exported, Path(sqlite_out))
-    _publish(produced, rep)
+    files.publish(exported, Path(sqlite_out))
+    files.publish(produced, rep)
     return out
 
 
@@ -192,9 +185,7 @@ def write_manifest(
     data["host"] = host_info()
     data["commands"] = commands
     data["warnings"] = warnings or []
-    tmp = Path(str(manifest) + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    _publish(tmp, Path(manifest))
+    files.write_json(manifest, data)
     return data
 
 
@@ -239,7 +230,7 @@ def torch_profile(
 def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str | Path, log: str | Path) -> None:
     """nsys stats CSVs into ``out_dir`` (nvtx_sum.csv, ...) and the SQLite export to ``sqlite_out``."""
     rep, out_dir = Path(rep), Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    tmp = files.staging(out_dir)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     shutil.copy(rep, tmp / "timeline.nsys-rep")  # stats writes its .sqlite beside the report
@@ -253,35 +244,6 @@ def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str |
     (tmp / "timeline.nsys-rep").unlink()
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
-
-
-def make_plan(
-    sqlite: str | Path, domain: str, sample_steps: list, mode: str, plan_out: str | Path, log: str | Path
-) -> CapturePlan:
-    """Attribute the timeline and write the run's capture plan (nsightflow.plan); the log says what it chose."""
-    tl = read_timeline(sqlite, domain)
-    plan = plan_capture(tl, domain, sample_steps, mode)
-    plan.write(plan_out)
-    with open(log, "w") as fh:
-        for stage, s in plan.stages.items():
-            fh.write(
-                f"{stage}: {s['launches']} launches in {s['steps']} step(s) of {s['structures']} launch "
-                f"sequence(s); profiling {s['profiled']} ({s['classes']} classes) in steps {s['sampled_steps']}"
-                f" + {s['extra_steps']}\n"
-            )
-        for w in plan.windows:
-            fh.write(f"window {w.stage} step {w.step}: {w.why}\n")
-    return plan
-
-
-def range_plan(sqlite: str | Path, domain: str, sample_steps: list, plan_out: str | Path) -> CapturePlan:
-    """Whole-step windows over the sampled steps: one range-replay result per window."""
-    plan = plan_capture(read_timeline(sqlite, domain), domain, sample_steps, "every_launch")
-    sampled = {(stage, step) for stage, s in plan.stages.items() for step in s["sampled_steps"]}
-    plan.windows = [w for w in plan.windows if (w.stage, w.step) in sampled]
-    plan.expected = []
-    plan.write(plan_out)
-    return plan
 
 
 def ncu_capture(
@@ -345,15 +307,9 @@ def ncu_capture(
         "warnings": ncu.warnings(out),
         "clock_control": clock_control,
     }
-    _write_atomic(Path(csv_out), text)
-    _write_atomic(Path(cmd_json), json.dumps(record, indent=1))
-    _publish(produced, rep)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = Path(str(path) + ".tmp")
-    tmp.write_text(text)
-    _publish(tmp, path)
+    files.write_text(Path(csv_out), text)
+    files.write_text(Path(cmd_json), json.dumps(record, indent=1))
+    files.publish(produced, rep)
 
 
 def export(ncu_bin: str, rep: str | Path, log: str | Path) -> str:

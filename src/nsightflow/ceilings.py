@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from nsightflow import files
 from nsightflow.backend import cpu_name
 
 # Sizes: big enough to reach steady state, small enough to finish in seconds.
@@ -117,10 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     result = measure(device, ns.dtype)
-    tmp = ns.out.with_name(ns.out.name + ".tmp")
-    ns.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(ns.out)
+    files.write_json(ns.out, result)
     print(json.dumps(result))
     return 0
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nsightflow import files
+
 DEFAULT_DOMAIN = "nsightflow"
 
 
@@ -279,10 +281,9 @@ def run_torch_profiled(
 
     with profile(activities=activities) as prof:
         times = _run_pass(workload, annotate)
-    trace.parent.mkdir(parents=True, exist_ok=True)
-    tmp = trace.with_name(trace.name + ".tmp")
+    tmp = files.staging(trace)
     prof.export_chrome_trace(str(tmp))
-    tmp.replace(trace)
+    files.publish(tmp, trace)
     return times
 
 
@@ -320,10 +321,7 @@ def measure_ceilings(workload: Workload) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
+    files.write_json(path, data)
 
 
 def _read_windows(path: Path):

@@ -155,6 +155,13 @@ def launch_values(ranged: pd.DataFrame, matched: pd.DataFrame, windowed: set[tup
     return pd.concat([measured, rest]).sort_index()
 
 
+def _add_counter_totals(out: pd.DataFrame, g) -> None:
+    """Each counter's total per group (NaN when any member has no number, never a partial sum) and per launch."""
+    for c in COUNTERS:
+        out[c] = g[c].agg(lambda x: x.sum(skipna=False)).to_numpy()
+        out[f"{c}_per_launch"] = out[c] / out["instances"]
+
+
 def class_summary(values: pd.DataFrame) -> pd.DataFrame:
     """Per (stage, class of identical launches): launches, GPU time, profiled launches and counter totals
     (NaN where any of its launches has no number)."""
@@ -166,9 +173,7 @@ def class_summary(values: pd.DataFrame) -> pd.DataFrame:
         profiled=("profiled", "sum"),
     ).reset_index()
     out["total_ns"] = out["total_ns"].astype("float64")
-    for c in COUNTERS:
-        out[c] = g[c].agg(lambda x: x.sum(skipna=False)).to_numpy()
-        out[f"{c}_per_launch"] = out[c] / out["instances"]
+    _add_counter_totals(out, g)
     return out
 
 
@@ -183,9 +188,7 @@ def kernel_summary(classes: pd.DataFrame, ranges: pd.DataFrame, pk: dict) -> pd.
         classes=("class_key", "size"),
         sampled_launches=("profiled", "sum"),
     ).reset_index()
-    for c in COUNTERS:
-        out[c] = g[c].agg(lambda x: x.sum(skipna=False)).to_numpy()
-        out[f"{c}_per_launch"] = out[c] / out["instances"]
+    _add_counter_totals(out, g)
     out = out.merge(n_ranges, left_on="stage", right_index=True, how="left")
     out["launches_per_range"] = out["instances"] / out["range_instances"]
     return with_rates(out, pk)

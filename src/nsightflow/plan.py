@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from nsightflow.attribution import Timeline
+from nsightflow import files
+from nsightflow.attribution import Timeline, read_timeline
 
 MODES = ("representatives", "every_launch")
 
@@ -75,10 +76,7 @@ class CapturePlan:
     stages: dict = field(default_factory=dict)  # per stage: classes, steps, sampled, launches, profiled
 
     def write(self, path: str | Path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        tmp.replace(path)
+        files.write_json(path, asdict(self), indent=1)
 
     @classmethod
     def read(cls, path: str | Path) -> CapturePlan:
@@ -215,3 +213,32 @@ def check_stages(tl: Timeline) -> None:
 
 def expected_frame(plan: CapturePlan) -> pd.DataFrame:
     return pd.DataFrame(plan.expected, columns=EXPECTED_COLUMNS)
+
+
+def make_plan(
+    sqlite: str | Path, domain: str, sample_steps: list, mode: str, plan_out: str | Path, log: str | Path
+) -> CapturePlan:
+    """Attribute the timeline and write the run's capture plan (nsightflow.plan); the log says what it chose."""
+    tl = read_timeline(sqlite, domain)
+    plan = plan_capture(tl, domain, sample_steps, mode)
+    plan.write(plan_out)
+    with open(log, "w") as fh:
+        for stage, s in plan.stages.items():
+            fh.write(
+                f"{stage}: {s['launches']} launches in {s['steps']} step(s) of {s['structures']} launch "
+                f"sequence(s); profiling {s['profiled']} ({s['classes']} classes) in steps {s['sampled_steps']}"
+                f" + {s['extra_steps']}\n"
+            )
+        for w in plan.windows:
+            fh.write(f"window {w.stage} step {w.step}: {w.why}\n")
+    return plan
+
+
+def range_plan(sqlite: str | Path, domain: str, sample_steps: list, plan_out: str | Path) -> CapturePlan:
+    """Whole-step windows over the sampled steps: one range-replay result per window."""
+    plan = plan_capture(read_timeline(sqlite, domain), domain, sample_steps, "every_launch")
+    sampled = {(stage, step) for stage, s in plan.stages.items() for step in s["sampled_steps"]}
+    plan.windows = [w for w in plan.windows if (w.stage, w.step) in sampled]
+    plan.expected = []
+    plan.write(plan_out)
+    return plan

@@ -7,11 +7,11 @@ and otherwise only shows after a long capture).
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
+from nsightflow import files
 from nsightflow.backend import found, gpus, host_info, slug, tool_version
 from nsightflow.children import run
 
@@ -127,9 +127,5 @@ def preflight(
             "this host cannot run the Nsight backend:\n"
             + "\n".join(f"- {c['name']}: {c['detail']}. Fix: {c['fix']}" for c in failed)
         )
-    out = Path(out_json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps({"checks": checks, "host": host_info()}, indent=2))
-    tmp.replace(out)
+    files.write_json(out_json, {"checks": checks, "host": host_info()})
     return checks

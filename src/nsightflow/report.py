@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from nsightflow import units
+from nsightflow import files, units
 
 
 def roofline_png(
@@ -322,7 +322,7 @@ def kernels_html(kernels: pd.DataFrame, columns: dict, noun: str = "kernels") ->
 
 
 def render_run(run: dict, backend: str, reason: str, settings: dict, title: str = "nsightflow report") -> str:
-    """One run's page. ``run`` as aggregate.load_run gives it; ``settings``: the config values that shaped it."""
+    """One run's page. ``run`` as runfiles.load_run gives it; ``settings``: the config values that shaped it."""
     pk = run["peaks"]
     on_cpu = _on_cpu(run)
     parts = [
@@ -574,8 +574,4 @@ def _quote(argv: list[str]) -> str:
 
 def write_html(path, text: str) -> None:
     """Write a page atomically: a killed job never leaves a half-written report."""
-    from pathlib import Path
-
-    tmp = Path(str(path) + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    files.write_text(path, text)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import re
 
-_ID_SAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+from nsightflow.files import safe_name
 
 
 def _token(value) -> str:
     text = str(value).lower() if isinstance(value, bool) else str(value)
-    return _ID_SAFE.sub("-", text).strip("-") or "x"
+    return safe_name(text, "x")
 
 
 def run_id(name: str, point: dict) -> str:

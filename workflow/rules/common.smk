@@ -24,7 +24,7 @@ TOOL_VERSIONS = FACTS.versions
 # What profiling jobs ask a scheduler for (a GPU only where the profile needs one).
 GPU_JOBS = int(FACTS.gpu_jobs)
 if BACKEND == "captures":
-    from nsightflow.captures import captures_run_id
+    from nsightflow.imported import captures_run_id
 
     RUNS = {captures_run_id(config["captures"]): {"name": "captures", "args": {}, "point": {}}}
 else:

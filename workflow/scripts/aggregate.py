@@ -2,8 +2,9 @@
 
 import json
 
-from nsightflow.aggregate import aggregate_run, command_records, diagnose, write_run
+from nsightflow.aggregate import aggregate_run, command_records, diagnose
 from nsightflow.rulelog import errors_to_log
+from nsightflow.runfiles import write_run
 
 sm = snakemake  # noqa: F821
 with errors_to_log(sm.log[0]):

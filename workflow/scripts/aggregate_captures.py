@@ -3,13 +3,14 @@
 import json
 from pathlib import Path
 
-from nsightflow.aggregate import aggregate_captures, write_run
+from nsightflow.aggregate import aggregate_captures, diagnose
 from nsightflow.rulelog import errors_to_log
+from nsightflow.runfiles import write_run
 
 sm = snakemake  # noqa: F821
 with errors_to_log(sm.log[0]):
     agg = aggregate_captures(sm.input.imported, sm.params.divergence, sm.params.top_n, sm.params.coverage)
-    write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary)
+    write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, []))
     index = json.loads((Path(sm.input.imported) / "index.json").read_text())
     Path(sm.output.manifest).write_text(json.dumps({"captures": index, "versions": {}, "commands": []}, indent=2))
     with open(sm.log[0], "w") as log:

@@ -3,8 +3,9 @@
 import json
 
 from nsightflow import torchprof
-from nsightflow.aggregate import aggregate_torch, diagnose, write_run
+from nsightflow.aggregate import aggregate_torch, diagnose
 from nsightflow.rulelog import errors_to_log
+from nsightflow.runfiles import write_run
 
 sm = snakemake  # noqa: F821
 with errors_to_log(sm.log[0]):

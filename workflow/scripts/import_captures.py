@@ -2,7 +2,7 @@
 
 import json
 
-from nsightflow.captures import import_captures
+from nsightflow.imported import import_captures
 from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821

@@ -1,6 +1,6 @@
 """Rule plan: attribute the timeline by time window and plan the run's one ncu capture."""
 
-from nsightflow.capture import make_plan
+from nsightflow.plan import make_plan
 from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821

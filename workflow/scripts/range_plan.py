@@ -1,6 +1,6 @@
 """Rule range_plan: one whole-step window per sampled step, for a range-replay capture."""
 
-from nsightflow.capture import range_plan
+from nsightflow.plan import range_plan
 from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821

@@ -1,8 +1,8 @@
 """Rule run_report: one run's page (stages, kernels, roofline, peaks, commands)."""
 
-from nsightflow.aggregate import load_run
 from nsightflow.report import render_run, write_html
 from nsightflow.rulelog import errors_to_log
+from nsightflow.runfiles import load_run
 
 sm = snakemake  # noqa: F821
 with errors_to_log(sm.log[0]):

@@ -1,4 +1,5 @@
-"""Choose which kernels of each stage are worth an Nsight Compute capture."""
+"""The report's focus per stage: its top-N kernels, the fewest that cover a share of its GPU time (every
+kernel is captured regardless; this only chooses what the report puts first)."""
 
 from __future__ import annotations
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 import shutil
 import sqlite3
 from pathlib import Path
 
-from nsightflow import ncu
+from nsightflow import files, ncu
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_STATS_CMD = "nsys stats --report nvtx_sum --report nvtx_kern_sum --format csv -o PREFIX REPORT.nsys-rep"
@@ -31,7 +30,7 @@ class CapturesError(ValueError):
 
 def captures_run_id(directory: str) -> str:
     """The run id of an analysed directory: ``captures/<folder name>``."""
-    name = re.sub(r"[^A-Za-z0-9_.+-]+", "-", Path(directory).resolve().name).strip("-") or "captures"
+    name = files.safe_name(Path(directory).resolve().name, "captures")
     return f"captures/{name}"
 
 
@@ -123,7 +122,7 @@ def import_captures(
             f"{found['sqlite_unreadable'][0]}: an SQLite database that cannot be read (corrupt or cut "
             f"short); export it again with: {NSYS_SQLITE_CMD}"
         )
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    tmp = files.staging(out_dir)
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "stats").mkdir(parents=True)
     (tmp / "ncu").mkdir()

@@ -1,0 +1,84 @@
+"""What a run produces for the report, in one place: ``kernels.csv``, ``stages.csv``, ``summary.json``
+(written by the aggregate rules) and the run as the report reads it back (with ``manifest.json``).
+
+Every backend (nsight, torch, captures) writes the same files, so the report never asks which one ran:
+- ``kernels.csv``: one row per (stage, kernel or operator): rank, top-N flag, launches, launches per step,
+  classes and profiled launches (nsight), busy ns from the timeline, share of the stage, and where
+  counters exist FLOPs, DRAM/L2/L1 bytes per launch, intensity, achieved rate and utilisations.
+- ``stages.csv``: one row per stage: ranges, wall and busy ms, coverage, FLOPs (ncu and model), MFU and
+  HFU on wall and busy time, DRAM bytes and bandwidth utilisation, the same against measured ceilings.
+- ``summary.json``: peaks (with their sources), notes, diagnostics, profiler commands.
+Column meanings as shown to a reader: nsightflow.report (stage_columns, kernel_columns, GLOSSARY).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TypedDict
+
+import pandas as pd
+
+from nsightflow import files
+
+
+class Run(TypedDict):
+    """One run as the report reads it."""
+
+    run_id: str
+    kernels: pd.DataFrame
+    stages: pd.DataFrame
+    peaks: dict
+    notes: list[str]
+    manifest: dict
+    diagnostics: list[dict]
+    commands: list[dict]
+
+
+def write_run(
+    agg: dict,
+    kernels_csv: str | Path,
+    stages_csv: str | Path,
+    summary_json: str | Path,
+    commands: list[dict],
+    diagnostics: list[dict],
+) -> None:
+    """The run's tables as CSV (for pandas and diffs) and its peaks, notes, diagnostics and commands as JSON.
+
+    Each file is written beside its target and moved into place, so a killed job leaves none half-written.
+    """
+    for df, path in ((agg["kernels"], kernels_csv), (agg["stages"], stages_csv)):
+        tmp = files.staging(path)
+        df.to_csv(tmp, index=False)
+        files.publish(tmp, path)
+    files.write_text(
+        summary_json,
+        json.dumps(
+            {
+                "peaks": agg["peaks"],
+                "notes": agg["notes"],
+                "commands": commands,
+                "diagnostics": diagnostics,
+            },
+            indent=2,
+            default=float,
+        ),
+    )
+
+
+def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json) -> Run:
+    """A run as the report wants it, from the files its backend wrote."""
+    summary = json.loads(Path(summary_json).read_text())
+    manifest = json.loads(Path(manifest_json).read_text())
+    return Run(
+        **{
+            "run_id": run_id,
+            "kernels": pd.read_csv(kernels_csv),
+            "stages": pd.read_csv(stages_csv),
+            "peaks": summary["peaks"],
+            "notes": summary["notes"],
+            "manifest": manifest,
+            "diagnostics": summary.get("diagnostics", []),
+            "commands": list(manifest.get("commands", [])) + list(summary.get("commands", [])),
+        }
+    )
