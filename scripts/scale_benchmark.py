@@ -102,7 +102,7 @@ from nsightflow.plan import plan_capture
 t = time.time()
 tl = read_timeline(sys.argv[1], "nsightflow")
 t_attr = time.time() - t
-p = plan_capture(tl, "nsightflow", ["first", "last"])
+p = plan_capture(tl, "nsightflow", ["first", "last"], "representatives")
 ranged = int((tl.launches["pass_"] == "ranged").sum())
 rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"attribute_s": t_attr, "total_s": time.time() - t, "ranged": ranged,

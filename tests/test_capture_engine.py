@@ -46,7 +46,7 @@ def test_representatives_agree_with_a_full_capture_of_the_same_stages():
     # small/full.raw.csv: ncu over every launch of both stages (358), in the same GPU session.
     full, _ = ncu.parse_raw_csv(V2 / "small" / "full.raw.csv")
     truth = _sums(full)
-    st = _agg("small")["stages"].set_index("stage")
+    st = _agg("small").stages.set_index("stage")
     for stage in ("prefill", "decode"):
         assert st.loc[stage, "flops_measured"] == pytest.approx(truth.loc[stage, "flops"], rel=1e-3)
         assert st.loc[stage, "dram_bytes_measured"] == pytest.approx(truth.loc[stage, "dram"], rel=1e-2)
@@ -58,7 +58,7 @@ def test_representatives_agree_with_a_full_capture_of_the_same_stages():
 def test_every_class_of_the_profiled_steps_is_profiled_once():
     d = V2 / "default"
     tl = attribution.read_timeline(d / "timeline.sqlite", "nsightflow")
-    got = plan.plan_capture(tl, "nsightflow", ["first", "last"])
+    got = plan.plan_capture(tl, "nsightflow", ["first", "last"], "representatives")
     ran = plan.CapturePlan.read(d / "plan.json")
     assert got.expected == ran.expected and got.windows == ran.windows  # the plan the GPU host ran
     probe = tl.launches[tl.launches["pass_"] == "probe"]
@@ -111,10 +111,10 @@ def test_backward_kernels_of_autograds_thread_belong_to_backward():
     ).fetchone()
     assert total == 256 and same == 2  # nsys' per-thread projection would give backward 2 kernels
     assert len(ranged[ranged["stage"] == "backward"]) == total
-    st = _agg("train")["stages"].set_index("stage")
+    st = _agg("train").stages.set_index("stage")
     assert (st["coverage"] == 1.0).all()
     # dX and dW of every matmul: the backward GEMMs execute twice the forward's tensor FLOPs.
-    kernels = _agg("train")["kernels"]
+    kernels = _agg("train").kernels
     gemm = (
         kernels[~kernels["kernel"].str.contains("flash|fmha|attention", case=False)]
         .groupby("stage")["flops_tensor"]
@@ -139,16 +139,16 @@ def test_cuda_graph_kernels_belong_to_their_decode_steps_and_measure_what_eager_
     }
     assert launches and all(name.startswith("cudaGraphLaunch") for name in launches)
     graph = _agg("graph")
-    eager = _agg("small")["stages"].set_index("stage")
-    st = graph["stages"].set_index("stage")
+    eager = _agg("small").stages.set_index("stage")
+    st = graph.stages.set_index("stage")
     assert st.loc["decode", "flops_measured"] == pytest.approx(eager.loc["decode", "flops_measured"], rel=1e-3)
     assert st.loc["decode", "coverage"] == 1.0
-    assert any("replays CUDA graphs" in n for n in graph["notes"])  # and no analytic FLOPs are made up for it
+    assert any("replays CUDA graphs" in n for n in graph.notes)  # and no analytic FLOPs are made up for it
 
 
 def test_range_replay_totals_beside_the_kernel_totals():
     d = V2 / "ranges"
-    st = _agg("ranges", ranges_export=d / "ranges.raw.csv", ranges_plan=d / "ranges.plan.json")["stages"]
+    st = _agg("ranges", ranges_export=d / "ranges.raw.csv", ranges_plan=d / "ranges.plan.json").stages
     st = st.set_index("stage")
     for stage in ("prefill", "decode"):
         assert st.loc[stage, "flops_tensor_ranges"] == pytest.approx(st.loc[stage, "flops_tensor_measured"], rel=1e-3)
@@ -174,6 +174,6 @@ def test_unsampled_steps_are_scaled_from_the_first_and_last_of_the_same_launch_s
     assert scaled.loc["decode", "dram_bytes"] == pytest.approx(every.loc["decode", "dram_bytes"], rel=1e-3)
     assert scaled.loc["decode", "covered_ns"] == scaled.loc["decode", "busy_ns"]  # coverage 100%
     # Kernels, not grids, make a launch sequence: one for all 8 steps, so a plan today profiles 2 of them.
-    now = plan.plan_capture(tl, "nsightflow", ["first", "last"])
+    now = plan.plan_capture(tl, "nsightflow", ["first", "last"], "representatives")
     assert now.stages["decode"]["structures"] == 1 and now.stages["decode"]["profiled"] == 2 * 39
     assert ran.stages["decode"]["profiled"] == 8 * 39

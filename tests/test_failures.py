@@ -69,7 +69,14 @@ def test_names_with_shell_and_nvtx_characters_reach_the_tools_intact(tmp_path):
 
     plan_json = tmp_path / "plan.json"
     CapturePlan("representatives", "nsightflow", [Window(WEIRD, 1, [3, 4], "test")], []).write(plan_json)
-    argv = ncu.capture_argv("ncu", "o", ["python", "-m", "nsightflow.harness", "--windows", str(plan_json)])
+    argv = ncu.capture_argv(
+        "ncu",
+        "o",
+        ["python", "-m", "nsightflow.harness", "--windows", str(plan_json)],
+        replay_mode="kernel",
+        clock_control="none",
+        cache_control="all",
+    )
     assert not any(WEIRD in a or "pwned" in a for a in argv)
     assert _read_windows(plan_json).plan == {(WEIRD, 1): {3, 4}}
 

@@ -44,25 +44,25 @@ def _write(path, rows):
 
 def test_an_na_cell_in_an_ncu_flop_counter_is_lost_coverage_not_a_zero(tmp_path):
     caps = _copy(tmp_path)
-    full = _analyse(caps, tmp_path / "a")["stages"].set_index("stage")
+    full = _analyse(caps, tmp_path / "a").stages.set_index("stage")
     rows = _rows(caps / "decode.step3.raw.csv")
     col = rows[0].index("sm__ops_path_tensor_src_bf16_dst_fp32.sum")
     row = max(range(2, len(rows)), key=lambda i: float(rows[i][col].replace(",", "")))  # the biggest GEMM
     rows[row][col] = "n/a"
     _write(caps / "decode.step3.raw.csv", rows)
     got = _analyse(caps, tmp_path / "b")
-    st = got["stages"].set_index("stage")
+    st = got.stages.set_index("stage")
     assert st.loc["decode", "coverage"] < full.loc["decode", "coverage"]
     assert st.loc["prefill", "flops_measured"] == full.loc["prefill", "flops_measured"]
-    assert any(n.startswith("decode: FLOPs and bytes are counted for") for n in got["notes"])
+    assert any(n.startswith("decode: FLOPs and bytes are counted for") for n in got.notes)
 
 
 def test_an_ncu_export_cut_at_a_row_boundary_shows_as_lost_coverage(tmp_path):
     caps = _copy(tmp_path)
-    full = _analyse(caps, tmp_path / "a")["stages"].set_index("stage")
+    full = _analyse(caps, tmp_path / "a").stages.set_index("stage")
     rows = _rows(caps / "decode.step7.raw.csv")
     _write(caps / "decode.step7.raw.csv", rows[:12])  # header, units and 10 of the step's results
-    st = _analyse(caps, tmp_path / "b")["stages"].set_index("stage")
+    st = _analyse(caps, tmp_path / "b").stages.set_index("stage")
     assert st.loc["decode", "coverage"] < full.loc["decode", "coverage"]
 
 

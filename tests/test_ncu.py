@@ -105,13 +105,16 @@ def test_a_capture_that_does_not_match_its_plan_is_refused():
 
 
 def test_capture_argv_windows_the_whole_program():
-    argv = ncu.capture_argv("ncu", "out/c", ["python", "-m", "m"], metrics=["m1", "m2"])
+    settings = {"clock_control": "none", "cache_control": "all"}  # config/config.yaml's values
+    argv = ncu.capture_argv(
+        "ncu", "out/c", ["python", "-m", "m"], metrics=["m1", "m2"], replay_mode="kernel", **settings
+    )
     assert argv[argv.index("--profile-from-start") + 1] == "off"
     assert "--clock-control=none" in argv and argv[-3:] == ["python", "-m", "m"]
     assert not any(a.startswith(("--nvtx-include", "--kernel-name", "--launch-skip", "--launch-count")) for a in argv)
     assert argv[argv.index("--metrics") + 1] == "m1,m2"
     # Range replay refuses --profile-from-start and SASS instruction counts.
-    ranges = ncu.capture_argv("ncu", "o", ["p"], replay_mode="app-range")
+    ranges = ncu.capture_argv("ncu", "o", ["p"], replay_mode="app-range", **settings)
     assert "--profile-from-start" not in ranges and "--replay-mode=app-range" in ranges
     metrics = ncu.resolve_metrics("default", ["x.sum"], ranges=True)
     assert metrics[-1] == "x.sum" and not any("__sass_" in m for m in metrics)

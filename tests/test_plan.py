@@ -60,4 +60,4 @@ def test_every_launch_mode_and_bad_modes():
     with pytest.raises(plan.PlanError, match="capture mode 'some'"):
         plan.plan_capture(tl, "nsightflow", [3], "some")
     with pytest.raises(plan.PlanError, match="no NVTX range of the harness's domain"):
-        plan.plan_capture(attribution.read_timeline(D / "timeline.sqlite", "LLM"), "LLM", [3])
+        plan.plan_capture(attribution.read_timeline(D / "timeline.sqlite", "LLM"), "LLM", [3], "representatives")

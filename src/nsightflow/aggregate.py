@@ -7,6 +7,7 @@ Every backend ends here with the same shapes: a kernel table (per stage and kern
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,20 @@ from nsightflow.selection import select_kernels
 
 # A stage whose counters cover less of its GPU time than this is called partly measured (a warning, lower bounds).
 FULL_COVERAGE = 0.999
+
+
+@dataclass
+class RunTables:
+    """One run's aggregation, whatever the backend: what runfiles.write_run writes and diagnose reads."""
+
+    kernels: pd.DataFrame  # per (stage, kernel or operator)
+    stages: pd.DataFrame  # per stage
+    peaks: dict  # compute and bandwidth peaks with their sources (metrics.peaks)
+    notes: list[str]  # what a reader must know to read the numbers
+    estimates: list[dict] = field(default_factory=list)  # numbers derived rather than measured, per stage
+    classes: pd.DataFrame = field(default_factory=pd.DataFrame)  # per class of identical launches (nsight)
+    results: pd.DataFrame = field(default_factory=pd.DataFrame)  # ncu results joined to launches (nsight)
+
 
 MODE_TEXT = {
     "representatives": "one profiled launch per class of identical launches (the same operator call, by shapes "
@@ -174,15 +189,7 @@ def aggregate_run(
         stages = with_range_totals(stages, ranges_export, ranges_plan, tl)
     notes += stage_notes(stages, analytic)
     check_bounds(stages, pk)
-    return {
-        "classes": classes,
-        "kernels": kernels,
-        "stages": stages,
-        "peaks": pk,
-        "notes": notes,
-        "estimates": estimates,
-        "results": matched,
-    }
+    return RunTables(kernels, stages, pk, notes, estimates, classes, matched)
 
 
 def range_results(export: str | Path, plan_json: str | Path) -> pd.DataFrame:
@@ -285,15 +292,7 @@ def aggregate_captures(
         notes.append("no ncu exports among the captures: times only, from the nsys timeline.")
     notes += stage_notes(stages, analytic)
     check_bounds(stages, pk)
-    return {
-        "classes": classes,
-        "kernels": kernels,
-        "stages": stages,
-        "peaks": pk,
-        "notes": notes,
-        "estimates": [],
-        "results": results,
-    }
+    return RunTables(kernels, stages, pk, notes, [], classes, results)
 
 
 def check_range_counts(stats: pd.DataFrame, tl: attribution.Timeline) -> None:
@@ -338,18 +337,15 @@ def _times_only(imported: Path, analytic: dict, divergence: float, top_n, covera
     busy = kernels.groupby("stage", as_index=False)["total_ns"].sum().rename(columns={"total_ns": "busy_ns"})
     ssum = metrics.stage_summary(stages, busy, analytic, pk, divergence)
     check_bounds(ssum, pk)
-    return {
-        "classes": pd.DataFrame(),
-        "kernels": ranked,
-        "stages": ssum,
-        "peaks": pk,
-        "estimates": [],
-        "results": pd.DataFrame(),
-        "notes": [
+    return RunTables(
+        ranked,
+        ssum,
+        pk,
+        [
             "no SQLite export and no ncu exports among the captures: times only, from nsys stats "
             "(kernels attributed per thread, as nsys projects them)."
         ],
-    }
+    )
 
 
 def aggregate_torch(
@@ -390,7 +386,7 @@ def aggregate_torch(
     ]
     notes += stage_notes(ssum, analytic)
     check_bounds(ssum, pk)
-    return {"classes": pd.DataFrame(), "kernels": ranked, "stages": ssum, "peaks": pk, "notes": notes, "estimates": []}
+    return RunTables(ranked, ssum, pk, notes)
 
 
 def stage_notes(ssum: pd.DataFrame, analytic: dict | None = None) -> list[str]:
@@ -483,7 +479,7 @@ def command_records(cmd_jsons: list[str | Path], ncu_bin: str) -> list[dict]:
     return out
 
 
-def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> list[dict]:
+def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) -> list[dict]:
     """The report's diagnostics: tool warnings, clock state, coverage and every number that is estimated
     rather than measured. Each item: level (warning, estimate, info), source, message."""
     out: list[dict] = []
@@ -511,12 +507,12 @@ def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> li
                 "ncu durations are slower than a normal run; times come from the nsys timeline",
             }
         )
-    pk = agg["peaks"]
+    pk = agg.peaks
     for key in ("compute", "dram"):
         src = str(pk.get(f"{key}_source", ""))
         if not src.startswith(("ncu", "measured")):
             out.append({"level": "estimate", "source": "peaks", "message": f"{key} peak not measured: {src}"})
-    for _, st in agg["stages"].iterrows():
+    for _, st in agg.stages.iterrows():
         cov = st.get("coverage")
         if cov is not None and np.isfinite(cov) and cov < FULL_COVERAGE:
             out.append(
@@ -536,5 +532,5 @@ def diagnose(agg: dict, records: list[dict], manifest: dict | None = None) -> li
                     "bound computed from tensor sizes, not a measurement",
                 }
             )
-    out += [{"level": "estimate", **e} for e in agg.get("estimates", [])]
+    out += [{"level": "estimate", **e} for e in agg.estimates]
     return out

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from nsightflow.backend import device_label, gpus, resolve, slug, tool_versions
 
@@ -24,7 +25,7 @@ ENV = "NSIGHTFLOW_HOST_FACTS"
 class HostFacts:
     """The invocation's decisions, with where and from what they were made."""
 
-    backend: str  # nsight | torch | captures
+    backend: Literal["nsight", "torch", "captures"]
     reason: str  # why that backend, in words
     device: str  # folder-safe device name (preflight results are cached under it)
     gpu_jobs: bool  # whether profiling jobs need a GPU (what they request from a scheduler)

@@ -17,9 +17,15 @@ import csv
 import io
 import re
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
+
+# What config `ncu` allows (workflow/schemas/config.schema.yaml holds the defaults).
+ReplayMode = Literal["kernel", "application", "range", "app-range"]
+ClockControl = Literal["none", "base"]
+CacheControl = Literal["all", "none"]
 
 # Metrics behind the default report: time, clocks, FLOPs by precision, bytes per memory level,
 # and the peaks that turn them into utilisation. Counts do not depend on clocks; peaks are
@@ -101,9 +107,9 @@ def capture_argv(
     *,
     metrics: list[str] | None = None,
     sections: list[str] | None = None,
-    replay_mode: str = "kernel",
-    clock_control: str = "none",
-    cache_control: str = "all",
+    replay_mode: ReplayMode,
+    clock_control: ClockControl,
+    cache_control: CacheControl,
 ) -> list[str]:
     """The ncu command line of a windowed capture (an argv list: no shell ever sees a name from the config).
 

@@ -24,11 +24,15 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
 from nsightflow import files
 from nsightflow.attribution import Timeline, read_timeline
+
+# config ncu.capture: one launch per class of identical launches, or every launch of the sampled steps.
+CaptureMode = Literal["representatives", "every_launch"]
 
 MODES = ("representatives", "every_launch")
 
@@ -69,7 +73,7 @@ class Window:
 
 @dataclass
 class CapturePlan:
-    mode: str
+    mode: CaptureMode
     domain: str
     windows: list[Window]
     expected: list[dict]  # launches ncu must profile, in order (EXPECTED_COLUMNS)
@@ -111,7 +115,7 @@ def chosen_steps(tl: Timeline, stage: str, sample_steps: list) -> tuple[list[int
     return sampled, extra
 
 
-def plan_capture(tl: Timeline, domain: str, sample_steps: list, mode: str = "representatives") -> CapturePlan:
+def plan_capture(tl: Timeline, domain: str, sample_steps: list, mode: CaptureMode) -> CapturePlan:
     """The capture plan of one run from its attributed timeline."""
     if mode not in MODES:
         raise PlanError(f"capture mode {mode!r}: use one of {', '.join(MODES)}")

@@ -20,6 +20,7 @@ from typing import TypedDict
 import pandas as pd
 
 from nsightflow import files
+from nsightflow.aggregate import RunTables
 
 
 class Run(TypedDict):
@@ -36,7 +37,7 @@ class Run(TypedDict):
 
 
 def write_run(
-    agg: dict,
+    agg: RunTables,
     kernels_csv: str | Path,
     stages_csv: str | Path,
     summary_json: str | Path,
@@ -47,7 +48,7 @@ def write_run(
 
     Each file is written beside its target and moved into place, so a killed job leaves none half-written.
     """
-    for df, path in ((agg["kernels"], kernels_csv), (agg["stages"], stages_csv)):
+    for df, path in ((agg.kernels, kernels_csv), (agg.stages, stages_csv)):
         tmp = files.staging(path)
         df.to_csv(tmp, index=False)
         files.publish(tmp, path)
@@ -55,8 +56,8 @@ def write_run(
         summary_json,
         json.dumps(
             {
-                "peaks": agg["peaks"],
-                "notes": agg["notes"],
+                "peaks": agg.peaks,
+                "notes": agg.notes,
                 "commands": commands,
                 "diagnostics": diagnostics,
             },

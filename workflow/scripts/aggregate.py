@@ -35,4 +35,4 @@ with errors_to_log(sm.log[0]):
         diagnose(agg, records, manifest),
     )
     with open(sm.log[0], "w") as log:
-        log.write(agg["stages"].to_string() + "\n" + "\n".join(agg["notes"]) + "\n")
+        log.write(agg.stages.to_string() + "\n" + "\n".join(agg.notes) + "\n")

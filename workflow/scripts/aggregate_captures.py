@@ -14,4 +14,4 @@ with errors_to_log(sm.log[0]):
     index = json.loads((Path(sm.input.imported) / "index.json").read_text())
     Path(sm.output.manifest).write_text(json.dumps({"captures": index, "versions": {}, "commands": []}, indent=2))
     with open(sm.log[0], "w") as log:
-        log.write(agg["stages"].to_string() + "\n" + "\n".join(agg["notes"]) + "\n")
+        log.write(agg.stages.to_string() + "\n" + "\n".join(agg.notes) + "\n")

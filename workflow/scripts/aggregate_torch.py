@@ -25,4 +25,4 @@ with errors_to_log(sm.log[0]):
     )
     write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, [], manifest))
     with open(sm.log[0], "w") as log:
-        log.write(agg["stages"].to_string() + "\n" + "\n".join(agg["notes"]) + "\n")
+        log.write(agg.stages.to_string() + "\n" + "\n".join(agg.notes) + "\n")
