@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import DATA
 
-from nsightflow import aggregate, attribution, matching, metrics, ncu, plan
+from nsightflow import aggregate, attribution, matching, metrics, ncu, ncu_csv, plan
 
 V2 = DATA / "h200_v2"
 
@@ -44,7 +44,7 @@ def _sums(raw):
 
 def test_representatives_agree_with_a_full_capture_of_the_same_stages():
     # small/full.raw.csv: ncu over every launch of both stages (358), in the same GPU session.
-    full, _ = ncu.parse_raw_csv(V2 / "small" / "full.raw.csv")
+    full, _ = ncu_csv.parse_raw_csv(V2 / "small" / "full.raw.csv")
     truth = _sums(full)
     st = _agg("small").stages.set_index("stage")
     for stage in ("prefill", "decode"):
@@ -76,7 +76,7 @@ def test_every_class_of_the_profiled_steps_is_profiled_once():
     by_kernel = pre.groupby("kernel_key")["op"].nunique()
     assert (by_kernel > 1).any()
     # The capture is the plan: ncu's own NVTX cells name each result's step and operator call.
-    raw, _ = ncu.parse_raw_csv(d / "capture.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(d / "capture.raw.csv")
     for stack, e in zip(raw["nvtx_stack"], got.expected, strict=True):
         step = next(x for x in stack if x["domain"] == "nsightflow.probe")
         op = next(x for x in stack if x["domain"] == "nsightflow.ops")
@@ -86,7 +86,7 @@ def test_every_class_of_the_profiled_steps_is_profiled_once():
 
 def test_a_tampered_capture_is_refused():
     d = V2 / "default"
-    raw, _ = ncu.parse_raw_csv(d / "capture.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(d / "capture.raw.csv")
     res = metrics.result_metrics(raw)
     exp = plan.expected_frame(plan.CapturePlan.read(d / "plan.json"))
     matching.match_to_plan(res, exp, "capture")
@@ -163,7 +163,7 @@ def test_unsampled_steps_are_scaled_from_the_first_and_last_of_the_same_launch_s
     d = V2 / "llama"
     tl = attribution.read_timeline(d / "timeline.sqlite", "nsightflow")
     ran = plan.CapturePlan.read(d / "plan.json")
-    raw, _ = ncu.parse_raw_csv(d / "capture.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(d / "capture.raw.csv")
     matched = matching.match_to_plan(metrics.result_metrics(raw), plan.expected_frame(ran), "capture")
     ranged = tl.launches[tl.launches["pass_"] == "ranged"]
     every = metrics.stage_measured(metrics.launch_values(ranged, matched, {(w.stage, w.step) for w in ran.windows}))

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import DATA, ROOT, copy_workflow, snakemake
 
-from nsightflow import ncu, nsys
+from nsightflow import ncu, ncu_csv, nsys
 
 TESTS = ROOT / "tests"
 
@@ -107,11 +107,11 @@ def test_bad_files_are_refused_with_the_cause(tmp_path):
     cut = tmp_path / "cut.csv"
     cut.write_text("".join(rows[:10]) + rows[10][: len(rows[10]) // 2])  # killed mid-write
     with pytest.raises(ValueError, match="wrong number of cells"):
-        ncu.parse_raw_csv(cut)
+        ncu_csv.parse_raw_csv(cut)
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     with pytest.raises(ValueError, match="not an ncu raw CSV export"):
-        ncu.parse_raw_csv(empty)
+        ncu_csv.parse_raw_csv(empty)
     with pytest.raises(ValueError, match="empty file; expected the nvtx_sum CSV"):
         nsys.stage_table(empty)
     other = tmp_path / "other.csv"

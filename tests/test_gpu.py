@@ -23,7 +23,7 @@ import pytest
 import yaml
 from conftest import copy_workflow, snakemake
 
-from nsightflow import ncu, torchprof
+from nsightflow import ncu, ncu_csv, torchprof
 from nsightflow.matching import name_key
 
 pytestmark = pytest.mark.gpu
@@ -156,7 +156,7 @@ def run_dir(tmp_path_factory):
 def test_one_launch_per_class_is_profiled_and_nothing_else(run_dir):
     run = run_dir / "tinyllm"
     plan = json.loads((run / "plan.json").read_text())
-    raw, _ = ncu.parse_raw_csv(run / "ncu" / "capture.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(run / "ncu" / "capture.raw.csv")
     log = (run / "logs" / "ncu_capture.log").read_text()
     assert ncu.profiled_count(log) == len(raw) == len(plan["expected"])
     steps = {(w["stage"], w["step"]) for w in plan["windows"]}
@@ -251,7 +251,7 @@ def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path
     keep = os.environ.get("NSIGHTFLOW_KEEP_RESULTS")
     if keep:
         open(f"{keep}/small_full.raw.csv", "w").write(text)
-    full, _ = ncu.parse_raw_csv(text)
+    full, _ = ncu_csv.parse_raw_csv(text)
     truth = _cell_sums(full, full["nvtx_range"])
     stages = pd.read_csv(small / "stages.csv").set_index("stage")
     for stage in ("prefill", "decode"):
@@ -450,8 +450,8 @@ def test_auto_unit_exports_parse_to_the_same_numbers(run_dir):
     auto = subprocess.run(
         ["ncu", "--import", str(rep), "--page", "raw", "--csv"], capture_output=True, text=True, check=True
     ).stdout
-    a, units = ncu.parse_raw_csv(auto)
-    b, _ = ncu.parse_raw_csv(run_dir / "tinyllm" / "ncu" / "capture.raw.csv")
+    a, units = ncu_csv.parse_raw_csv(auto)
+    b, _ = ncu_csv.parse_raw_csv(run_dir / "tinyllm" / "ncu" / "capture.raw.csv")
     print("auto units seen:", sorted(set(units.values())))
     for col in (
         "dram__bytes_read.sum",
@@ -495,7 +495,7 @@ def test_at_sign_range_unsynchronised_workload_and_a_two_point_sweep(tmp_path):
     for n in (1024, 2048):
         run = work / "results" / "mm" / f"n~{n}"
         st = pd.read_csv(run / "stages.csv").set_index("stage")
-        raw, _ = ncu.parse_raw_csv(run / "ncu" / "capture.raw.csv")
+        raw, _ = ncu_csv.parse_raw_csv(run / "ncu" / "capture.raw.csv")
         tensor = raw["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
         print(
             f"n={n}: {len(raw)} result(s) in {set(p[0] for p in _result_places(raw))}, tensor FLOPs per result "

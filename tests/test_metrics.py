@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from conftest import DATA
 
-from nsightflow import aggregate, attribution, matching, metrics, ncu, plan
+from nsightflow import aggregate, attribution, matching, metrics, ncu_csv, plan
 
 D = DATA / "h200_tinyllm"
 
@@ -35,7 +35,7 @@ def _all_flops(path):
 
 
 def test_result_flops_follow_the_counting_rules():
-    raw, _ = ncu.parse_raw_csv(D / "prefill.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
     res = metrics.result_metrics(raw)
     p = D / "prefill.raw.csv"
     tensor = sum(_cells(p, "sm__ops_path_tensor_src_bf16_dst_fp32.sum"))
@@ -51,7 +51,7 @@ def test_result_flops_follow_the_counting_rules():
 
 
 def test_peaks_come_from_the_capture_with_their_source():
-    raw, _ = ncu.parse_raw_csv(D / "prefill.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
     pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
     clock = statistics.median(_cells(D / "prefill.raw.csv", "sm__cycles_elapsed.avg.per_second"))
     assert pk["compute"] == pytest.approx(540672 * clock)  # dense hgmma rate, not the sparse aggregate
@@ -69,7 +69,7 @@ def _matched(folder, captures, sample_steps):
     exp = plan.expected_frame(plan.plan_capture(tl, "nsightflow", sample_steps, "every_launch"))
     parts, start = [], 0
     for cap in captures:
-        raw, _ = ncu.parse_raw_csv(folder / f"{cap}.raw.csv")
+        raw, _ = ncu_csv.parse_raw_csv(folder / f"{cap}.raw.csv")
         res = metrics.result_metrics(raw)
         parts.append(matching.match_to_plan(res, exp.iloc[start : start + len(res)], cap))
         start += len(res)
@@ -80,7 +80,7 @@ def _matched(folder, captures, sample_steps):
 def test_results_are_joined_to_the_plan_by_order_grid_block_and_name():
     tl, matched = _matched(D, ["prefill", "decode.step3"], [3])
     assert len(matched) == 128 + 136 and set(matched["step"]) == {0, 3}
-    raw, _ = ncu.parse_raw_csv(D / "prefill.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
     res = metrics.result_metrics(raw)
     exp = plan.expected_frame(plan.plan_capture(tl, "nsightflow", [3], "every_launch")).iloc[:128]
     broken = exp.copy()
@@ -98,7 +98,7 @@ def test_results_are_joined_to_the_plan_by_order_grid_block_and_name():
 def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     tl, matched = _matched(D, ["prefill", "decode.step3"], [3])
     model = json.loads((D / "analytic_flops.json").read_text())["stages"]
-    raw, _ = ncu.parse_raw_csv(D / "prefill.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
     pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
     windowed = set(zip(matched["stage"], matched["step"], strict=True))
     classes, kernels, st = aggregate.tables(tl, matched, windowed, model, pk, 0.5, 10, 0.9)
@@ -144,7 +144,7 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
 
 
 def test_a_missing_cell_is_never_a_zero():
-    raw, _ = ncu.parse_raw_csv(D / "prefill.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
     raw.loc[3, "sm__ops_path_tensor_src_bf16_dst_fp32.sum"] = np.nan  # as an 'n/a' cell parses
     res = metrics.result_metrics(raw)
     assert np.isnan(res.loc[3, "flops"]) and np.isfinite(res.loc[4, "flops"])
@@ -167,7 +167,7 @@ def test_range_exports_are_not_joined_per_kernel(tmp_path):
     export = tmp_path / "prefill.raw.csv"
     with export.open("w", newline="") as fh:
         csv.writer(fh, quoting=csv.QUOTE_ALL).writerows([[r[i] for i in keep] for r in rows])
-    raw, _ = ncu.parse_raw_csv(export)
+    raw, _ = ncu_csv.parse_raw_csv(export)
     with pytest.raises(ValueError, match="one result per range"):
         aggregate._kernel_results(raw, export)
 
@@ -179,10 +179,10 @@ def test_filtered_run_counts_only_the_captured_classes():
     tl = attribution.read_timeline(F / "timeline.sqlite", "nsightflow")
     parts = []
     for cap in caps:
-        raw, _ = ncu.parse_raw_csv(F / f"{cap}.raw.csv")
+        raw, _ = ncu_csv.parse_raw_csv(F / f"{cap}.raw.csv")
         parts.append(matching.search_timeline(metrics.result_metrics(raw), tl.launches, "nsightflow", cap))
     matched = pd.concat(parts, ignore_index=True)
-    raw, _ = ncu.parse_raw_csv(F / "prefill.raw.csv")
+    raw, _ = ncu_csv.parse_raw_csv(F / "prefill.raw.csv")
     pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
     model = json.loads((F / "analytic_flops.json").read_text())["stages"]
     _, _, st = aggregate.tables(

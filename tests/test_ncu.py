@@ -6,13 +6,13 @@ import io
 import pytest
 from conftest import DATA
 
-from nsightflow import ncu
+from nsightflow import ncu, ncu_csv
 
 D = DATA / "h200_tinyllm"
 
 
 def test_parse_raw_csv_real_export():
-    df, units = ncu.parse_raw_csv(D / "decode.step3.raw.csv")
+    df, units = ncu_csv.parse_raw_csv(D / "decode.step3.raw.csv")
     raw = list(csv.reader((D / "decode.step3.raw.csv").open()))
     assert len(df) == len(raw) - 2 == 136
     assert units["gpu__time_duration.sum"] == "ns"
@@ -25,7 +25,7 @@ def test_parse_raw_csv_real_export():
 
 
 def test_parse_nvtx_with_at_sign_range():
-    df, _ = ncu.parse_raw_csv(D / "at_range.raw.csv")
+    df, _ = ncu_csv.parse_raw_csv(D / "at_range.raw.csv")
     assert set(df["nvtx_domain"]) == {"LLM"}
     assert set(df["nvtx_range"]) == {"LLM@prefill"}
     assert sorted(set(df["nvtx_payload"])) == [0, 1]
@@ -35,38 +35,38 @@ def test_parse_raw_csv_rejects_bad_input(tmp_path):
     good = (D / "decode.step3.raw.csv").read_text().splitlines()
     (tmp_path / "trunc.csv").write_text("\n".join(good[:3] + [good[3][: len(good[3]) // 2]]) + "\n")
     with pytest.raises(ValueError, match="truncated"):
-        ncu.parse_raw_csv(tmp_path / "trunc.csv")
+        ncu_csv.parse_raw_csv(tmp_path / "trunc.csv")
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(ValueError, match="not an ncu raw CSV"):
-        ncu.parse_raw_csv(tmp_path / "empty.csv")
+        ncu_csv.parse_raw_csv(tmp_path / "empty.csv")
     (tmp_path / "other.csv").write_text((D / "stats" / "nvtx_sum.csv").read_text())
     with pytest.raises(ValueError, match="--page raw --csv"):
-        ncu.parse_raw_csv(tmp_path / "other.csv")
+        ncu_csv.parse_raw_csv(tmp_path / "other.csv")
 
 
 def test_units_scale_to_base_and_unknown_units_fail_only_where_read():
-    assert ncu.unit_factor("Mbyte") == (1e6, False) and ncu.unit_factor("usecond") == (1e-6, True)
-    assert ncu.unit_factor("cycle/nsecond") == (1e9, False) and ncu.unit_factor("byte/cycle") == (1.0, False)
-    assert ncu.unit_factor("frobs") is None
+    assert ncu_csv.unit_factor("Mbyte") == (1e6, False) and ncu_csv.unit_factor("usecond") == (1e-6, True)
+    assert ncu_csv.unit_factor("cycle/nsecond") == (1e9, False) and ncu_csv.unit_factor("byte/cycle") == (1.0, False)
+    assert ncu_csv.unit_factor("frobs") is None
     rows = list(csv.reader((D / "prefill.raw.csv").open()))
     i = rows[0].index("dram__bytes_read.sum")
     rows[1][i] = "Kbyte"  # as auto units print it: the same cells now mean thousands of bytes
     text = io.StringIO()
     csv.writer(text, quoting=csv.QUOTE_ALL).writerows(rows)
-    df, _ = ncu.parse_raw_csv(text.getvalue())
+    df, _ = ncu_csv.parse_raw_csv(text.getvalue())
     assert df["dram__bytes_read.sum"].iloc[0] == 1000 * float(rows[2][i].replace(",", ""))
     rows[1][i] = "frobs"
     text = io.StringIO()
     csv.writer(text, quoting=csv.QUOTE_ALL).writerows(rows)
     with pytest.raises(ValueError, match="print-units base"):
-        ncu.parse_raw_csv(text.getvalue())
+        ncu_csv.parse_raw_csv(text.getvalue())
 
 
 def test_auto_unit_export_matches_the_base_unit_export():
     # One real report exported both ways on the GPU host; auto units print 'us', 'Mbyte', 'Ghz', ...
     A = DATA / "h200_autounits"
-    auto, units = ncu.parse_raw_csv(A / "prefill.auto.raw.csv")
-    base, _ = ncu.parse_raw_csv(A / "prefill.base.raw.csv")
+    auto, units = ncu_csv.parse_raw_csv(A / "prefill.auto.raw.csv")
+    base, _ = ncu_csv.parse_raw_csv(A / "prefill.base.raw.csv")
     assert units["gpu__time_duration.sum"] == "us" and units["dram__bytes_read.sum"] == "Mbyte"
     rows = list(csv.reader((A / "prefill.base.raw.csv").open()))
     for metric in (

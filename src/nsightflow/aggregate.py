@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nsightflow import attribution, metrics, ncu, nsys, units
+from nsightflow import attribution, metrics, ncu, ncu_csv, nsys, units
 from nsightflow.matching import match_to_plan, search_timeline
 from nsightflow.plan import CapturePlan, expected_frame
 from nsightflow.selection import select_kernels
@@ -157,7 +157,7 @@ def aggregate_run(
     """Per-class, per-kernel and per-stage tables of one Nsight run, plus peaks, notes and estimates."""
     tl = attribution.read_timeline(sqlite, domain)
     plan = CapturePlan.read(plan_json)
-    raw, _ = ncu.parse_raw_csv(Path(export))
+    raw, _ = ncu_csv.parse_raw_csv(Path(export))
     matched = match_to_plan(_kernel_results(raw, export), expected_frame(plan), Path(export).name)
     analytic = load_analytic(flops_json)
     ceiling = json.loads(Path(ceiling_json).read_text()) if ceiling_json else None
@@ -194,7 +194,7 @@ def aggregate_run(
 
 def range_results(export: str | Path, plan_json: str | Path) -> pd.DataFrame:
     """One row per range window of a range-replay capture: stage, step and the window's counter totals."""
-    raw, _ = ncu.parse_raw_csv(Path(export))
+    raw, _ = ncu_csv.parse_raw_csv(Path(export))
     plan = CapturePlan.read(plan_json)
     if len(raw) != len(plan.windows):
         raise ValueError(f"{export}: {len(raw)} range results, the range plan has {len(plan.windows)} windows")
@@ -238,7 +238,7 @@ def aggregate_captures(
     matched = []
     raws = []
     for export in exports:
-        raw, _ = ncu.parse_raw_csv(export)
+        raw, _ = ncu_csv.parse_raw_csv(export)
         raws.append(raw)
         matched.append(search_timeline(_kernel_results(raw, export), tl.launches, domain, export.name))
     results = (

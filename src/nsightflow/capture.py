@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from nsightflow import children, files, ncu, nsys
+from nsightflow import children, files, ncu, ncu_csv, nsys
 from nsightflow.matching import match_to_plan
 from nsightflow.metrics import result_metrics
 from nsightflow.plan import CapturePlan, expected_frame
@@ -292,7 +292,7 @@ def ncu_capture(
     if not produced.exists():
         raise ToolError(f"ncu wrote no report for {what}; log: {log}")
     text = export(ncu_bin, produced, log)
-    raw, _ = ncu.parse_raw_csv(text)
+    raw, _ = ncu_csv.parse_raw_csv(text)
     if ranges:
         if len(raw) != expected:
             raise ToolError(f"range capture: {len(raw)} results for {expected} windows; log: {log}")
@@ -320,5 +320,5 @@ def export(ncu_bin: str, rep: str | Path, log: str | Path) -> str:
     _append(log, argv, proc.stderr + f"\n[nsightflow] exit code {proc.returncode}\n")
     if proc.returncode != 0:
         raise ToolError(f"ncu --import failed with {proc.returncode}; log: {log}")
-    ncu.parse_raw_csv(proc.stdout)  # raises on an empty or malformed export
+    ncu_csv.parse_raw_csv(proc.stdout)  # raises on an empty or malformed export
     return proc.stdout

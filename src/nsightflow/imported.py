@@ -16,7 +16,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from nsightflow import files, ncu
+from nsightflow import files, ncu, ncu_csv
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_STATS_CMD = "nsys stats --report nvtx_sum --report nvtx_kern_sum --format csv -o PREFIX REPORT.nsys-rep"
@@ -186,7 +186,7 @@ def _import(
     if sqlite is not None and sqlite != tmp / "timeline.sqlite":
         shutil.copy(sqlite, tmp / "timeline.sqlite")
     for i, export in enumerate(sorted(exports)):
-        ncu.parse_raw_csv(export)  # fails here, naming the file, when an export is malformed
+        ncu_csv.parse_raw_csv(export)  # fails here, naming the file, when an export is malformed
         shutil.copy(export, tmp / "ncu" / f"{i:03d}.raw.csv")
     flops = _one(found, "analytic_flops")
     if flops:

@@ -1,0 +1,150 @@
+"""Nsight Compute's raw CSV exports (``ncu --import --page raw --csv``) as DataFrames, read strictly.
+
+Units are taken from the export's units row (auto units such as ``us``, ``Mbyte``, ``Ghz`` or base units
+with ``--print-units base``), thousands separators are removed, and a cell that cannot be read is NaN
+(lost coverage downstream), never a zero. NVTX cells are parsed into their ranges and payloads.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from nsightflow.ncu import DEFAULT_METRICS
+
+_NVTX_ENTRY = re.compile(
+    r'"(?P<domain>[^"]*?):(?P<range>[^"]*):(?P<pltype>[^:"]*):(?P<plvalue>[^:"]*):'
+    r'(?P<clrtype>[^:"]*):(?P<color>[^:"]*):(?P<msgtype>[^:"]*):(?P=range)"'
+)
+
+
+def parse_nvtx(cell: str) -> list[dict]:
+    """The push/pop stack of an ncu NVTX cell, outermost first.
+
+    A cell reads like ``642  "nsightflow:decode:Int64:3:RGB:0xff:REGISTERED:decode" ``:
+    thread id, then per range domain:name:payload type:payload:colour type:colour:message type:name.
+    """
+    out = []
+    for m in _NVTX_ENTRY.finditer(cell or ""):
+        payload = m.group("plvalue")
+        domain = m.group("domain")
+        out.append(
+            {
+                "domain": "" if domain == "<default domain>" else domain,
+                "range": m.group("range"),
+                "payload": int(payload) if re.fullmatch(r"-?\d+", payload or "") else None,
+            }
+        )
+    return out
+
+
+def _number(cell: str) -> float:
+    cell = (cell or "").strip().replace(",", "")
+    if cell in ("", "n/a", "no data", "N/A", "(!) n/a"):
+        return np.nan
+    try:
+        return float(cell)
+    except ValueError:
+        return np.nan
+
+
+_PREFIX = {"n": -9, "u": -6, "m": -3, "": 0, "K": 3, "M": 6, "G": 9, "T": 12, "P": 15}  # powers of ten
+_UNIT_BASES = {
+    "byte": 0,
+    "second": 0,
+    "s": 0,
+    "ns": -9,
+    "hz": 0,
+    "inst": 0,
+    "warp": 0,
+    "cycle": 0,
+    "thread": 0,
+    "sector": 0,
+    "request": 0,
+    "block": 0,
+    "register": 0,
+    "wavefront": 0,
+}
+
+
+def _unit_exponent(unit: str) -> tuple[int, bool] | None:
+    """(power of ten to SI base units, is a plain time), exact integers; None when not understood."""
+    unit = unit.strip()
+    if unit in ("", "%"):
+        return 0, False
+    if "/" in unit:
+        num, _, den = unit.partition("/")
+        a, b = _unit_exponent(num), _unit_exponent(den)
+        return None if a is None or b is None else (a[0] - b[0], False)
+    for base in sorted(_UNIT_BASES, key=len, reverse=True):
+        prefix = unit[: len(unit) - len(base)]
+        if unit.lower().endswith(base) and prefix in _PREFIX:
+            return _PREFIX[prefix] + _UNIT_BASES[base], base in ("second", "s", "ns")
+    return None
+
+
+def unit_factor(unit: str) -> tuple[float, bool] | None:
+    """(factor to SI base units, is a plain time) for an ncu unit such as 'Mbyte', 'usecond', 'Ghz', 'byte/cycle'.
+
+    ``None`` when the unit is not understood. Prefixes are decimal (K = 1e3), as ncu's auto units print.
+    """
+    exp = _unit_exponent(unit)
+    return None if exp is None else (10.0 ** exp[0], exp[1])
+
+
+def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Parse ``ncu --import R --page raw --csv`` output: (one row per result, units per column as printed).
+
+    Metric columns (names with ``__``) become floats in base units (bytes, ns, hz: auto-scaled
+    units such as ``Mbyte`` or ``usecond`` are converted) with thousands separators removed and
+    ``n/a``/``no data`` as NaN; the NVTX push/pop column becomes ``nvtx_stack`` (every range, outermost
+    first) and ``nvtx_domain``, ``nvtx_range`` and ``nvtx_payload`` of the innermost range.
+    """
+    text = Path(source).read_text() if isinstance(source, Path) or "\n" not in str(source) else str(source)
+    rows = list(csv.reader(io.StringIO(text)))
+    rows = [r for r in rows if r and not (len(r) == 1 and r[0].startswith("=="))]
+    if len(rows) < 2 or "Kernel Name" not in rows[0] or "ID" not in rows[0]:
+        raise ValueError(
+            f"{source if isinstance(source, Path) else 'input'}: not an ncu raw CSV export "
+            "(expected a header with 'ID' and 'Kernel Name', then a units row); "
+            "make it with: ncu --import R.ncu-rep --page raw --csv --print-units base"
+        )
+    header, units = rows[0], rows[1]
+    if len(units) != len(header):
+        raise ValueError("ncu raw CSV: the units row does not match the header (truncated file?)")
+    body = [r for r in rows[2:] if len(r) == len(header)]
+    if len(body) != len(rows) - 2:
+        raise ValueError(
+            f"ncu raw CSV: {len(rows) - 2 - len(body)} rows have the wrong number of cells (truncated file?)"
+        )
+    columns = {}
+    for i, col in enumerate(header):
+        cells = [r[i] for r in body]
+        if "__" not in col:
+            columns[col] = cells
+            continue
+        # Auto units (no --print-units base) scale per column: bring every metric to bytes, ns, hz, ...
+        exp = _unit_exponent(units[i])
+        if exp is None:
+            if col in DEFAULT_METRICS:
+                raise ValueError(
+                    f"ncu raw CSV: column {col!r} has unit {units[i]!r}, which nsightflow does not know; "
+                    "export with: ncu --import R.ncu-rep --page raw --csv --print-units base"
+                )
+            exp = (0, False)  # a column nsightflow does not read (e.g. launch__* counts of 'cluster'): as printed
+        scale = 10.0 ** (exp[0] + (9 if exp[1] else 0))  # plain times in ns
+        columns[col] = [_number(v) * scale for v in cells]
+    nvtx_col = next((c for c in header if "Push/Pop_Range" in c), None)
+    stacks = [parse_nvtx(v) for v in columns[nvtx_col]] if nvtx_col else [[] for _ in body]
+    columns["nvtx_stack"] = stacks
+    columns["nvtx_domain"] = [s[-1]["domain"] if s else None for s in stacks]
+    columns["nvtx_range"] = [s[-1]["range"] if s else None for s in stacks]
+    columns["nvtx_payload"] = [s[-1]["payload"] if s else None for s in stacks]
+    df = pd.DataFrame(columns)
+    df["ID"] = df["ID"].astype(int)
+    return df, dict(zip(header, units, strict=True))
