@@ -1,6 +1,7 @@
 # Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
+# import_captures is not one of them: exporting .nsys-rep/.ncu-rep files needs Nsight, which a cluster
+# installs on its compute nodes; it asks for no GPU.
 localrules:
-    import_captures,
     aggregate_captures,
 
 
@@ -13,6 +14,9 @@ rule import_captures:
         "results/{run}/logs/import_captures.log",
     conda:
         "../../envs/nsightflow.yaml"
+    resources:
+        runtime=runtime_min(config["nsys"]["timeout_s"]),
+        mem_mb=MEM_MB["analysis"],
     params:
         directory=config["captures"],
         nsys=config["tools"]["nsys"],
