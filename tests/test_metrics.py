@@ -54,13 +54,13 @@ def test_peaks_come_from_the_capture_with_their_source():
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
     pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
     clock = statistics.median(_cells(D / "prefill.raw.csv", "sm__cycles_elapsed.avg.per_second"))
-    assert pk["compute"] == pytest.approx(540672 * clock)  # dense hgmma rate, not the sparse aggregate
-    assert "sparsity_off" in pk["compute_source"]
+    assert pk.compute == pytest.approx(540672 * clock)  # dense hgmma rate, not the sparse aggregate
+    assert "sparsity_off" in pk.compute_source
     dram_clock = statistics.median(_cells(D / "prefill.raw.csv", "dram__cycles_elapsed.avg.per_second"))
-    assert pk["dram"] == pytest.approx(1504 * dram_clock)
-    assert pk["datasheet_compute"] == 989.4e12
+    assert pk.dram == pytest.approx(1504 * dram_clock)
+    assert pk.datasheet_compute == 989.4e12
     fallback = metrics.peaks(metrics.result_metrics(raw).assign(bf16_dense_per_cycle=0.0), "NVIDIA H200", "bfloat16")
-    assert fallback["compute"] == 989.4e12 and "datasheet" in fallback["compute_source"]
+    assert fallback.compute == 989.4e12 and "datasheet" in fallback.compute_source
 
 
 def _matched(folder, captures, sample_steps):
@@ -115,9 +115,9 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
         * 1e-9
     )
     # HFU: the FLOPs the GPU executed; MFU: the model's FLOPs (causal-adjusted); both on timeline time.
-    assert st.loc["prefill", "hfu_busy"] == pytest.approx(pre_flops / (busy * pk["compute"]), rel=1e-9)
+    assert st.loc["prefill", "hfu_busy"] == pytest.approx(pre_flops / (busy * pk.compute), rel=1e-9)
     assert st.loc["prefill", "mfu_busy"] == pytest.approx(
-        model["prefill"]["flops_causal_adjusted"] / (busy * pk["compute"]), rel=1e-9
+        model["prefill"]["flops_causal_adjusted"] / (busy * pk.compute), rel=1e-9
     )
     # Decode: every step launches the same classes, so scaling step 3 to all launches is 8 x step 3.
     dec_flops = _all_flops(D / "decode.step3.raw.csv")

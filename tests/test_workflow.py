@@ -9,6 +9,7 @@ import yaml
 from conftest import DATA, copy_workflow, snakemake
 
 from nsightflow import report
+from nsightflow.metrics import Peaks
 
 
 @pytest.mark.parametrize("extra", [[], ["--config", "profiler=nsight"], ["--config", f"captures={DATA}"]])
@@ -82,7 +83,7 @@ def test_report_escapes_kernel_names():
         ]
     )
     stages = pd.DataFrame([{"stage": "prefill", "wall_ms": 1.0}])
-    pk = {"compute": 1e15, "dram": 4e12, "precision": "bf16", "compute_source": "test", "dram_source": "test"}
+    pk = Peaks(precision="bf16", device_name=None, compute=1e15, compute_source="test", dram=4e12, dram_source="test")
     html = report.render_run(
         {"run_id": "r<1>", "kernels": kernels, "stages": stages, "peaks": pk, "notes": []}, "nsight", "", {}
     )

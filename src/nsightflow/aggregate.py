@@ -28,7 +28,7 @@ class RunTables:
 
     kernels: pd.DataFrame  # per (stage, kernel or operator)
     stages: pd.DataFrame  # per stage
-    peaks: dict  # compute and bandwidth peaks with their sources (metrics.peaks)
+    peaks: metrics.Peaks  # compute and bandwidth peaks with their sources
     notes: list[str]  # what a reader must know to read the numbers
     estimates: list[dict] = field(default_factory=list)  # numbers derived rather than measured, per stage
     classes: pd.DataFrame = field(default_factory=pd.DataFrame)  # per class of identical launches (nsight)
@@ -69,7 +69,7 @@ def load_analytic(path: str | Path) -> dict:
     return stages
 
 
-def check_bounds(stages: pd.DataFrame, pk: dict) -> None:
+def check_bounds(stages: pd.DataFrame, pk: metrics.Peaks) -> None:
     """Refuse numbers no hardware can produce: negative counts, or a utilisation beyond its peak by more than
     the tolerance (an edited or mismatched input, e.g. swapped columns of a stats export)."""
     for _, s in stages.iterrows():
@@ -84,7 +84,7 @@ def check_bounds(stages: pd.DataFrame, pk: dict) -> None:
             ("dram_bw_util_busy", "dram"),
         ):
             v = s.get(col, np.nan)
-            source = str(pk.get(f"{peak}_source", ""))
+            source = pk.source(peak)
             limit = TOLERANCE["ncu" if source.startswith("ncu") else "other"]
             if np.isfinite(v) and v > limit:
                 raise ValueError(
@@ -114,7 +114,7 @@ def _ranked(kernels: pd.DataFrame, top_n: int | None, coverage: float | None) ->
     return ranked
 
 
-def _peaks(results: pd.DataFrame, device: str | None, dtype: str, ceiling: dict | None) -> dict:
+def _peaks(results: pd.DataFrame, device: str | None, dtype: str, ceiling: dict | None) -> metrics.Peaks:
     pk = metrics.peaks(results, device, dtype)
     return metrics.with_ceiling(pk, ceiling) if ceiling and "error" not in ceiling else pk
 
@@ -124,7 +124,7 @@ def tables(
     matched: pd.DataFrame,
     windowed: set[tuple[str, int]],
     analytic: dict,
-    pk: dict,
+    pk: metrics.Peaks,
     divergence: float,
     top_n: int | None,
     coverage: float | None,
@@ -509,7 +509,7 @@ def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) 
         )
     pk = agg.peaks
     for key in ("compute", "dram"):
-        src = str(pk.get(f"{key}_source", ""))
+        src = pk.source(key)
         if not src.startswith(("ncu", "measured")):
             out.append({"level": "estimate", "source": "peaks", "message": f"{key} peak not measured: {src}"})
     for _, st in agg.stages.iterrows():

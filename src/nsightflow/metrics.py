@@ -13,6 +13,9 @@ Rules this module keeps:
 
 from __future__ import annotations
 
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
 import numpy as np
 import pandas as pd
 
@@ -177,7 +180,7 @@ def class_summary(values: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def kernel_summary(classes: pd.DataFrame, ranges: pd.DataFrame, pk: dict) -> pd.DataFrame:
+def kernel_summary(classes: pd.DataFrame, ranges: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     """Per (stage, kernel): launches, time and counters summed over its classes; per-launch means, intensity,
     achieved rates and share of peak. A kernel with any class unmeasured has no counters (NaN)."""
     n_ranges = ranges.groupby("stage").size().rename("range_instances")
@@ -194,7 +197,7 @@ def kernel_summary(classes: pd.DataFrame, ranges: pd.DataFrame, pk: dict) -> pd.
     return with_rates(out, pk)
 
 
-def with_rates(out: pd.DataFrame, pk: dict) -> pd.DataFrame:
+def with_rates(out: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     """Average time per launch, intensity, achieved FLOP/s and bytes/s, and their share of the peaks."""
     out["avg_ns"] = out["total_ns"] / out["instances"]
     if "flops_per_launch" not in out:
@@ -202,8 +205,8 @@ def with_rates(out: pd.DataFrame, pk: dict) -> pd.DataFrame:
     out["arithmetic_intensity"] = out["flops_per_launch"] / out["dram_bytes_per_launch"].replace(0, np.nan)
     out["achieved_flops_per_s"] = out["flops_per_launch"] / (out["avg_ns"] * 1e-9)
     out["achieved_dram_bytes_per_s"] = out["dram_bytes_per_launch"] / (out["avg_ns"] * 1e-9)
-    out["compute_utilisation"] = out["achieved_flops_per_s"] / pk["compute"]
-    out["dram_utilisation"] = out["achieved_dram_bytes_per_s"] / pk["dram"]
+    out["compute_utilisation"] = out["achieved_flops_per_s"] / pk.compute
+    out["dram_utilisation"] = out["achieved_dram_bytes_per_s"] / pk.dram
     return out
 
 
@@ -227,7 +230,39 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def peaks(results: pd.DataFrame, device_name: str | None, dtype: str) -> dict:
+@dataclass
+class Peaks:
+    """The denominators of every utilisation, each with where it comes from (ncu, measured, datasheet)."""
+
+    precision: str
+    device_name: str | None
+    compute: float  # FLOP/s
+    compute_source: str
+    dram: float  # bytes/s
+    dram_source: str
+    sm_hz: float = math.nan
+    dram_hz: float = math.nan
+    ceiling_compute: float | None = None  # measured matmul rate, beside ncu's peak
+    ceiling_dram: float | None = None  # measured copy bandwidth
+    ceiling_source: str | None = None
+    datasheet_compute: float | None = None
+    datasheet_dram: float | None = None
+    datasheet_source: str | None = None
+
+    def to_dict(self) -> dict:
+        """As summary.json holds it (absent values left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Peaks:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    def source(self, which: str) -> str:
+        """Where the ``compute`` or ``dram`` peak comes from."""
+        return str(getattr(self, f"{which}_source") or "")
+
+
+def peaks(results: pd.DataFrame, device_name: str | None, dtype: str) -> Peaks:
     """Compute and memory peaks for the workload's dtype, each with its source."""
     precision = DTYPE_PRECISION.get(dtype, dtype)
     sm_hz = results["sm_hz"].replace(0, np.nan).median() if len(results) else np.nan
@@ -268,22 +303,22 @@ def peaks(results: pd.DataFrame, device_name: str | None, dtype: str) -> dict:
         out["datasheet_compute"] = sheet.get(precision, np.nan)
         out["datasheet_dram"] = sheet.get("dram", np.nan)
         out["datasheet_source"] = sheet["source"]
-    return out
+    return Peaks(**out)
 
 
-def ceiling_peaks(ceiling: dict, dtype: str) -> dict:
+def ceiling_peaks(ceiling: dict, dtype: str) -> Peaks:
     """Peaks from the measured ceilings (torch backend: the only denominators a CPU has), datasheet beside."""
     precision = DTYPE_PRECISION.get(dtype, dtype)
     name = ceiling.get("device_name")
     if "error" in ceiling:
-        return {
-            "precision": precision,
-            "device_name": name,
-            "compute": np.nan,
-            "dram": np.nan,
-            "compute_source": f"unknown: the ceiling was {ceiling['error']}",
-            "dram_source": f"unknown: the ceiling was {ceiling['error']}",
-        }
+        return Peaks(
+            precision=precision,
+            device_name=name,
+            compute=np.nan,
+            dram=np.nan,
+            compute_source=f"unknown: the ceiling was {ceiling['error']}",
+            dram_source=f"unknown: the ceiling was {ceiling['error']}",
+        )
     out = {
         "precision": precision,
         "device_name": name,
@@ -302,18 +337,18 @@ def ceiling_peaks(ceiling: dict, dtype: str) -> dict:
             datasheet_dram=sheet.get("dram", np.nan),
             datasheet_source=sheet["source"],
         )
-    return out
+    return Peaks(**out)
 
 
-def with_ceiling(pk: dict, ceiling: dict) -> dict:
+def with_ceiling(pk: Peaks, ceiling: dict) -> Peaks:
     """Add the measured ceilings to ncu/datasheet peaks, as second denominators."""
-    return {
-        **pk,
-        "ceiling_compute": ceiling["matmul_flops_per_s"],
-        "ceiling_dram": ceiling["copy_bytes_per_s"],
-        "ceiling_source": f"measured on {ceiling.get('device_name')}: {ceiling['method']['matmul']}; "
+    return replace(
+        pk,
+        ceiling_compute=ceiling["matmul_flops_per_s"],
+        ceiling_dram=ceiling["copy_bytes_per_s"],
+        ceiling_source=f"measured on {ceiling.get('device_name')}: {ceiling['method']['matmul']}; "
         f"{ceiling['method']['copy']}",
-    }
+    )
 
 
 def _util(amount: float, seconds: float, peak: float) -> float:
@@ -328,7 +363,7 @@ def _num(v) -> float:
 
 
 def stage_summary(
-    stages: pd.DataFrame, measured: pd.DataFrame, analytic: dict, pk: dict, divergence: float
+    stages: pd.DataFrame, measured: pd.DataFrame, analytic: dict, pk: Peaks, divergence: float
 ) -> pd.DataFrame:
     """Per stage: wall and GPU busy time (timeline), FLOPs and bytes (ncu, scaled), utilisation on each time.
 
@@ -370,18 +405,18 @@ def stage_summary(
             "flops_analytic_other": _num(by_class.get("other")),
             "executed_over_model": flops / model if model else np.nan,
             "dram_bytes_measured": dram,
-            "mfu_wall": _util(model, wall_s, pk["compute"]),
-            "mfu_busy": _util(model, busy_s, pk["compute"]),
-            "hfu_wall": _util(flops, wall_s, pk["compute"]),
-            "hfu_busy": _util(flops, busy_s, pk["compute"]),
-            "dram_bw_util_busy": _util(dram, busy_s, pk["dram"]),
-            "dram_bw_util_wall": _util(dram, wall_s, pk["dram"]),
+            "mfu_wall": _util(model, wall_s, pk.compute),
+            "mfu_busy": _util(model, busy_s, pk.compute),
+            "hfu_wall": _util(flops, wall_s, pk.compute),
+            "hfu_busy": _util(flops, busy_s, pk.compute),
+            "dram_bw_util_busy": _util(dram, busy_s, pk.dram),
+            "dram_bw_util_wall": _util(dram, wall_s, pk.dram),
         }
         row["bytes_analytic"] = _num(an.get("bytes_lower_bound"))
-        row["bw_util_busy_model"] = _util(row["bytes_analytic"], busy_s, pk["dram"])
-        if "ceiling_compute" in pk:
-            row["mfu_busy_ceiling"] = _util(model, busy_s, pk["ceiling_compute"])
-            row["dram_bw_util_busy_ceiling"] = _util(dram, busy_s, pk["ceiling_dram"])
+        row["bw_util_busy_model"] = _util(row["bytes_analytic"], busy_s, pk.dram)
+        if pk.ceiling_compute is not None:
+            row["mfu_busy_ceiling"] = _util(model, busy_s, pk.ceiling_compute)
+            row["dram_bw_util_busy_ceiling"] = _util(dram, busy_s, pk.ceiling_dram)
         row["busy_over_wall"] = busy_ns / st["wall_ns"] if st["wall_ns"] else np.nan
         row["diverges"] = bool(row["busy_over_wall"] < divergence)
         rows.append(row)

@@ -11,11 +11,12 @@ import math
 import pandas as pd
 
 from nsightflow import files, units
+from nsightflow.metrics import Peaks
 
 
 def roofline_png(
     kernels: pd.DataFrame,
-    pk: dict,
+    pk: Peaks,
     title: str,
     x_label: str = "arithmetic intensity (FLOP / DRAM byte)",
     y_label: str = "achieved FLOP/s (on busy time)",
@@ -32,13 +33,13 @@ def roofline_png(
     lo = min([0.01] + list(pts["arithmetic_intensity"] / 3))
     hi = max([1e4] + list(pts["arithmetic_intensity"] * 3))
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    if math.isfinite(pk.get("compute", float("nan"))) and math.isfinite(pk.get("dram", float("nan"))):
+    if units.finite(pk.compute) and units.finite(pk.dram):
         ax.plot(
             xs,
-            [min(pk["compute"], x * pk["dram"]) for x in xs],
+            [min(pk.compute, x * pk.dram) for x in xs],
             color="black",
             lw=1.5,
-            label=f"roof: {units.si(pk['compute'], 'FLOP/s')}, {units.si(pk['dram'], 'B/s')}",
+            label=f"roof: {units.si(pk.compute, 'FLOP/s')}, {units.si(pk.dram, 'B/s')}",
         )
     for stage, g in pts.groupby("stage"):
         ax.scatter(g["arithmetic_intensity"], g["achieved_flops_per_s"], s=18 + 60 * g["share"], label=stage, alpha=0.8)
@@ -285,22 +286,22 @@ def _on_cpu(run: dict) -> bool:
     return (run.get("manifest", {}).get("environment") or {}).get("device") == "cpu"
 
 
-def peaks_html(pk: dict) -> str:
+def peaks_html(pk: Peaks) -> str:
     """The peaks every utilisation on the page is relative to, with where each comes from."""
     items = [
-        f"compute ({html.escape(str(pk.get('precision')))}): {units.si(pk.get('compute'), 'FLOP/s')} — "
-        f"{html.escape(str(pk.get('compute_source')))}",
-        f"memory bandwidth: {units.si(pk.get('dram'), 'B/s')} — {html.escape(str(pk.get('dram_source')))}",
+        f"compute ({html.escape(str(pk.precision))}): {units.si(pk.compute, 'FLOP/s')} — "
+        f"{html.escape(str(pk.compute_source))}",
+        f"memory bandwidth: {units.si(pk.dram, 'B/s')} — {html.escape(str(pk.dram_source))}",
     ]
-    if "ceiling_source" in pk:
+    if pk.ceiling_source is not None:
         items.append(
-            f"measured ceilings: {units.si(pk.get('ceiling_compute'), 'FLOP/s')}, "
-            f"{units.si(pk.get('ceiling_dram'), 'B/s')} — {html.escape(pk['ceiling_source'])}"
+            f"measured ceilings: {units.si(pk.ceiling_compute, 'FLOP/s')}, "
+            f"{units.si(pk.ceiling_dram, 'B/s')} — {html.escape(pk.ceiling_source)}"
         )
-    if "datasheet_source" in pk:
+    if pk.datasheet_source is not None:
         items.append(
-            f"datasheet, for comparison: {units.si(pk.get('datasheet_compute'), 'FLOP/s')}, "
-            f"{units.si(pk.get('datasheet_dram'), 'B/s')} — {html.escape(pk['datasheet_source'])}"
+            f"datasheet, for comparison: {units.si(pk.datasheet_compute, 'FLOP/s')}, "
+            f"{units.si(pk.datasheet_dram, 'B/s')} — {html.escape(pk.datasheet_source)}"
         )
     return "<h3>Peaks</h3><ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 

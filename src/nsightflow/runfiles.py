@@ -21,6 +21,7 @@ import pandas as pd
 
 from nsightflow import files
 from nsightflow.aggregate import RunTables
+from nsightflow.metrics import Peaks
 
 
 class Run(TypedDict):
@@ -29,7 +30,7 @@ class Run(TypedDict):
     run_id: str
     kernels: pd.DataFrame
     stages: pd.DataFrame
-    peaks: dict
+    peaks: Peaks
     notes: list[str]
     manifest: dict
     diagnostics: list[dict]
@@ -56,7 +57,7 @@ def write_run(
         summary_json,
         json.dumps(
             {
-                "peaks": agg.peaks,
+                "peaks": agg.peaks.to_dict(),
                 "notes": agg.notes,
                 "commands": commands,
                 "diagnostics": diagnostics,
@@ -76,7 +77,7 @@ def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json) 
             "run_id": run_id,
             "kernels": pd.read_csv(kernels_csv),
             "stages": pd.read_csv(stages_csv),
-            "peaks": summary["peaks"],
+            "peaks": Peaks.from_dict(summary["peaks"]),
             "notes": summary["notes"],
             "manifest": manifest,
             "diagnostics": summary.get("diagnostics", []),
