@@ -177,3 +177,22 @@ def test_unsampled_steps_are_scaled_from_the_first_and_last_of_the_same_launch_s
     now = plan.plan_capture(tl, "nsightflow", ["first", "last"], "representatives")
     assert now.stages["decode"]["structures"] == 1 and now.stages["decode"]["profiled"] == 2 * 39
     assert ran.stages["decode"]["profiled"] == 8 * 39
+
+
+def test_diagnostics_are_records_that_survive_the_run_files(tmp_path):
+    from nsightflow import runfiles
+
+    agg = _agg("default")
+    rec = {"what": "representatives", "clock_control": "none", "warnings": ["==WARNING== something ncu said"]}
+    got = aggregate.diagnose(agg, [rec], {"warnings": ["an nsys warning"]})
+    assert got[0] == aggregate.Diagnostic("warning", "nsys", "an nsys warning")
+    assert aggregate.Diagnostic("warning", "ncu capture (representatives)", "==WARNING== something ncu said") in got
+    assert any(d.level == "info" and "clocks not locked" in d.message for d in got)
+    # Decode is profiled in its first and last steps and scaled to all 8: said as an estimate per stage.
+    scaled = [d for d in got if d.level == "estimate" and d.source == "decode"]
+    assert scaled and all(isinstance(d, aggregate.Diagnostic) for d in got)
+    paths = [tmp_path / n for n in ("kernels.csv", "stages.csv", "summary.json")]
+    runfiles.write_run(agg, *paths, [], got)
+    (tmp_path / "manifest.json").write_text("{}")
+    back = runfiles.load_run("r", *paths, tmp_path / "manifest.json")
+    assert back["diagnostics"] == got and back["peaks"] == agg.peaks

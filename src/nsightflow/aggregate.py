@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,15 @@ from nsightflow.selection import select_kernels
 FULL_COVERAGE = 0.999
 
 
+@dataclass(frozen=True)
+class Diagnostic:
+    """One line of a run page's Diagnostics: made where the fact is known, never parsed back from prose."""
+
+    level: Literal["warning", "estimate", "info"]
+    source: str  # the stage, the tool or "peaks"
+    message: str
+
+
 @dataclass
 class RunTables:
     """One run's aggregation, whatever the backend: what runfiles.write_run writes and diagnose reads."""
@@ -30,7 +40,7 @@ class RunTables:
     stages: pd.DataFrame  # per stage
     peaks: metrics.Peaks  # compute and bandwidth peaks with their sources
     notes: list[str]  # what a reader must know to read the numbers
-    estimates: list[dict] = field(default_factory=list)  # numbers derived rather than measured, per stage
+    estimates: list[Diagnostic] = field(default_factory=list)  # numbers derived rather than measured
     classes: pd.DataFrame = field(default_factory=pd.DataFrame)  # per class of identical launches (nsight)
     results: pd.DataFrame = field(default_factory=pd.DataFrame)  # ncu results joined to launches (nsight)
 
@@ -181,7 +191,7 @@ def aggregate_run(
             )
         notes.append(f"{stage}: {text}.")
         if s["profiled"] < s["launches"]:
-            estimates.append({"source": stage, "message": text})
+            estimates.append(Diagnostic("estimate", stage, text))
     whole = [w for w in plan.windows if w.units is None and plan.mode == "representatives"]
     for w in whole:
         notes.append(f"{w.stage} step {w.step}: {w.why}.")
@@ -479,58 +489,53 @@ def command_records(cmd_jsons: list[str | Path], ncu_bin: str) -> list[dict]:
     return out
 
 
-def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) -> list[dict]:
+def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) -> list[Diagnostic]:
     """The report's diagnostics: tool warnings, clock state, coverage and every number that is estimated
-    rather than measured. Each item: level (warning, estimate, info), source, message."""
-    out: list[dict] = []
-    for w in (manifest or {}).get("warnings", []):
-        out.append({"level": "warning", "source": "nsys", "message": w})
+    rather than measured."""
+    out = [Diagnostic("warning", "nsys", w) for w in (manifest or {}).get("warnings", [])]
     for rec in records:
         src = f"ncu capture ({rec.get('what', 'kernels')})"
-        out += [{"level": "warning", "source": src, "message": w} for w in rec.get("warnings", [])]
+        out += [Diagnostic("warning", src, w) for w in rec.get("warnings", [])]
     clocks = {rec.get("clock_control") for rec in records}
     if "none" in clocks:
         out.append(
-            {
-                "level": "info",
-                "source": "ncu",
-                "message": "clocks not locked (clock_control none): the GPU ran at "
-                "its own clocks; counts do not depend on clocks, and times come from the nsys timeline",
-            }
+            Diagnostic(
+                "info",
+                "ncu",
+                "clocks not locked (clock_control none): the GPU ran at its own clocks; "
+                "counts do not depend on clocks, and times come from the nsys timeline",
+            )
         )
     if "base" in clocks:
         out.append(
-            {
-                "level": "info",
-                "source": "ncu",
-                "message": "clocks locked to base by ncu (clock_control base): "
-                "ncu durations are slower than a normal run; times come from the nsys timeline",
-            }
+            Diagnostic(
+                "info",
+                "ncu",
+                "clocks locked to base by ncu (clock_control base): ncu durations are "
+                "slower than a normal run; times come from the nsys timeline",
+            )
         )
-    pk = agg.peaks
     for key in ("compute", "dram"):
-        src = pk.source(key)
+        src = agg.peaks.source(key)
         if not src.startswith(("ncu", "measured")):
-            out.append({"level": "estimate", "source": "peaks", "message": f"{key} peak not measured: {src}"})
+            out.append(Diagnostic("estimate", "peaks", f"{key} peak not measured: {src}"))
     for _, st in agg.stages.iterrows():
         cov = st.get("coverage")
         if cov is not None and np.isfinite(cov) and cov < FULL_COVERAGE:
             out.append(
-                {
-                    "level": "warning",
-                    "source": st["stage"],
-                    "message": f"counters cover {cov:.1%} of the stage's "
-                    "GPU time; FLOPs and bytes of the rest are not measured (HFU and bandwidth are lower bounds)",
-                }
+                Diagnostic(
+                    "warning",
+                    st["stage"],
+                    f"counters cover {cov:.1%} of the stage's GPU time; FLOPs "
+                    "and bytes of the rest are not measured (HFU and bandwidth are lower bounds)",
+                )
             )
         if np.isfinite(st.get("bytes_analytic", np.nan)):
             out.append(
-                {
-                    "level": "estimate",
-                    "source": st["stage"],
-                    "message": "bytes touched by operators are a lower "
-                    "bound computed from tensor sizes, not a measurement",
-                }
+                Diagnostic(
+                    "estimate",
+                    st["stage"],
+                    "bytes touched by operators are a lower bound computed from tensor sizes, not a measurement",
+                )
             )
-    out += [{"level": "estimate", **e} for e in agg.estimates]
-    return out
+    return out + agg.estimates

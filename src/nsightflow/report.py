@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from nsightflow import files, units
+from nsightflow.aggregate import Diagnostic
 from nsightflow.metrics import Peaks
 
 
@@ -392,13 +393,13 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
     return _page(f"{title}: {run['run_id']}", parts)
 
 
-def diagnostics_html(items: list[dict]) -> str:
+def diagnostics_html(items: list[Diagnostic]) -> str:
     """Warnings from the tools, clock state, coverage, and what is estimated rather than measured."""
     if not items:
         return "<h3>Diagnostics</h3><p>No warnings; nothing estimated.</p>"
     rows = "".join(
-        f"<tr><td>{html.escape(d['level'])}</td><td>{html.escape(str(d['source']))}</td>"
-        f"<td class=name>{html.escape(d['message'])}</td></tr>"
+        f"<tr><td>{html.escape(d.level)}</td><td>{html.escape(str(d.source))}</td>"
+        f"<td class=name>{html.escape(d.message)}</td></tr>"
         for d in items
     )
     return (

@@ -14,13 +14,14 @@ Column meanings as shown to a reader: nsightflow.report (stage_columns, kernel_c
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import TypedDict
 
 import pandas as pd
 
 from nsightflow import files
-from nsightflow.aggregate import RunTables
+from nsightflow.aggregate import Diagnostic, RunTables
 from nsightflow.metrics import Peaks
 
 
@@ -33,7 +34,7 @@ class Run(TypedDict):
     peaks: Peaks
     notes: list[str]
     manifest: dict
-    diagnostics: list[dict]
+    diagnostics: list[Diagnostic]
     commands: list[dict]
 
 
@@ -43,7 +44,7 @@ def write_run(
     stages_csv: str | Path,
     summary_json: str | Path,
     commands: list[dict],
-    diagnostics: list[dict],
+    diagnostics: list[Diagnostic],
 ) -> None:
     """The run's tables as CSV (for pandas and diffs) and its peaks, notes, diagnostics and commands as JSON.
 
@@ -60,7 +61,7 @@ def write_run(
                 "peaks": agg.peaks.to_dict(),
                 "notes": agg.notes,
                 "commands": commands,
-                "diagnostics": diagnostics,
+                "diagnostics": [asdict(d) for d in diagnostics],
             },
             indent=2,
             default=float,
@@ -80,7 +81,7 @@ def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json) 
             "peaks": Peaks.from_dict(summary["peaks"]),
             "notes": summary["notes"],
             "manifest": manifest,
-            "diagnostics": summary.get("diagnostics", []),
+            "diagnostics": [Diagnostic(**d) for d in summary.get("diagnostics", [])],
             "commands": list(manifest.get("commands", [])) + list(summary.get("commands", [])),
         }
     )
