@@ -81,7 +81,9 @@ def test_operator_table_counts_matmuls_and_self_time(trace):
         )
     ]
     pre = k[k["stage"] == "prefill"]
-    assert pre["total_ns"].sum() == pytest.approx(1e3 * sum(e["dur"] for e in top), rel=1e-5)  # trace rounding
+    # The trace gives times in µs with three decimals: each operator's start and end are rounded to 1 ns, so
+    # the partition may be off by up to 1 ns per operator (seen: 17 ns of 1.54 ms over a few hundred).
+    assert pre["total_ns"].sum() == pytest.approx(1e3 * sum(e["dur"] for e in top), abs=len(inside))
 
 
 def test_auto_backend_explains_its_choice():
