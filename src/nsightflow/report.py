@@ -482,13 +482,13 @@ def breakdown_png(df: pd.DataFrame) -> bytes:
     ys = range(len(df))
     ax_u.barh(
         [y - 0.2 for y in ys],
-        100 * df.get("mfu_busy", pd.Series(float("nan"), index=df.index)).fillna(0),
+        100 * df.get("mfu_busy", pd.Series(float("nan"), index=df.index)),  # NaN: no bar (not measured), never a zero
         height=0.4,
         label="compute: MFU on busy",
     )
     ax_u.barh(
         [y + 0.2 for y in ys],
-        100 * df.get(bw, pd.Series(float("nan"), index=df.index)).fillna(0),
+        100 * df.get(bw, pd.Series(float("nan"), index=df.index)),
         height=0.4,
         label="memory: " + ("DRAM BW util on busy" if bw == "dram_bw_util_busy" else "BW util (operator bytes)"),
     )
