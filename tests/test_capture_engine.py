@@ -196,3 +196,26 @@ def test_diagnostics_are_records_that_survive_the_run_files(tmp_path):
     (tmp_path / "manifest.json").write_text("{}")
     back = runfiles.load_run("r", *paths, tmp_path / "manifest.json")
     assert back["diagnostics"] == got and back["peaks"] == agg.peaks
+
+
+def test_measured_flops_by_the_operator_that_launched_each_kernel():
+    # The probe pass names each kernel's operator; the classes add up to the stage's measured FLOPs.
+    for run in ("small", "llama", "train", "graph"):
+        st = _agg(run).stages
+        parts = st[[f"flops_measured_{c}" for c in metrics.OP_CLASSES]].sum(axis=1)
+        assert parts.to_numpy() == pytest.approx(st["flops_measured"].to_numpy(), rel=1e-12)
+    llama = _agg("llama").stages.set_index("stage").loc["prefill"]
+    # The model's GEMMs from its shapes (hidden 1024; 16 heads of 64, 4 of them for keys and values; MLP 2816;
+    # 4 layers; 4 × 512 tokens; the LM head on each sequence's last token only), 2·M·N·K each.
+    h, kv, mlp, tokens, layers, vocab = 1024, 4 * 64, 2816, 4 * 512, 4, 32000
+    gemm = layers * tokens * 2 * h * (h + 2 * kv + h + 3 * mlp) + 2 * 4 * h * vocab
+    assert llama["flops_measured_gemm"] == pytest.approx(gemm, rel=0.002)  # the head's 4 rows run as 8: +0.14%
+    # Causal attention executes at least the model's half and at most the full square (whole tiles on the
+    # diagonal): QKᵀ and PV, 2·S·S·D each per head.
+    full = layers * 4 * 16 * 2 * 2 * 512 * 512 * 64
+    causal = full * (512 * 513 // 2) / 512**2
+    assert causal < llama["flops_measured_attention"] <= full
+    assert llama["flops_measured_unattributed"] == 0
+    # A CUDA-graph decode's kernels are launched by the replay, not by an operator: none is claimed.
+    graph = _agg("graph").stages.set_index("stage").loc["decode"]
+    assert graph["flops_measured_unattributed"] == graph["flops_measured"] > 0

@@ -140,10 +140,13 @@ def _result_places(raw, domain="nsightflow"):
 def _cell_sums(raw, stages):
     """FLOPs (tensor pipes + SASS, FMA = 2) and DRAM bytes per stage, straight from an export's cells."""
     sass = {"fadd": 1, "fmul": 1, "ffma": 2, "dadd": 1, "dmul": 1, "dfma": 2, "hadd": 2, "hmul": 2, "hfma": 4}
-    flops = sum(raw[m] for m in ncu.TENSOR_FLOP_METRICS.values() if m in raw.columns)
-    flops = flops + sum(k * raw[f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"] for op, k in sass.items())
+    tensor = sum(raw[m] for m in ncu.TENSOR_FLOP_METRICS.values() if m in raw.columns)
+    flops = tensor + sum(k * raw[f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"] for op, k in sass.items())
     dram = raw["dram__bytes_read.sum"] + raw["dram__bytes_write.sum"]
-    return {s: (float(flops[stages == s].sum()), float(dram[stages == s].sum())) for s in set(stages)}
+    return {
+        s: (float(flops[stages == s].sum()), float(dram[stages == s].sum()), float(tensor[stages == s].sum()))
+        for s in set(stages)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +188,10 @@ def test_one_launch_per_class_is_profiled_and_nothing_else(run_dir):
     for (stage, step, op_i, _), e in zip(places, plan["expected"], strict=True):
         assert (stage, step) == (e["stage"], e["step"])
         assert op_i == ((e["unit"] - 1) // 2 if e["unit"] % 2 else None)
+    # The bf16 decoder's GEMMs and attentions are all bf16: one precision collected (3 replay passes, not 6).
+    cmd = json.loads((run / "ncu" / "capture.cmd.json").read_text())
+    print(f"tensor precisions collected: {cmd['tensor_precisions']}")
+    assert cmd["tensor_precisions"] == ["bf16"]
     pre = json.loads(next((run_dir / "preflight").glob("*.json")).read_text())
     print("preflight:", {c["name"]: c["detail"] for c in pre["checks"]})
     assert all(c["ok"] for c in pre["checks"])
@@ -204,9 +211,9 @@ def test_stages_are_fully_covered_and_measured(run_dir):
             f"{s['dram_bw_util_busy']:.2%}, coverage {s['coverage']:.1%}"
         )
     pre = stages.loc["prefill"]
-    rel = abs(pre["flops_measured"] - pre["flops_analytic_causal"]) / pre["flops_analytic_causal"]
+    rel = abs(pre["flops_tensor_measured"] - pre["flops_analytic_causal"]) / pre["flops_analytic_causal"]
     print(
-        f"prefill FLOPs measured {pre['flops_measured']:.4g}, analytic causal-adjusted "
+        f"prefill tensor FLOPs measured {pre['flops_tensor_measured']:.4g}, analytic causal-adjusted "
         f"{pre['flops_analytic_causal']:.4g}: {rel:.2%} off"
     )
     assert rel < 0.05
@@ -214,9 +221,11 @@ def test_stages_are_fully_covered_and_measured(run_dir):
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    """The small decoder, representatives (first and last decode step), and its eager timeline."""
+    """The small decoder, representatives (first and last decode step), and its eager timeline; with the FLOPs
+    outside the tensor pipes too (the default run leaves them out), so both paths meet a full capture."""
     wl = [{"name": "small", "callable": "nsightflow.decoder:build", "args": SMALL}]
-    results, seconds = _run(tmp_path_factory.mktemp("small"), "small", wl, ncu={"sample_steps": ["first", "last"]})
+    ncu_cfg = {"sample_steps": ["first", "last"], "non_tensor_flops": True}
+    results, seconds = _run(tmp_path_factory.mktemp("small"), "small", wl, ncu=ncu_cfg)
     print(f"\nsmall decoder: command to report in {seconds:.1f} s")
     return results / "small"
 
@@ -255,14 +264,16 @@ def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path
     truth = _cell_sums(full, full["nvtx_range"])
     stages = pd.read_csv(small / "stages.csv").set_index("stage")
     for stage in ("prefill", "decode"):
-        f, d = truth[stage]
+        f, d, t = truth[stage]
         mf, md = stages.loc[stage, "flops_measured"], stages.loc[stage, "dram_bytes_measured"]
+        mt = stages.loc[stage, "flops_tensor_measured"]
         print(
-            f"{stage}: FLOPs {mf:.6g} vs full {f:.6g} ({mf / f - 1:+.3%}); DRAM {md:.6g} vs full {d:.6g} "
+            f"{stage}: FLOPs {mf:.6g} vs full {f:.6g} ({mf / f - 1:+.3%}); tensor {mt:.6g} vs {t:.6g} "
+            f"({mt / t - 1:+.3%}); DRAM {md:.6g} vs full {d:.6g} "
             f"({md / d - 1:+.3%}); launches profiled {stages.loc[stage, 'profiled_launches']} vs "
             f"{int((full['nvtx_range'] == stage).sum())}"
         )
-        assert abs(mf / f - 1) < 0.01 and abs(md / d - 1) < 0.01
+        assert abs(mf / f - 1) < 0.01 and abs(mt / t - 1) < 0.01 and abs(md / d - 1) < 0.01
     print(f"full capture of the small decoder: {len(full)} launches in {full_s:.1f} s")
 
 
@@ -388,14 +399,41 @@ def test_huggingface_models_measure_their_analytic_flops(tmp_path, name, config)
     results, seconds = _run(tmp_path, name, wl)
     st = pd.read_csv(results / name / "stages.csv").set_index("stage")
     pre = st.loc["prefill"]
-    rel = pre["flops_measured"] / pre["flops_analytic_causal"] - 1
+    rel = pre["flops_tensor_measured"] / pre["flops_analytic_causal"] - 1
+    # Like for like: the measured FLOPs of the kernels that GEMM and attention operators launched, against
+    # the model's GEMM and (causal) attention FLOPs; elementwise kernels' FLOPs are outside the model count.
+    model_ops = pre["flops_measured_gemm"] + pre["flops_measured_attention"]
+    rel_ops = model_ops / pre["flops_analytic_causal"] - 1
+    rel_gemm = pre["flops_measured_gemm"] / pre["flops_analytic_gemm"] - 1
+    causal_att = pre["flops_analytic_causal"] - pre["flops_analytic_gemm"]
     print(
-        f"{name} ({config['num_key_value_heads']} KV heads of 16): {seconds:.1f} s; prefill FLOPs measured "
-        f"{pre['flops_measured']:.5g}, analytic {pre['flops_analytic_causal']:.5g} ({rel:+.2%}); MFU busy "
-        f"prefill {pre['mfu_busy']:.2%}, decode {st.loc['decode', 'mfu_busy']:.2%}; coverage "
+        f"{name} ({config['num_key_value_heads']} KV heads of 16): {seconds:.1f} s; prefill tensor FLOPs measured "
+        f"{pre['flops_tensor_measured']:.5g}, analytic {pre['flops_analytic_causal']:.5g} ({rel:+.2%}); of GEMM and "
+        f"attention operators {model_ops:.5g} ({rel_ops:+.2%}); GEMM {pre['flops_measured_gemm']:.5g} vs "
+        f"{pre['flops_analytic_gemm']:.5g} ({rel_gemm:+.2%}); attention {pre['flops_measured_attention']:.5g} "
+        f"(model: causal {causal_att:.5g}, full {pre['flops_analytic_attention']:.5g}); other "
+        f"{pre['flops_measured_other']:.4g}, outside operators {pre['flops_measured_unattributed']:.4g}; "
+        f"MFU busy prefill {pre['mfu_busy']:.2%}, decode {st.loc['decode', 'mfu_busy']:.2%}; coverage "
         f"{st['coverage'].tolist()}; profiled {st['profiled_launches'].tolist()}"
     )
-    assert abs(rel) < 0.02 and (st["mfu_busy"] > 0).all() and (st["coverage"] == 1.0).all()
+    assert abs(rel_ops) < 0.02 and abs(rel_gemm) < 0.01
+    assert causal_att <= pre["flops_measured_attention"] <= pre["flops_analytic_attention"]
+    assert (st["mfu_busy"] > 0).all() and (st["coverage"] == 1.0).all()
+
+
+def test_every_precision_the_operators_use_is_collected(tmp_path):
+    # dtype bfloat16, but the workload also multiplies in float16 and (TF32 allowed) in float32.
+    n = 2048
+    wl = [{"name": "mixed", "callable": "workloads:mixed_precision", "args": {"n": n}}]
+    results, seconds = _run(tmp_path, "mixed", wl)
+    cmd = json.loads((results / "mixed" / "ncu" / "capture.cmd.json").read_text())
+    st = pd.read_csv(results / "mixed" / "stages.csv").set_index("stage")
+    print(
+        f"mixed precisions: {seconds:.1f} s; collected {cmd['tensor_precisions']}; tensor FLOPs "
+        f"{st.loc['mixed', 'flops_tensor_measured']:.6g} (3·2·n³ = {3 * 2 * n**3:.6g})"
+    )
+    assert cmd["tensor_precisions"] == ["bf16", "fp16", "tf32"]
+    assert st.loc["mixed", "flops_tensor_measured"] == pytest.approx(3 * 2 * n**3, rel=1e-6)
 
 
 def test_compiled_decoder_on_the_gpu(small, tmp_path):
@@ -521,10 +559,11 @@ def test_reports_from_another_machine_are_exported_and_analysed(run_dir, tmp_pat
     host = pd.read_csv(run_dir / "tinyllm" / "stages.csv").set_index("stage")
     for stage in ("prefill", "decode"):
         print(
-            f"from reports: {stage} FLOPs {st.loc[stage, 'flops_measured']:.6g}, "
-            f"host {host.loc[stage, 'flops_measured']:.6g}"
+            f"from reports: {stage} tensor FLOPs {st.loc[stage, 'flops_tensor_measured']:.6g}, "
+            f"host {host.loc[stage, 'flops_tensor_measured']:.6g}"
         )
-        assert st.loc[stage, "flops_measured"] == pytest.approx(host.loc[stage, "flops_measured"], rel=1e-9)
+        got, want = st.loc[stage, "flops_tensor_measured"], host.loc[stage, "flops_tensor_measured"]
+        assert got == pytest.approx(want, rel=1e-9)
         assert st.loc[stage, "gpu_busy_ms"] == pytest.approx(host.loc[stage, "gpu_busy_ms"])
 
 

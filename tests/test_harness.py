@@ -63,6 +63,33 @@ def test_grouped_query_attention_counts_the_query_heads():
     assert got["flops_causal_adjusted"] == full * kept // (5 * 7)
 
 
+def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
+    import torch
+
+    a16, b16, f32 = torch.randn(8, 8).to(torch.bfloat16), torch.randn(8, 8).to(torch.float16), torch.randn(8, 8)
+    q = torch.randn(1, 2, 4, 8).to(torch.float16)
+    attention = torch.nn.functional.scaled_dot_product_attention
+    stages = {
+        "bf16 matmul, fp16 attention, bf16 add": lambda _: (a16 @ a16, a16 + a16, attention(q, q, q)),
+        "fp16 and float32 matmuls": lambda _: (b16 @ b16, f32 @ f32),
+        "float32 elementwise only": lambda _: f32 * f32,
+    }
+    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage(n, fn) for n, fn in stages.items()])
+    previous = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        off = harness.count_flops(wl)["stages"]
+        torch.backends.cuda.matmul.allow_tf32 = True
+        on = harness.count_flops(wl)["stages"]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    assert off["bf16 matmul, fp16 attention, bf16 add"]["tensor_precisions"] == ["bf16", "fp16"]
+    # float32 runs on tensor cores only as TF32, where torch allows it, else on the FMA units.
+    assert off["fp16 and float32 matmuls"]["tensor_precisions"] == ["fp16", "fp32"]
+    assert on["fp16 and float32 matmuls"]["tensor_precisions"] == ["fp16", "tf32"]
+    assert off["float32 elementwise only"]["tensor_precisions"] == []
+
+
 def test_training_backward_counts_twice_the_forward_gemms():
     args = dict(
         batch=2,

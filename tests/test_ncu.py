@@ -116,7 +116,46 @@ def test_capture_argv_windows_the_whole_program():
     # Range replay refuses --profile-from-start and SASS instruction counts.
     ranges = ncu.capture_argv("ncu", "o", ["p"], replay_mode="app-range", **settings)
     assert "--profile-from-start" not in ranges and "--replay-mode=app-range" in ranges
-    metrics = ncu.resolve_metrics("default", ["x.sum"], ranges=True)
+    every = ncu.ALL_PRECISIONS
+    metrics = ncu.resolve_metrics("default", ["x.sum"], every, ranges=True)
     assert metrics[-1] == "x.sum" and not any("__sass_" in m for m in metrics)
-    assert set(ncu.resolve_metrics("default", [])) == set(ncu.DEFAULT_METRICS)
-    assert ncu.resolve_metrics(["a.sum", "a.sum"], ["b.sum"]) == ["a.sum", "b.sum"]
+    assert set(ncu.resolve_metrics("default", [], every)) == set(ncu.DEFAULT_METRICS)
+    assert ncu.resolve_metrics(["a.sum", "a.sum"], ["b.sum"], ["bf16"]) == ["a.sum", "b.sum"]
+
+
+def test_flop_counters_follow_the_operators_the_probe_saw():
+    analytic = {
+        "stages": {
+            "prefill": {"tensor_precisions": ["bf16"], "not_counted": []},
+            "decode": {"tensor_precisions": ["bf16", "tf32"], "not_counted": []},
+            "graph": {"tensor_precisions": None, "not_counted": ["the stage replays CUDA graphs"]},
+            "int": {"tensor_precisions": ["int8"], "not_counted": []},
+            "simt": {"tensor_precisions": ["fp32"], "not_counted": []},
+        }
+    }
+    assert ncu.seen_precisions(analytic, ["prefill"], [1, 3]) == ["bf16"]
+    assert ncu.seen_precisions(analytic, ["prefill", "decode"], [1]) == ["bf16", "tf32"]
+    # Not all operators seen, a launch between operators, no count: the probe cannot tell.
+    assert ncu.seen_precisions(analytic, ["prefill", "graph"], [1]) is None
+    assert ncu.seen_precisions(analytic, ["prefill"], [1, 4]) is None
+    assert ncu.seen_precisions(analytic, ["prefill"], [-1]) is None  # a whole-step window (compiled code)
+    assert ncu.seen_precisions(analytic, ["missing"], [1]) is None
+    # Tensor precisions: those seen; every one where unknown or where ncu has no counter for one seen (int8).
+    assert ncu.tensor_precisions("auto", ["bf16"]) == ["bf16"]
+    assert ncu.tensor_precisions("auto", ["bf16", "fp32"]) == ["bf16"]
+    for unknown in (None, ["int8"]):
+        assert ncu.tensor_precisions("auto", unknown) == ncu.ALL_PRECISIONS
+    assert ncu.tensor_precisions("all", ["bf16"]) == ncu.ALL_PRECISIONS
+    assert ncu.tensor_precisions(["fp16", "bf16"], None) == ["bf16", "fp16"]
+    with pytest.raises(ValueError, match="fp4"):
+        ncu.tensor_precisions(["fp4"], None)
+    # Non-tensor FLOPs (SASS counts): where a GEMM runs on the FMA units, or nothing is known.
+    assert ncu.non_tensor_flops("auto", ["bf16"]) is False
+    assert ncu.non_tensor_flops("auto", ["bf16", "fp32"]) is True
+    assert ncu.non_tensor_flops("auto", None) is True and ncu.non_tensor_flops("auto", ["int8"]) is True
+    assert ncu.non_tensor_flops(True, ["bf16"]) is True and ncu.non_tensor_flops(False, None) is False
+    bf16 = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    assert [m for m in bf16 if m.startswith("sm__ops_path_tensor_src")] == ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
+    others = {ncu.TENSOR_FLOP_METRICS[p] for p in ncu.ALL_PRECISIONS if p != "bf16"}
+    assert set(bf16) == {m for m in ncu.DEFAULT_METRICS if "__sass_" not in m} - others
+    assert set(ncu.resolve_metrics("default", [], ["bf16"], non_tensor=True)) == set(ncu.DEFAULT_METRICS) - others

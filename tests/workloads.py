@@ -71,6 +71,24 @@ def gpu_matmuls(stage: str = "prefill", n: int = 1024, repeats: int = 2, **_):
     return Workload(setup=setup, stages=[Stage(stage, step)], params={"n": n, "repeats": repeats})
 
 
+def mixed_precision(n: int = 1024, **_):
+    """Declares dtype bfloat16 but also multiplies in float16 and in float32 with TF32 allowed, as a model
+    with a float32 head or a float16 kernel does. Each step: one n×n matmul per precision, so the measured
+    tensor FLOPs are exactly 3·2·n³ if, and only if, every precision is counted."""
+    state = {}
+
+    def setup() -> None:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("tf32", torch.float32)):
+            state[name] = torch.randn(n, n, device="cuda").to(dtype)
+
+    def step(_: int) -> None:
+        for name in ("bf16", "fp16", "tf32"):
+            state[name + "_out"] = state[name] @ state[name]
+
+    return Workload(setup=setup, stages=[Stage("mixed", step)], device="cuda", dtype="bfloat16", params={"n": n})
+
+
 def mode_averse(**_):
     """Runs normally, but refuses to run under a TorchDispatchMode (as some libraries do): the measurement
     must stand, only the analytic count is missing."""

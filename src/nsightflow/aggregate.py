@@ -489,6 +489,9 @@ def command_records(cmd_jsons: list[str | Path], ncu_bin: str) -> list[dict]:
     return out
 
 
+GEMM_SHORTFALL = 0.99  # measured GEMM FLOPs under this share of the model's: some were not counted
+
+
 def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) -> list[Diagnostic]:
     """The report's diagnostics: tool warnings, clock state, coverage and every number that is estimated
     rather than measured."""
@@ -496,6 +499,26 @@ def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) 
     for rec in records:
         src = f"ncu capture ({rec.get('what', 'kernels')})"
         out += [Diagnostic("warning", src, w) for w in rec.get("warnings", [])]
+        if rec.get("tensor_precisions") and set(rec["tensor_precisions"]) != set(ncu.ALL_PRECISIONS):
+            out.append(
+                Diagnostic(
+                    "info",
+                    src,
+                    f"tensor FLOPs collected for {', '.join(rec['tensor_precisions'])}: the precisions of every "
+                    "GEMM and attention operator the workload ran (config ncu.tensor_precisions)",
+                )
+            )
+        if rec.get("non_tensor_flops") is False:
+            out.append(
+                Diagnostic(
+                    "info",
+                    src,
+                    "FLOPs outside the tensor pipes (elementwise kernels' FP32 work) not collected: every GEMM and "
+                    "attention ran on tensor cores, so HFU, executed / model and kernel rates use the tensor "
+                    "pipes' FLOPs; 'FLOPs (ncu)' shows — (config ncu.non_tensor_flops: true collects them, "
+                    "at about 0.3 s per profiled launch)",
+                )
+            )
     clocks = {rec.get("clock_control") for rec in records}
     if "none" in clocks:
         out.append(
@@ -528,6 +551,17 @@ def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) 
                     st["stage"],
                     f"counters cover {cov:.1%} of the stage's GPU time; FLOPs "
                     "and bytes of the rest are not measured (HFU and bandwidth are lower bounds)",
+                )
+            )
+        got, model = st.get("flops_measured_gemm", np.nan), st.get("flops_analytic_gemm", np.nan)
+        if np.isfinite(got) and np.isfinite(model) and got < GEMM_SHORTFALL * model:
+            out.append(
+                Diagnostic(
+                    "warning",
+                    st["stage"],
+                    f"the GEMM kernels measured {got:.4g} FLOPs, fewer than the model's {model:.4g} (a GEMM "
+                    "executes at least its 2·M·N·K): tensor work in a precision ncu did not collect? Set "
+                    "ncu.tensor_precisions: all",
                 )
             )
         if np.isfinite(st.get("bytes_analytic", np.nan)):

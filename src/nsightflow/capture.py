@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from nsightflow import children, files, ncu, ncu_csv, nsys
@@ -246,6 +247,27 @@ def stats(nsys_bin: str, rep: str | Path, out_dir: str | Path, sqlite_out: str |
     os.replace(tmp, out_dir)
 
 
+@dataclass
+class Counters:
+    """Which FLOP counters a capture collects, and why (each tensor precision costs a replay pass; the SASS
+    counts of non-tensor FLOPs an instrumented run of every profiled launch)."""
+
+    precisions: list[str]
+    non_tensor: bool
+    seen: list[str] | None  # the GEMM and attention precisions the probe pass saw; None: it could not tell
+
+
+def capture_counters(
+    precisions: ncu.TensorPrecisions, non_tensor: ncu.NonTensorFlops, flops_json: str | Path, plan_json: str | Path
+) -> Counters:
+    """The FLOP counters of a run's capture (config ``ncu.tensor_precisions``, ``ncu.non_tensor_flops``), from
+    the GEMM and attention operators the probe pass saw in the planned stages (nsightflow.ncu.seen_precisions)."""
+    plan = CapturePlan.read(plan_json)
+    analytic = json.loads(Path(flops_json).read_text())
+    seen = ncu.seen_precisions(analytic, list(plan.stages), [int(e["unit"]) for e in plan.expected])
+    return Counters(ncu.tensor_precisions(precisions, seen), ncu.non_tensor_flops(non_tensor, seen), seen)
+
+
 def ncu_capture(
     ncu_bin: str,
     plan_json: str | Path,
@@ -255,7 +277,9 @@ def ncu_capture(
     cmd_json: str | Path,
     log: str | Path,
     *,
-    metrics: list[str],
+    metrics: ncu.MetricSpec,
+    extra_metrics: list[str],
+    counters: Counters,
     sections: list[str],
     replay_mode: str,
     clock_control: str,
@@ -265,30 +289,33 @@ def ncu_capture(
 ) -> None:
     """One ncu run of the whole program (``--profile-from-start off``; the harness opens the plan's windows),
     exported to raw CSV and checked against the plan before anything is published: every planned launch
-    profiled, nothing else, in order, with matching grid, block and name (ranges: one result per window)."""
+    profiled, nothing else, in order, with matching grid, block and name (ranges: one result per window).
+    The default metrics collect the FLOP counters ``counters`` names."""
     plan = CapturePlan.read(plan_json)
     rep = Path(rep)
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
-    argv = ncu.capture_argv(
-        ncu_bin,
-        tmp_base,
-        list(program) + ["--windows", str(plan_json)],
-        metrics=metrics,
-        sections=sections,
-        replay_mode=replay_mode,
-        clock_control=clock_control,
-        cache_control=cache_control,
-    )
+    produced = Path(str(tmp_base) + ".ncu-rep")
     expected = len(plan.windows) if ranges else len(plan.expected)
     what = (
         f"{len(plan.windows)} range windows"
         if ranges
         else f"{expected} planned launches in {len(plan.windows)} windows ({plan.mode})"
     )
+    argv = ncu.capture_argv(
+        ncu_bin,
+        tmp_base,
+        list(program) + ["--windows", str(plan_json)],
+        metrics=ncu.resolve_metrics(
+            metrics, extra_metrics, counters.precisions, non_tensor=counters.non_tensor, ranges=ranges
+        ),
+        sections=sections,
+        replay_mode=replay_mode,
+        clock_control=clock_control,
+        cache_control=cache_control,
+    )
     progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", plan.expected)
     out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True, on_line=progress)
     ncu.check_capture(out, rc, what=what, expected=expected)
-    produced = Path(str(tmp_base) + ".ncu-rep")
     if not produced.exists():
         raise ToolError(f"ncu wrote no report for {what}; log: {log}")
     text = export(ncu_bin, produced, log)
@@ -306,6 +333,9 @@ def ncu_capture(
         "results": len(raw),
         "warnings": ncu.warnings(out),
         "clock_control": clock_control,
+        "tensor_precisions": counters.precisions if metrics == "default" else None,
+        "non_tensor_flops": counters.non_tensor if metrics == "default" else None,
+        "precisions_seen": counters.seen,
     }
     files.write_text(Path(csv_out), text)
     files.write_text(Path(cmd_json), json.dumps(record, indent=1))

@@ -42,6 +42,40 @@ ATTENTION_FORWARD = {
 ATTENTION_BACKWARD = {f"{name}_backward": layout for name, layout in ATTENTION_FORWARD.items()}
 GATHER_OPS = {"embedding", "index_select", "gather", "take", "index", "embedding_bag"}
 CLASSES = ("gemm", "attention", "other")
+# The tensor-core precision of a GEMM's or attention's inputs (the names of nsightflow.ncu's FLOP counters);
+# float32 runs on tensor cores only as TF32, where torch allows it, else on the FMA units ('fp32'). Any other
+# dtype is kept by its name.
+TENSOR_PRECISIONS = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "float64": "fp64_tensor",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "float8_e4m3fnuz": "fp8",
+    "float8_e5m2fnuz": "fp8",
+}
+
+
+def input_precisions(name: str, klass: str, args: tuple) -> set[str]:
+    """Precisions a GEMM (its two operands) or an attention (query, key, value) can run in, from its inputs'
+    dtypes: tensor-core ones, or 'fp32' for float32 where TF32 is not allowed; empty for other operators."""
+    import torch
+
+    if klass not in ("gemm", "attention"):
+        return set()
+    tensors = [a for a in args if isinstance(a, torch.Tensor)][: 2 if klass == "gemm" else 3]
+    if "conv" in name:
+        tf32 = torch.backends.cudnn.allow_tf32
+    else:
+        tf32 = klass == "attention" or torch.backends.cuda.matmul.allow_tf32
+    out = set()
+    for t in tensors:
+        dtype = str(t.dtype).removeprefix("torch.")
+        if dtype == "float32":
+            out.add("tf32" if tf32 else "fp32")
+        else:
+            out.add(TENSOR_PRECISIONS.get(dtype, dtype))
+    return out
 
 
 def causal_kept(sq: int, sk: int) -> int:
@@ -83,19 +117,27 @@ def attention_flops(name: str, func, args: tuple, kwargs: dict) -> tuple[int, in
     return int(full), int(masked)
 
 
+def op_class(name: str) -> str:
+    """The class of an operator (its aten overload packet's name): gemm, attention or other. The analytic
+    count and the measured FLOPs (through the operator that launched each kernel) use the same classes."""
+    if name in ATTENTION_FORWARD or name in ATTENTION_BACKWARD:
+        return "attention"
+    return "gemm" if name in GEMM_OPS else "other"
+
+
 def op_flops(func, args: tuple, kwargs: dict, out) -> tuple[str, int, int]:
     """(class, FLOPs, FLOPs masked by causality) of one operator; raises when its formula fails."""
     from torch.utils.flop_counter import flop_registry
 
     name = func.overloadpacket.__name__
-    if name in ATTENTION_FORWARD or name in ATTENTION_BACKWARD:
+    klass = op_class(name)
+    if klass == "attention":
         full, masked = attention_flops(name, func, args, kwargs)
-        return "attention", full, masked
+        return klass, full, masked
     formula = flop_registry.get(func.overloadpacket)
     if formula is None:
         return "other", 0, 0
-    flops = int(formula(*args, **kwargs, out_val=out))
-    return ("gemm" if name in GEMM_OPS else "other"), flops, 0
+    return klass, int(formula(*args, **kwargs, out_val=out)), 0
 
 
 def moved_bytes(inputs: list, output, gathers: bool = False) -> int:
@@ -150,6 +192,7 @@ class StageCount:
     failures: dict = field(default_factory=dict)  # op -> first error
     graph_replays: int = 0
     stopped: str = ""  # why the counting pass stopped, if it did
+    precisions: set = field(default_factory=set)  # tensor-core precisions of its GEMMs and attentions
 
     def record(self) -> dict:
         """The stage's entry in analytic_flops.json; FLOPs are None when part of the work was not counted."""
@@ -171,6 +214,7 @@ class StageCount:
             "bytes_lower_bound": self.bytes if ok else None,
             "repeats": self.steps,
             "by_op": dict(self.by_op),
+            "tensor_precisions": sorted(self.precisions) if ok else None,
             "not_counted": why,
         }
 
@@ -203,6 +247,7 @@ class Tally:
         except Exception as exc:  # a formula that cannot handle these shapes: say so, keep running
             s.failures.setdefault(name, repr(exc)[:300])
             return
+        s.precisions |= input_precisions(name, klass, args)
         s.flops += flops
         s.masked += masked
         s.by_class[klass] += flops

@@ -19,7 +19,14 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 import pandas as pd
 
-from nsightflow.ncu import BYTE_METRICS, PEAK_METRICS, SASS_FLOP_METRICS, TENSOR_FLOP_METRICS, TIME_METRICS
+from nsightflow.flops import CLASSES, op_class
+from nsightflow.ncu import (
+    BYTE_METRICS,
+    PEAK_METRICS,
+    SASS_FLOP_METRICS,
+    TENSOR_FLOP_METRICS,
+    TIME_METRICS,
+)
 
 # Datasheet peaks (dense, no sparsity), FLOP/s and bytes/s, matched by substring of the device name.
 DATASHEET = {
@@ -112,7 +119,8 @@ def result_metrics(raw: pd.DataFrame) -> pd.DataFrame:
         out[f"flops_tensor_{prec}"] = _col(raw, metric)
     for prec, pairs in SASS_FLOP_METRICS.items():
         out[f"flops_{prec}"] = sum(_col(raw, m) * k for m, k in pairs)
-    # Precisions not collected (a metric list without them) are not summed; a collected n/a cell makes the sum NaN.
+    # Precisions not collected are not summed (the capture collects those the workload's operators use, see
+    # nsightflow.ncu.seen_precisions); a collected n/a cell makes the sum NaN.
     tensor_cols = [f"flops_tensor_{p}" for p, m in TENSOR_FLOP_METRICS.items() if m in raw.columns]
     out["flops_tensor"] = out[tensor_cols].sum(axis=1, skipna=False) if tensor_cols else np.nan
     out["flops"] = out[["flops_tensor"] + [f"flops_{p}" for p in SASS_FLOP_METRICS]].sum(axis=1, skipna=False)
@@ -125,6 +133,9 @@ def result_metrics(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 COUNTERS = ["flops", "flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes"]
+# What a launch needs to count as measured (coverage): all FLOPs ('flops') include the SASS counts of non-tensor
+# FLOPs, which a capture may leave out (nsightflow.ncu.non_tensor_flops); then their totals are NaN.
+COVERED = ["flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes"]
 
 
 def _mean_strict(x: pd.Series) -> float:
@@ -202,20 +213,42 @@ def with_rates(out: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     out["avg_ns"] = out["total_ns"] / out["instances"]
     if "flops_per_launch" not in out:
         return out
-    out["arithmetic_intensity"] = out["flops_per_launch"] / out["dram_bytes_per_launch"].replace(0, np.nan)
-    out["achieved_flops_per_s"] = out["flops_per_launch"] / (out["avg_ns"] * 1e-9)
+    flops = out["flops_per_launch"]
+    if flops.isna().all() and "flops_tensor_per_launch" in out:
+        # Non-tensor FLOPs not collected: rates from the tensor pipes' FLOPs, and none for a kernel without
+        # tensor work (its FLOPs are not known, not zero).
+        flops = out["flops_tensor_per_launch"].where(out["flops_tensor_per_launch"] > 0)
+    out["arithmetic_intensity"] = flops / out["dram_bytes_per_launch"].replace(0, np.nan)
+    out["achieved_flops_per_s"] = flops / (out["avg_ns"] * 1e-9)
     out["achieved_dram_bytes_per_s"] = out["dram_bytes_per_launch"] / (out["avg_ns"] * 1e-9)
     out["compute_utilisation"] = out["achieved_flops_per_s"] / pk.compute
     out["dram_utilisation"] = out["achieved_dram_bytes_per_s"] / pk.dram
     return out
 
 
+OP_CLASSES = [*CLASSES, "unattributed"]
+
+
+def launch_op_classes(class_keys: pd.Series) -> pd.Series:
+    """The class (nsightflow.flops.op_class) of the operator that launched each kernel, read from its class
+    key ('mm#<digest>#<ordinal>|<kernel key>', see nsightflow.attribution); 'unattributed' where no operator
+    is known: launched between operators (CUDA-graph replays, compiled graphs' own kernels, extensions that
+    bypass the dispatcher) or in a step the probe pass has no twin of."""
+    head = class_keys.astype(str).str.split("|", n=1).str[0]
+    ops = head.str.split("#", n=1).str[0]
+    known = head.str.contains("#", regex=False) & (ops != "gap")
+    return pd.Series(np.where(known, ops.map(op_class), "unattributed"), index=class_keys.index)
+
+
 def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
-    """Per stage: GPU busy time, the time of launches with counters (coverage), their counter totals, the
-    launches profiled and the classes they represent."""
+    """Per stage: GPU busy time, the time of launches with counters (coverage), their counter totals (FLOPs
+    also by the class of the operator that launched each kernel), the launches profiled and the classes
+    they represent."""
     rows = []
+    # Non-tensor FLOPs collected (some launch has all its FLOPs): then a launch without them is not covered.
+    required = COVERED + (["flops"] if values["flops"].notna().any() else [])
     for stage, g in values.groupby("stage", sort=False):
-        ok = g[g[COUNTERS].notna().all(axis=1)]
+        ok = g[g[required].notna().all(axis=1)]
         prof = g[g["profiled"] > 0].drop_duplicates(["step", "class_key"])
         row = {
             "stage": stage,
@@ -225,7 +258,12 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
             "classes": int(len(prof)),
         }
         for c in COUNTERS:
-            row[c] = float(ok[c].sum()) if len(ok) else np.nan
+            row[c] = float(ok[c].sum(skipna=False)) if len(ok) else np.nan
+        # By operator class: all FLOPs where the non-tensor ones were collected, else the tensor pipes' FLOPs.
+        basis = "flops" if ok["flops"].notna().all() else "flops_tensor"
+        by_op = ok.groupby(launch_op_classes(ok["class_key"]))[basis].sum() if len(ok) else pd.Series(dtype=float)
+        for c in OP_CLASSES:
+            row[f"flops_{c}"] = float(by_op.get(c, 0.0)) if len(ok) else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -382,6 +420,9 @@ def stage_summary(
         m = m_by.loc[name] if name in m_by.index else pd.Series(dtype=float)
         busy_ns = float(m.get("busy_ns", 0.0))
         flops, dram = float(m.get("flops", np.nan)), float(m.get("dram_bytes", np.nan))
+        # HFU and executed/model: all executed FLOPs where the non-tensor ones were collected, else the tensor
+        # pipes' (the GEMMs and attentions then all ran there; the rest is elementwise work, about 1%).
+        executed = flops if np.isfinite(flops) else float(m.get("flops_tensor", np.nan))
         an = analytic.get(name, {})
         model = _num(an.get("flops_causal_adjusted", an.get("flops")))
         by_class = an.get("by_class") or {}
@@ -398,17 +439,18 @@ def stage_summary(
             "coverage": covered / busy_ns if busy_ns and np.isfinite(covered) else np.nan,
             "flops_measured": flops,
             "flops_tensor_measured": float(m.get("flops_tensor", np.nan)),
+            **{f"flops_measured_{c}": float(m.get(f"flops_{c}", np.nan)) for c in OP_CLASSES},
             "flops_analytic": _num(an.get("flops")),
             "flops_analytic_causal": _num(an.get("flops_causal_adjusted")),
             "flops_analytic_gemm": _num(by_class.get("gemm")),
             "flops_analytic_attention": _num(by_class.get("attention")),
             "flops_analytic_other": _num(by_class.get("other")),
-            "executed_over_model": flops / model if model else np.nan,
+            "executed_over_model": executed / model if model else np.nan,
             "dram_bytes_measured": dram,
             "mfu_wall": _util(model, wall_s, pk.compute),
             "mfu_busy": _util(model, busy_s, pk.compute),
-            "hfu_wall": _util(flops, wall_s, pk.compute),
-            "hfu_busy": _util(flops, busy_s, pk.compute),
+            "hfu_wall": _util(executed, wall_s, pk.compute),
+            "hfu_busy": _util(executed, busy_s, pk.compute),
             "dram_bw_util_busy": _util(dram, busy_s, pk.dram),
             "dram_bw_util_wall": _util(dram, wall_s, pk.dram),
         }

@@ -75,10 +75,64 @@ DEFAULT_METRICS = (
     + list(BYTE_METRICS.values())
     + list(PEAK_METRICS.values())
 )
-# Each tensor-precision counter costs a replay pass of its own (H200: 6 passes with all five, 3 with one), but
-# a workload's declared dtype does not say which precisions its kernels use, and no all-precision tensor
-# counter tells them apart on Hopper (sm__inst_executed_pipe_tensor also counts HFMA2 of elementwise
-# kernels): the default collects every precision.
+# Each tensor-precision counter costs a replay pass of its own (H200: 6 passes with all five, 3 with one), and
+# no counter tells the precisions apart more cheaply: the tensor pipes' active cycles
+# (sm__pipe_tensor_op_hmma_cycles_active) also run in elementwise and reduction kernels, and
+# sm__pipe_tensor_op_gmma_cycles_active is not collected on the H200. So the capture collects the precisions of
+# the tensor operators the probe pass saw (nsightflow.flops: the input dtypes of every GEMM and attention
+# call, TF32 where torch allowed it), and every precision where it cannot know: a stage whose operators were
+# not all seen (CUDA-graph replays, a failed count) or a planned launch made outside any operator.
+ALL_PRECISIONS = list(TENSOR_FLOP_METRICS)
+TensorPrecisions = Literal["auto", "all"] | list[str]
+MetricSpec = Literal["default"] | list[str]  # config ncu.metrics
+
+
+SIMT = "fp32"  # a GEMM or attention on the FMA units (float32 without TF32): its FLOPs are SASS counts
+NonTensorFlops = Literal["auto"] | bool
+
+
+def seen_precisions(analytic: dict, stages: list[str], units: list[int]) -> list[str] | None:
+    """The precisions of the GEMMs and attentions the probe pass saw in ``stages`` (analytic_flops.json's
+    ``tensor_precisions``), or None where it cannot know: a stage not fully counted, or a launch in ``units``
+    (the plan's) that no known operator made (even units are the gaps between operators; -1 a launch whose
+    operator is unknown, as in a whole-step window; see nsightflow.probe)."""
+    if any(u < 0 or u % 2 == 0 for u in units):
+        return None
+    seen: set[str] = set()
+    for stage in stages:
+        entry = analytic.get("stages", {}).get(stage)
+        if not entry or entry.get("not_counted") or entry.get("tensor_precisions") is None:
+            return None
+        seen |= set(entry["tensor_precisions"])
+    return sorted(seen)
+
+
+def _known(seen: list[str] | None) -> bool:
+    """Whether every precision seen is one ncu counts (a tensor precision, or SIMT float32)."""
+    return seen is not None and set(seen) <= set(ALL_PRECISIONS) | {SIMT}
+
+
+def tensor_precisions(spec: TensorPrecisions, seen: list[str] | None) -> list[str]:
+    """The tensor precisions a capture collects: config ``ncu.tensor_precisions`` ('auto': those ``seen`` by the
+    probe pass, every one where it could not tell or saw one ncu has no counter for; 'all'; or a list)."""
+    if spec == "all" or (spec == "auto" and not _known(seen)):
+        return list(ALL_PRECISIONS)
+    chosen = list(seen) if spec == "auto" else list(spec)
+    unknown = [p for p in chosen if p not in TENSOR_FLOP_METRICS and p != SIMT]
+    if unknown:
+        raise ValueError(f"ncu.tensor_precisions: unknown precision(s) {unknown}; known: {ALL_PRECISIONS}")
+    return [p for p in ALL_PRECISIONS if p in chosen]
+
+
+def non_tensor_flops(spec: NonTensorFlops, seen: list[str] | None) -> bool:
+    """Whether a capture collects the SASS instruction counts behind FLOPs outside the tensor pipes (config
+    ``ncu.non_tensor_flops``). They are instrumented: about 0.3 s more per profiled launch on the H200 (the
+    default decoder's 72 launches: 16 s without, 37 s with), whether one or all nine are asked for. 'auto':
+    only where a GEMM or attention runs on the FMA units (float32 without TF32) or the probe could not tell;
+    elsewhere they are the elementwise kernels' FLOPs (about 1% of an LLM's), reported as not collected."""
+    if spec == "auto":
+        return not _known(seen) or SIMT in (seen or [])
+    return bool(spec)
 
 
 class CaptureError(RuntimeError):
@@ -88,10 +142,17 @@ class CaptureError(RuntimeError):
 RANGE_REPLAY_MODES = ("range", "app-range")  # one result per window
 
 
-def resolve_metrics(spec, extra: list[str], ranges: bool = False) -> list[str]:
-    """The metrics of a capture: config ``ncu.metrics`` ('default': DEFAULT_METRICS) plus ``extra_metrics``; for a
-    range capture without SASS instruction counts, which range replay refuses."""
-    base = DEFAULT_METRICS if spec == "default" else list(spec)
+def resolve_metrics(
+    spec: MetricSpec, extra: list[str], precisions: list[str], non_tensor: bool = True, ranges: bool = False
+) -> list[str]:
+    """The metrics of a capture: config ``ncu.metrics`` plus ``extra_metrics``. 'default': time, the tensor FLOPs
+    of ``precisions``, the SASS counts of non-tensor FLOPs (with ``non_tensor``), bytes and peaks. A range
+    capture drops the SASS instruction counts, which range replay refuses."""
+    if spec == "default":
+        skip = {m for p, m in TENSOR_FLOP_METRICS.items() if p not in precisions}
+        base = [m for m in DEFAULT_METRICS if m not in skip and (non_tensor or "__sass_" not in m)]
+    else:
+        base = list(spec)
     out = list(dict.fromkeys(base + list(extra)))
     return [m for m in out if "__sass_" not in m] if ranges else out
 

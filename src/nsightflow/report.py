@@ -148,6 +148,10 @@ def stage_columns(on_cpu: bool, counters: bool = True) -> dict[str, tuple[str, s
         "flops_analytic_causal": ("FLOPs (model)", "flop"),
         "flops_analytic_gemm": ("of which GEMM", "flop"),
         "flops_analytic_attention": ("of which attention", "flop"),
+        "flops_measured_gemm": ("GEMM FLOPs (ncu)", "flop"),
+        "flops_measured_attention": ("attention FLOPs (ncu)", "flop"),
+        "flops_measured_other": ("other FLOPs (ncu)", "flop"),
+        "flops_measured_unattributed": ("FLOPs outside operators (ncu)", "flop"),
         "executed_over_model": ("executed / model", "intensity"),
         "mfu_wall": ("MFU on wall", "pct"),
         "mfu_busy": ("MFU on busy", "pct"),
@@ -185,6 +189,7 @@ def kernel_columns(on_cpu: bool) -> dict[str, tuple[str, str]]:
         "total_ns": ("busy ms", "ns_as_ms"),
         "share": ("share of stage", "pct"),
         "flops_per_launch": ("FLOPs / launch", "flop"),
+        "flops_tensor_per_launch": ("tensor FLOPs / launch", "flop"),
         "dram_bytes_per_launch": ("DRAM / launch", "bytes"),
         "l2_bytes_per_launch": ("L2 / launch", "bytes"),
         "l1_bytes_per_launch": ("L1 / launch", "bytes"),
@@ -219,7 +224,17 @@ GLOSSARY = [
         "HFU",
         "hfu_busy",
         "hardware FLOP utilisation: FLOPs the device executed (ncu's tensor and FMA counters, "
-        "padding and recomputation included) per second, over the peak",
+        "padding and recomputation included) per second, over the peak; where the FLOPs outside the tensor "
+        "pipes were not collected (ncu.non_tensor_flops), the tensor pipes' FLOPs alone",
+    ),
+    (
+        "GEMM / attention / other FLOPs (ncu)",
+        "flops_measured_gemm",
+        "measured FLOPs of the kernels launched by matmul-like operators, by attention operators, and by every "
+        "other operator, as the probe pass saw each kernel's operator (kernels launched outside any operator, "
+        "e.g. by CUDA-graph replays or compiled graphs, are in none of the three): beside the model's "
+        "GEMM and attention FLOPs, they show where executed work differs from the model's (causal attention "
+        "computes whole tiles on the diagonal; elementwise kernels execute FLOPs the model count leaves out)",
     ),
     (
         "DRAM BW util",

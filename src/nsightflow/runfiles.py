@@ -5,7 +5,8 @@ Every backend (nsight, torch, captures) writes the same files, so the report nev
 - ``kernels.csv``: one row per (stage, kernel or operator): rank, top-N flag, launches, launches per step,
   classes and profiled launches (nsight), busy ns from the timeline, share of the stage, and where
   counters exist FLOPs, DRAM/L2/L1 bytes per launch, intensity, achieved rate and utilisations.
-- ``stages.csv``: one row per stage: ranges, wall and busy ms, coverage, FLOPs (ncu and model), MFU and
+- ``stages.csv``: one row per stage: ranges, wall and busy ms, coverage, FLOPs (ncu: in all and by the class
+  of the operator that launched each kernel; model: in all and by class), MFU and
   HFU on wall and busy time, DRAM bytes and bandwidth utilisation, the same against measured ceilings.
 - ``summary.json``: peaks (with their sources), notes, diagnostics, profiler commands.
 Column meanings as shown to a reader: nsightflow.report (stage_columns, kernel_columns, GLOSSARY).

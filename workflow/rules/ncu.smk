@@ -6,6 +6,7 @@ localrules:
 rule ncu_capture:
     input:
         plan="results/{run}/plan.json",
+        flops="results/{run}/analytic_flops.json",
         preflight=f"results/preflight/{DEVICE}.json",
     output:
         rep="results/{run}/ncu/capture.ncu-rep",
@@ -25,6 +26,8 @@ rule ncu_capture:
         ncu=config["tools"]["ncu"],
         metrics=config["ncu"]["metrics"],
         extra_metrics=config["ncu"]["extra_metrics"],
+        tensor_precisions=config["ncu"]["tensor_precisions"],
+        non_tensor_flops=config["ncu"]["non_tensor_flops"],
         sections=config["ncu"]["sections"],
         replay_mode=config["ncu"]["replay_mode"],
         clock_control=config["ncu"]["clock_control"],
@@ -54,6 +57,7 @@ rule range_plan:
 use rule ncu_capture as ncu_ranges with:
     input:
         plan="results/{run}/ranges.plan.json",
+        flops="results/{run}/analytic_flops.json",
         preflight=f"results/preflight/{DEVICE}.json",
     output:
         rep="results/{run}/ncu/ranges.ncu-rep",
@@ -67,6 +71,8 @@ use rule ncu_capture as ncu_ranges with:
         ncu=config["tools"]["ncu"],
         metrics=config["ncu"]["metrics"],
         extra_metrics=config["ncu"]["extra_metrics"],
+        tensor_precisions="all",  # a range's result sums many kernels of any precision
+        non_tensor_flops=False,  # range replay refuses SASS counts
         sections=[],
         replay_mode=config["ncu"]["ranges"],
         clock_control=config["ncu"]["clock_control"],

@@ -1,12 +1,10 @@
 """Rules ncu_capture, ncu_ranges: one Nsight Compute run of the whole program, windowed by its plan, exported."""
 
-from nsightflow.capture import ncu_capture
-from nsightflow.ncu import resolve_metrics
+from nsightflow.capture import capture_counters, ncu_capture
 from nsightflow.rulelog import errors_to_log
 
 sm = snakemake  # noqa: F821
 with errors_to_log(sm.log[0]):
-    metrics = resolve_metrics(sm.params.metrics, list(sm.params.extra_metrics), ranges=sm.params.ranges)
     ncu_capture(
         sm.params.ncu,
         sm.input.plan,
@@ -15,7 +13,11 @@ with errors_to_log(sm.log[0]):
         sm.output.csv,
         sm.output.cmd,
         sm.log[0],
-        metrics=metrics,
+        metrics=sm.params.metrics,
+        extra_metrics=list(sm.params.extra_metrics),
+        counters=capture_counters(
+            sm.params.tensor_precisions, sm.params.non_tensor_flops, sm.input.flops, sm.input.plan
+        ),
         sections=list(sm.params.sections),
         replay_mode=sm.params.replay_mode,
         clock_control=sm.params.clock_control,
