@@ -6,13 +6,15 @@ Usage: python3 scripts/benchmark.py [variant ...]. Variants:
   default     `snakemake --cores 1 results/report.html` in a fresh copy (cold: no preflight, no ceilings cached)
   deep        the same with the decoder at n_layers 16
   program16   the 16-layer workload alone
-  everything  ncu over every kernel of prefill and all decode steps, the default metrics, one program launch
+  everything  ncu over every kernel of prefill and all decode steps, the metrics the default run collects,
+              one program launch
 Prints a table (seconds, × program alone, launches profiled) and each workflow's per-job seconds.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -43,6 +45,11 @@ def _program(args: dict, runs: int = 3) -> tuple[float, int]:
     return sorted(times)[len(times) // 2], 0
 
 
+def _snakemake(wf: Path, target: str) -> None:
+    argv = [sys.executable, "-m", "snakemake", "--cores", "1", target]
+    subprocess.run(argv, cwd=wf, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _workflow(args: dict) -> tuple[float, int, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         wf = copy_workflow(Path(tmp))
@@ -50,15 +57,14 @@ def _workflow(args: dict) -> tuple[float, int, dict]:
         cfg["workloads"][0]["args"].update(args)
         (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         start = time.time()
-        subprocess.run(
-            [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
-            cwd=wf,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        _snakemake(wf, "results/report.html")
         seconds = time.time() - start
+        keep = os.environ.get("OUT")
+        if keep:  # the jobs' logs come back from the GPU host
+            shutil.copytree(wf / "results" / "tinyllm" / "logs", Path(keep) / f"logs_{len(args)}", dirs_exist_ok=True)
         plan = json.loads((wf / "results" / "tinyllm" / "plan.json").read_text())
+        cmd = json.loads((wf / "results" / "tinyllm" / "ncu" / "capture.cmd.json").read_text())
+        COLLECTED.setdefault("tensor_precisions", cmd.get("tensor_precisions"))
         return seconds, len(plan["expected"]), _jobs(wf)
 
 
@@ -78,7 +84,12 @@ def _jobs(wf: Path) -> dict:
     return out
 
 
+COLLECTED = {}  # the tensor precisions the default workflow's capture collected (its capture.cmd.json)
+
+
 def _everything(args: dict) -> tuple[float, int]:
+    precisions = COLLECTED.get("tensor_precisions") or ncu.ALL_PRECISIONS
+    print(f"  same metrics as the default run: tensor precisions {precisions}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "all"
         argv = [
@@ -94,7 +105,7 @@ def _everything(args: dict) -> tuple[float, int]:
             "--clock-control=none",
             "--cache-control=all",
             "--metrics",
-            ",".join(ncu.DEFAULT_METRICS),
+            ",".join(ncu.resolve_metrics("default", [], precisions)),
             sys.executable,
             "-m",
             "nsightflow.harness",
@@ -158,7 +169,84 @@ def _passes() -> tuple[float, int]:
     return time.time() - start, 0
 
 
+def _timeline_parts() -> tuple[float, int]:
+    """Where the timeline job's time goes: the program alone, with the analytic count and ceilings it adds,
+    under nsys without and with the SQLite export (one launch each)."""
+    from nsightflow import nsys
+
+    base = [sys.executable, "-m", "nsightflow.harness", "--args", "{}"]
+    total = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        extra = ["--flops-out", f"{tmp}/f.json", "--ceilings-out", f"{tmp}/c.json"]
+        nsys_bin = shutil.which("nsys")
+        variants = {
+            "program": base,
+            "program + flops + ceilings": base + extra,
+            "nsys, no export": [
+                a for a in nsys.profile_argv(nsys_bin, f"{tmp}/a", base + extra) if a != "--export=sqlite"
+            ],
+            "nsys + sqlite export": nsys.profile_argv(nsys_bin, f"{tmp}/b", base + extra),
+        }
+        for name, argv in variants.items():
+            start = time.time()
+            subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            took = time.time() - start
+            total += took
+            print(f"  {name}: {took:.1f} s", flush=True)
+    return total, 0
+
+
+def _ncu_parts() -> tuple[float, int]:
+    """Where the ncu capture's time goes, on the default run's plan: the program under ncu with nothing
+    profiled, then the planned launches with growing metric sets (one program launch each)."""
+    from nsightflow.plan import CapturePlan
+
+    total = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        wf = copy_workflow(Path(tmp))
+        _snakemake(wf, "results/tinyllm/plan.json")
+        plan_json = wf / "results" / "tinyllm" / "plan.json"
+        n = len(CapturePlan.read(plan_json).expected)
+        program = [sys.executable, "-m", "nsightflow.harness", "--args", "{}"]
+        bf16 = ncu.resolve_metrics("default", [], ["bf16"])
+        no_sass = [m for m in bf16 if "__sass_" not in m]
+        variants = {
+            "program alone": (program, None),
+            "under ncu, nothing profiled": (program, ["gpu__time_duration.sum"]),
+            "planned launches, default (bf16) without SASS": (program + ["--windows", str(plan_json)], no_sass),
+            "planned launches, default (bf16), FP32 SASS only": (
+                program + ["--windows", str(plan_json)],
+                [m for m in bf16 if "__sass_" not in m or "_op_f" in m],
+            ),
+            "planned launches, default (bf16), one SASS metric (ffma)": (
+                program + ["--windows", str(plan_json)],
+                [m for m in bf16 if "__sass_" not in m or "_op_ffma" in m],
+            ),
+            "planned launches, default (bf16)": (program + ["--windows", str(plan_json)], bf16),
+        }
+        for name, (prog, metrics) in variants.items():
+            argv = prog
+            if metrics is not None:
+                argv = ncu.capture_argv(
+                    shutil.which("ncu"),
+                    f"{tmp}/r",
+                    prog,
+                    metrics=metrics,
+                    replay_mode="kernel",
+                    clock_control="none",
+                    cache_control="all",
+                )
+            start = time.time()
+            subprocess.run(argv, check=True, cwd=wf, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            took = time.time() - start
+            total += took
+            print(f"  {name}: {took:.1f} s", flush=True)
+    return total, n
+
+
 VARIANTS = {
+    "ncu_parts": _ncu_parts,
+    "timeline_parts": _timeline_parts,
     "passes": _passes,
     "program": lambda: _program({}),
     "default": lambda: _workflow({}),
