@@ -73,6 +73,11 @@ def runs(tmp_path_factory):
             "args": {**TINY, "batch": 2, "prompt": 16, "decode_steps": 2, "compile": True},
         },
         {"name": "averse", "callable": "workloads:mode_averse"},
+        {
+            "name": "hftrain",
+            "callable": "nsightflow.training:build",
+            "args": {"config": LLAMA, "batch": 2, "seq": 16, "iterations": 2, "dtype": "float32", "device": "cpu"},
+        },
     ]
     (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {**__import__("os").environ, "PYTHONPATH": str(wf / "tests")}
@@ -110,6 +115,20 @@ def test_training_step_counts_backward_as_twice_the_forward_gemms(runs):
     assert st.loc["forward", "flops_analytic_gemm"] == fwd
     assert st.loc["backward", "flops_analytic_gemm"] == 2 * fwd
     assert st.loc["optimizer", "flops_analytic"] == 0
+
+
+def test_training_step_of_a_huggingface_model(runs):
+    st = _stages(runs, "hftrain")
+    assert list(st.index) == ["forward", "backward", "optimizer"] and (st["range_instances"] == 2).all()
+    # Training computes logits at every position: the LM head on all 16 tokens, not the last one only.
+    gemm, rotary, att = hf_flops(LLAMA, 2, 16, 0)
+    gemm += 2 * 2 * 15 * LLAMA["hidden_size"] * LLAMA["vocab_size"]
+    assert st.loc["forward", "flops_analytic_gemm"] in (2 * gemm, 2 * (gemm + rotary))  # 2 iterations
+    assert st.loc["forward", "flops_analytic_attention"] == 2 * att
+    # Backward: each matmul's input and weight gradients (the rotary angles need none).
+    assert st.loc["backward", "flops_analytic_gemm"] == 2 * 2 * gemm
+    assert (st.loc[["forward", "backward"], "mfu_busy"] > 0).all()
+    assert (runs / "hftrain" / "report.html").exists()
 
 
 def test_compiled_decoder_reports_the_model_flops(runs):
