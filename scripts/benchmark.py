@@ -65,6 +65,7 @@ def _workflow(args: dict) -> tuple[float, int, dict]:
         plan = json.loads((wf / "results" / "tinyllm" / "plan.json").read_text())
         cmd = json.loads((wf / "results" / "tinyllm" / "ncu" / "capture.cmd.json").read_text())
         COLLECTED.setdefault("tensor_precisions", cmd.get("tensor_precisions"))
+        COLLECTED.setdefault("non_tensor_flops", cmd.get("non_tensor_flops"))
         return seconds, len(plan["expected"]), _jobs(wf)
 
 
@@ -89,29 +90,13 @@ COLLECTED = {}  # the tensor precisions the default workflow's capture collected
 
 def _everything(args: dict) -> tuple[float, int]:
     precisions = COLLECTED.get("tensor_precisions") or ncu.ALL_PRECISIONS
-    print(f"  same metrics as the default run: tensor precisions {precisions}", flush=True)
+    non_tensor = COLLECTED.get("non_tensor_flops", True)
+    print(f"  the default run's metrics: tensor precisions {precisions}, non-tensor FLOPs {non_tensor}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "all"
-        argv = [
-            shutil.which("ncu"),
-            "--force-overwrite",
-            "--export",
-            str(base),
-            "--nvtx",
-            "--nvtx-include",
-            "nsightflow@prefill/",
-            "--nvtx-include",
-            "nsightflow@decode/",
-            "--clock-control=none",
-            "--cache-control=all",
-            "--metrics",
-            ",".join(ncu.resolve_metrics("default", [], precisions)),
-            sys.executable,
-            "-m",
-            "nsightflow.harness",
-            "--args",
-            json.dumps(args),
-        ]
+        metrics = ncu.resolve_metrics("default", [], precisions, non_tensor=non_tensor)
+        program = [sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)]
+        argv = ncu.reference_argv(shutil.which("ncu"), base, "nsightflow", ["prefill", "decode"], metrics, program)
         start = time.time()
         out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
         return time.time() - start, ncu.profiled_count(out)

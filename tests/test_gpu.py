@@ -233,26 +233,10 @@ def small(tmp_path_factory):
 def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path):
     # The reference: ncu over every launch of both stages (per-thread NVTX is exact here: one thread).
     base = tmp_path / "full"
-    argv = [
-        shutil.which("ncu"),
-        "--force-overwrite",
-        "--export",
-        str(base),
-        "--nvtx",
-        "--nvtx-include",
-        "nsightflow@prefill/",
-        "--nvtx-include",
-        "nsightflow@decode/",
-        "--clock-control=none",
-        "--cache-control=all",
-        "--metrics",
-        ",".join(ncu.DEFAULT_METRICS),
-        sys.executable,
-        "-m",
-        "nsightflow.harness",
-        "--args",
-        json.dumps(SMALL),
-    ]
+    program = [sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(SMALL)]
+    argv = ncu.reference_argv(
+        shutil.which("ncu"), base, "nsightflow", ["prefill", "decode"], ncu.DEFAULT_METRICS, program
+    )
     start = time.time()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     full_s = time.time() - start

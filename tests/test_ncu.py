@@ -159,3 +159,23 @@ def test_flop_counters_follow_the_operators_the_probe_saw():
     others = {ncu.TENSOR_FLOP_METRICS[p] for p in ncu.ALL_PRECISIONS if p != "bf16"}
     assert set(bf16) == {m for m in ncu.DEFAULT_METRICS if "__sass_" not in m} - others
     assert set(ncu.resolve_metrics("default", [], ["bf16"], non_tensor=True)) == set(ncu.DEFAULT_METRICS) - others
+
+
+def test_reference_capture_profiles_every_launch_of_the_named_stages():
+    argv = ncu.reference_argv("ncu", "out/all", "nsightflow", ["prefill", "decode"], ["a.sum", "b.sum"], ["python"])
+    assert argv == [
+        "ncu",
+        "--force-overwrite",
+        "--export",
+        "out/all",
+        "--nvtx",
+        "--nvtx-include",
+        "nsightflow@prefill/",
+        "--nvtx-include",
+        "nsightflow@decode/",
+        "--clock-control=none",
+        "--cache-control=all",
+        "--metrics",
+        "a.sum,b.sum",
+        "python",
+    ]

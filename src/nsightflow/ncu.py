@@ -192,6 +192,18 @@ def capture_argv(
     return argv + list(program)
 
 
+def reference_argv(
+    ncu: str, out_base: str | Path, domain: str, stages: list[str], metrics: list[str], program: list[str]
+) -> list[str]:
+    """ncu over every launch inside the named stages' NVTX ranges: the brute-force capture a user would make
+    without nsightflow, kept as the reference its numbers and costs are checked against (benchmark, GPU tier).
+    NVTX filters are per thread: right for one-threaded workloads only."""
+    argv = [ncu, "--force-overwrite", "--export", str(out_base), "--nvtx"]
+    for stage in stages:
+        argv += ["--nvtx-include", f"{domain}@{stage}/"]
+    return argv + ["--clock-control=none", "--cache-control=all", "--metrics", ",".join(metrics), *program]
+
+
 def export_argv(ncu: str, report: str | Path) -> list[str]:
     """Raw page as CSV in base units (bytes, ns), one row per profiled result."""
     return [ncu, "--import", str(report), "--page", "raw", "--csv", "--print-units", "base"]
