@@ -6,7 +6,8 @@ Usage: python scripts/trim_fixtures.py RUN_DIR OUT_DIR [EXTRA_RAW_CSV ...]
   runtime calls, those that launched a kernel;
 - ncu raw CSVs: device__attribute_* (but the name), nvlink__*, numa__*, profiler__*, c2clink__* and launch__*
   columns dropped, except the launch sizes the tests compare;
-- plan.json, analytic_flops.json, ceilings.json, manifest.json, stages.csv, kernels.csv copied as they are.
+- plan.json, analytic_flops.json, ceilings.json, manifest.json, stages.csv, kernels.csv and the captures'
+  records (ncu/*.cmd.json: what each capture collected) copied as they are.
 """
 
 import csv
@@ -68,5 +69,7 @@ if __name__ == "__main__":
     for name in COPY:
         if (run / name).exists():
             shutil.copy(run / name, out / name)
+    for record in sorted((run / "ncu").glob("*.cmd.json")):
+        shutil.copy(record, out / record.name)
     for export in sorted((run / "ncu").glob("*.raw.csv")) + [Path(p) for p in sys.argv[3:]]:
         trim_csv(export, out / export.name)

@@ -13,10 +13,11 @@ from conftest import DATA
 from nsightflow import aggregate, attribution, matching, metrics, ncu, ncu_csv, plan
 
 V2 = DATA / "h200_v2"
+V3 = DATA / "h200_v3"  # runs whose captures collected only the FLOP counters their workloads need
 
 
-def _agg(run, **kw):
-    d = V2 / run
+def _agg(run, root=V2, **kw):
+    d = root / run
     dtype = json.loads((d / "manifest.json").read_text())["dtype"]
     return aggregate.aggregate_run(
         d / "timeline.sqlite",
@@ -219,3 +220,44 @@ def test_measured_flops_by_the_operator_that_launched_each_kernel():
     # A CUDA-graph decode's kernels are launched by the replay, not by an operator: none is claimed.
     graph = _agg("graph").stages.set_index("stage").loc["decode"]
     assert graph["flops_measured_unattributed"] == graph["flops_measured"] > 0
+
+
+def test_a_capture_without_non_tensor_flops_reports_them_as_not_collected():
+    # The default decoder as the default config now captures it: bf16 tensor FLOPs, no SASS counts.
+    d = V3 / "default"
+    cmd = json.loads((d / "capture.cmd.json").read_text())
+    assert cmd["tensor_precisions"] == ["bf16"] and cmd["non_tensor_flops"] is False
+    raw, _ = ncu_csv.parse_raw_csv(d / "capture.raw.csv")
+    assert not [c for c in raw.columns if "__sass_" in c]
+    tensor = {c.rsplit(".", 1)[0] for c in raw.columns if c.startswith("sm__ops_path_tensor_src")}
+    assert tensor == {ncu.TENSOR_FLOP_METRICS["bf16"].removesuffix(".sum")}
+    agg = _agg("default", V3)
+    st = agg.stages.set_index("stage")
+    assert st["flops_measured"].isna().all()  # not collected: never a partial sum
+    assert (st["coverage"] == 1.0).all()
+    # The same workload on the same GPU with every counter collected (h200_v2, an earlier session).
+    full = _agg("default").stages.set_index("stage")
+    assert st["flops_tensor_measured"].to_numpy() == pytest.approx(full["flops_tensor_measured"].to_numpy(), rel=1e-9)
+    hfu = st["flops_tensor_measured"] / (st["gpu_busy_ms"] * 1e-3) / agg.peaks.compute
+    assert st["hfu_busy"].to_numpy() == pytest.approx(hfu.to_numpy())
+    # Kernel rates from tensor FLOPs; a kernel without tensor work has none (its FLOPs are unknown, not zero).
+    k = agg.kernels
+    assert k.loc[k["flops_tensor"] == 0, "arithmetic_intensity"].isna().all()
+    assert (k.loc[k["flops_tensor"] > 0, "arithmetic_intensity"] > 0).all()
+    notes = [x.message for x in aggregate.diagnose(agg, [cmd])]
+    assert any("not collected" in n for n in notes) and any("collected for bf16" in n for n in notes)
+
+
+def test_every_precision_the_operators_ran_is_collected():
+    # dtype bfloat16, but n×n matmuls in bf16, fp16 and float32 with TF32 allowed (tests/workloads.py).
+    d = V3 / "mixed"
+    assert json.loads((d / "analytic_flops.json").read_text())["stages"]["mixed"]["tensor_precisions"] == [
+        "bf16",
+        "fp16",
+        "tf32",
+    ]
+    cmd = json.loads((d / "capture.cmd.json").read_text())
+    assert cmd["tensor_precisions"] == ["bf16", "fp16", "tf32"] and cmd["non_tensor_flops"] is False
+    n = json.loads((d / "manifest.json").read_text())["params"]["n"]
+    st = _agg("mixed", V3).stages.set_index("stage")
+    assert st.loc["mixed", "flops_tensor_measured"] == 3 * 2 * n**3

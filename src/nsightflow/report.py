@@ -354,15 +354,20 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
     parts.append(peaks_html(pk))
     has_counters = "arithmetic_intensity" in run["kernels"] and run["kernels"]["arithmetic_intensity"].notna().any()
     if has_counters:
+        # Without the non-tensor FLOPs (ncu.non_tensor_flops) the rates are the tensor pipes' (metrics.with_rates).
+        tensor_only = run["kernels"].get("flops_per_launch", pd.Series(dtype=float)).isna().all()
+        which = "tensor-pipe FLOP" if tensor_only else "FLOP"
         parts.append(
-            "<h3>Roofline (captured kernels, ncu counters)</h3>"
+            "<h3>Roofline (captured kernels, ncu counters"
+            + ("; tensor-pipe FLOPs: kernels without tensor work are not shown" if tensor_only else "")
+            + ")</h3>"
             + _png(
                 roofline_png(
                     run["kernels"],
                     pk,
                     f"roofline: {run['run_id']}",
-                    "arithmetic intensity (FLOP / DRAM byte, ncu)",
-                    "achieved FLOP/s (on the kernel's own time)",
+                    f"arithmetic intensity ({which} / DRAM byte, ncu)",
+                    f"achieved {which}/s (on the kernel's own time)",
                 ),
                 "roofline",
             )
