@@ -217,7 +217,9 @@ def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
     wf, env = _workflow(
         tmp_path, [{"name": "w", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 30}}]
     )
-    # Snakemake in a process group of its own, as a shell's foreground job is.
+    # Snakemake in a process group of its own, as a shell's foreground job is, and with Ctrl-C's default
+    # disposition: a test run started in the background by a non-interactive shell ignores SIGINT, and
+    # children inherit that (a terminal's foreground job never does).
     proc = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
         cwd=wf,
@@ -225,6 +227,7 @@ def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 120
     while not (marker.exists() and marker.read_text()) and time.time() < deadline:
