@@ -6,8 +6,11 @@ Usage: python3 scripts/benchmark.py [variant ...]. Variants:
   default     `snakemake --cores 1 results/report.html` in a fresh copy (cold: no preflight, no ceilings cached)
   deep        the same with the decoder at n_layers 16
   program16   the 16-layer workload alone
-  everything  ncu over every kernel of prefill and all decode steps, the metrics the default run collects,
-              one program launch
+  everything  ncu over every kernel of prefill and all decode steps, one program launch, with the metrics the
+              default run's capture collected (its capture.cmd.json): run 'default' first
+  ncu_parts   where the ncu capture's time goes: the default plan's launches under growing metric sets
+  timeline_parts  where the timeline job's time goes: the program, with the count and ceilings, under nsys
+  passes      replay passes of subsets of the default metrics (one empty kernel)
 Prints a table (seconds, × program alone, launches profiled) and each workflow's per-job seconds.
 """
 
@@ -89,8 +92,10 @@ COLLECTED = {}  # the tensor precisions the default workflow's capture collected
 
 
 def _everything(args: dict) -> tuple[float, int]:
-    precisions = COLLECTED.get("tensor_precisions") or ncu.ALL_PRECISIONS
-    non_tensor = COLLECTED.get("non_tensor_flops", True)
+    if not COLLECTED:
+        raise SystemExit("variant 'everything' compares with the default run's metrics: list 'default' before it")
+    precisions = COLLECTED["tensor_precisions"] or ncu.ALL_PRECISIONS
+    non_tensor = COLLECTED["non_tensor_flops"] is not False
     print(f"  the default run's metrics: tensor precisions {precisions}, non-tensor FLOPs {non_tensor}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "all"
@@ -122,15 +127,6 @@ def _passes() -> tuple[float, int]:
     }
     one = [m for m in ncu.DEFAULT_METRICS if m not in TENSOR_FLOP_METRICS.values() or "bf16" in m]
     sets["bf16 tensor only, rest default"] = one
-    for guard in (
-        "sm__inst_executed_pipe_tensor.sum",
-        "sm__pipe_tensor_cycles_active.sum",
-        "sm__inst_executed_pipe_tensor_op_hmma.sum",
-        "sm__inst_executed_pipe_tensor_op_gmma.sum",
-        "sm__pipe_tensor_op_gmma_cycles_active.sum",
-        "sm__pipe_tensor_op_hmma_cycles_active.sum",
-    ):
-        sets[f"bf16 + {guard}"] = one + [guard]
     start = time.time()
     for name, metrics in sets.items():
         proc = subprocess.run(

@@ -246,6 +246,9 @@ def test_a_capture_without_non_tensor_flops_reports_them_as_not_collected():
     assert (k.loc[k["flops_tensor"] > 0, "arithmetic_intensity"] > 0).all()
     notes = [x.message for x in aggregate.diagnose(agg, [cmd])]
     assert any("not collected" in n for n in notes) and any("collected for bf16" in n for n in notes)
+    # Left out by hand where a float32 GEMM ran on the FMA units: HFU is then only a lower bound, and it says so.
+    forced = aggregate.diagnose(agg, [{**cmd, "precisions_seen": ["bf16", "fp32"]}])
+    assert any(x.level == "warning" and "HFU is a lower bound" in x.message for x in forced)
 
 
 def test_every_precision_the_operators_ran_is_collected():

@@ -509,14 +509,20 @@ def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) 
                 )
             )
         if rec.get("non_tensor_flops") is False:
+            seen = rec.get("precisions_seen")
+            on_tensor_cores = seen is not None and ncu.SIMT not in seen
             out.append(
                 Diagnostic(
-                    "info",
+                    "info" if on_tensor_cores else "warning",
                     src,
-                    "FLOPs outside the tensor pipes (elementwise kernels' FP32 work) not collected: every GEMM and "
-                    "attention ran on tensor cores, so HFU, executed / model and kernel rates use the tensor "
-                    "pipes' FLOPs; 'FLOPs (ncu)' shows — (config ncu.non_tensor_flops: true collects them, "
-                    "at about 0.3 s per profiled launch)",
+                    "FLOPs outside the tensor pipes not collected"
+                    + (
+                        " (elementwise kernels' work: every GEMM and attention ran on tensor cores)"
+                        if on_tensor_cores
+                        else " although GEMMs or attentions may run outside the tensor cores: HFU is a lower bound"
+                    )
+                    + "; HFU, executed / model and kernel rates use the tensor pipes' FLOPs; 'FLOPs (ncu)' shows — "
+                    "(config ncu.non_tensor_flops: true collects them, at about 0.3 s per profiled launch)",
                 )
             )
     clocks = {rec.get("clock_control") for rec in records}

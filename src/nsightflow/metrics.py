@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 import pandas as pd
 
-from nsightflow.flops import CLASSES, op_class
+from nsightflow.flops import CLASSES, TENSOR_PRECISIONS, op_class
 from nsightflow.ncu import (
     BYTE_METRICS,
     PEAK_METRICS,
@@ -92,7 +92,10 @@ DATASHEET = {
 # Which FLOP precision a workload dtype's matrix work runs at.
 DTYPE_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 # Which workload dtype a tensor-pipe precision stands for (analysis of captures without a config).
-DTYPE_BY_TENSOR_PRECISION = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp64_tensor": "float64"}
+DTYPE_BY_TENSOR_PRECISION = {
+    "tf32": "float32",
+    **{p: d for d, p in TENSOR_PRECISIONS.items() if not d.startswith("float8")},
+}
 
 
 def _col(df: pd.DataFrame, name: str) -> pd.Series:
@@ -136,6 +139,12 @@ COUNTERS = ["flops", "flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes"]
 # What a launch needs to count as measured (coverage): all FLOPs ('flops') include the SASS counts of non-tensor
 # FLOPs, which a capture may leave out (nsightflow.ncu.non_tensor_flops); then their totals are NaN.
 COVERED = ["flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes"]
+
+
+def non_tensor_collected(flops: pd.Series) -> bool:
+    """Whether a run's capture collected the non-tensor FLOPs: then some launch (or kernel) has all its FLOPs.
+    Without them every 'flops' is NaN, and rates, coverage and the class split use the tensor FLOPs."""
+    return bool(flops.notna().any())
 
 
 def _mean_strict(x: pd.Series) -> float:
@@ -214,7 +223,7 @@ def with_rates(out: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     if "flops_per_launch" not in out:
         return out
     flops = out["flops_per_launch"]
-    if flops.isna().all() and "flops_tensor_per_launch" in out:
+    if not non_tensor_collected(flops) and "flops_tensor_per_launch" in out:
         # Non-tensor FLOPs not collected: rates from the tensor pipes' FLOPs, and none for a kernel without
         # tensor work (its FLOPs are not known, not zero).
         flops = out["flops_tensor_per_launch"].where(out["flops_tensor_per_launch"] > 0)
@@ -245,8 +254,10 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
     also by the class of the operator that launched each kernel), the launches profiled and the classes
     they represent."""
     rows = []
-    # Non-tensor FLOPs collected (some launch has all its FLOPs): then a launch without them is not covered.
-    required = COVERED + (["flops"] if values["flops"].notna().any() else [])
+    # Non-tensor FLOPs collected: then a launch without them is not covered, and classes split all FLOPs.
+    collected = non_tensor_collected(values["flops"])
+    required = COVERED + (["flops"] if collected else [])
+    basis = "flops" if collected else "flops_tensor"
     for stage, g in values.groupby("stage", sort=False):
         ok = g[g[required].notna().all(axis=1)]
         prof = g[g["profiled"] > 0].drop_duplicates(["step", "class_key"])
@@ -259,8 +270,6 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
         }
         for c in COUNTERS:
             row[c] = float(ok[c].sum(skipna=False)) if len(ok) else np.nan
-        # By operator class: all FLOPs where the non-tensor ones were collected, else the tensor pipes' FLOPs.
-        basis = "flops" if ok["flops"].notna().all() else "flops_tensor"
         by_op = ok.groupby(launch_op_classes(ok["class_key"]))[basis].sum() if len(ok) else pd.Series(dtype=float)
         for c in OP_CLASSES:
             row[f"flops_{c}"] = float(by_op.get(c, 0.0)) if len(ok) else np.nan

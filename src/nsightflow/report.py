@@ -12,7 +12,7 @@ import pandas as pd
 
 from nsightflow import files, units
 from nsightflow.aggregate import Diagnostic
-from nsightflow.metrics import Peaks
+from nsightflow.metrics import Peaks, non_tensor_collected
 
 
 def roofline_png(
@@ -355,7 +355,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
     has_counters = "arithmetic_intensity" in run["kernels"] and run["kernels"]["arithmetic_intensity"].notna().any()
     if has_counters:
         # Without the non-tensor FLOPs (ncu.non_tensor_flops) the rates are the tensor pipes' (metrics.with_rates).
-        tensor_only = run["kernels"].get("flops_per_launch", pd.Series(dtype=float)).isna().all()
+        tensor_only = not non_tensor_collected(run["kernels"].get("flops_per_launch", pd.Series(dtype=float)))
         which = "tensor-pipe FLOP" if tensor_only else "FLOP"
         parts.append(
             "<h3>Roofline (captured kernels, ncu counters"
