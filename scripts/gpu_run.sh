@@ -7,7 +7,7 @@ export PYTHONUNBUFFERED=1
 keep=/tmp/nsightflow-results
 rm -rf "$keep"
 mkdir -p "$keep"
-NSIGHTFLOW_KEEP_RESULTS=$keep timeout "${2:-570}" python3 -m pytest -m gpu -v -s -p no:cacheprovider \
+NSIGHTFLOW_KEEP_RESULTS=$keep timeout "${2:-570}" python3 -m pytest -m gpu -v -s -p no:cacheprovider --durations=0 \
   tests/test_gpu.py ${1:+-k "$1"} 2>&1 | tee /tmp/gpu_tests.log
 rc=${PIPESTATUS[0]}
 if [ -n "${OUT:-}" ]; then
