@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import DATA
 
-from nsightflow import aggregate, attribution, matching, metrics, ncu, ncu_csv, plan
+from nsightflow import aggregate, attribution, flops, matching, metrics, ncu, ncu_csv, plan
 
 V2 = DATA / "h200_v2"
 V3 = DATA / "h200_v3"  # runs whose captures collected only the FLOP counters their workloads need
@@ -18,14 +18,15 @@ V3 = DATA / "h200_v3"  # runs whose captures collected only the FLOP counters th
 
 def _agg(run, root=V2, **kw):
     d = root / run
-    dtype = json.loads((d / "manifest.json").read_text())["dtype"]
+    # Captures recorded before manifests named MFU's precision: these workloads declared their dtype.
+    precision = flops.tensor_precision(json.loads((d / "manifest.json").read_text())["dtype"], tf32=False)
     return aggregate.aggregate_run(
         d / "timeline.sqlite",
         "nsightflow",
         d / "plan.json",
         d / "capture.raw.csv",
         d / "analytic_flops.json",
-        dtype,
+        precision,
         0.5,
         10,
         0.9,
@@ -192,6 +193,10 @@ def test_diagnostics_are_records_that_survive_the_run_files(tmp_path):
     # Decode is profiled in its first and last steps and scaled to all 8: said as an estimate per stage.
     scaled = [d for d in got if d.level == "estimate" and d.source == "decode"]
     assert scaled and all(isinstance(d, aggregate.Diagnostic) for d in got)
+    assert not [d for d in got if d.source == "workload"]  # the decoder declared its dtype: nothing to say
+    why = "not declared by the workload: 100% of the GEMM and attention FLOPs of the probe pass ran in bf16"
+    inferred = aggregate.diagnose(agg, [rec], {"precision_why": why})
+    assert aggregate.Diagnostic("info", "workload", f"MFU in bf16: dtype {why}") in inferred
     paths = [tmp_path / n for n in ("kernels.csv", "stages.csv", "summary.json")]
     runfiles.write_run(agg, *paths, [], got)
     (tmp_path / "manifest.json").write_text("{}")

@@ -530,6 +530,9 @@ def test_at_sign_range_unsynchronised_workload_and_a_two_point_sweep(tmp_path):
         # Three identical matmuls: one class, profiled once, scaled by the timeline's three launches.
         assert {p[0] for p in _result_places(raw)} == {"LLM@prefill"} and (tensor == 2 * n**3).all()
         assert st.loc["LLM@prefill", "flops_tensor_measured"] == 6 * n**3
+        # No dtype declared: MFU divides by the bf16 peak the probe pass saw the matmuls run in.
+        assert json.loads((run / "manifest.json").read_text())["precision"] == "bf16"
+        assert 0 < st.loc["LLM@prefill", "mfu_busy"] < 1
     assert "<h3>Against n (workload argument swept)</h3>" in (work / "results" / "report.html").read_text()
 
 

@@ -2,9 +2,11 @@
 bad callables."""
 
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +65,22 @@ def test_grouped_query_attention_counts_the_query_heads():
     assert got["flops_causal_adjusted"] == full * kept // (5 * 7)
 
 
+def _counts_without_and_with_tf32(stages: dict) -> tuple[dict, dict]:
+    """The probe pass's per-stage counts of ``stages`` (name -> fn(step)), with TF32 disallowed, then allowed."""
+    import torch
+
+    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage(n, fn) for n, fn in stages.items()])
+    previous = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        off = harness.count_flops(wl)["stages"]
+        torch.backends.cuda.matmul.allow_tf32 = True
+        on = harness.count_flops(wl)["stages"]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    return off, on
+
+
 def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
     import torch
 
@@ -74,20 +92,54 @@ def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
         "fp16 and float32 matmuls": lambda _: (b16 @ b16, f32 @ f32),
         "float32 elementwise only": lambda _: f32 * f32,
     }
-    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage(n, fn) for n, fn in stages.items()])
-    previous = torch.backends.cuda.matmul.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        off = harness.count_flops(wl)["stages"]
-        torch.backends.cuda.matmul.allow_tf32 = True
-        on = harness.count_flops(wl)["stages"]
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
+    off, on = _counts_without_and_with_tf32(stages)
     assert off["bf16 matmul, fp16 attention, bf16 add"]["tensor_precisions"] == ["bf16", "fp16"]
     # float32 runs on tensor cores only as TF32, where torch allows it, else on the FMA units.
     assert off["fp16 and float32 matmuls"]["tensor_precisions"] == ["fp16", "fp32"]
     assert on["fp16 and float32 matmuls"]["tensor_precisions"] == ["fp16", "tf32"]
     assert off["float32 elementwise only"]["tensor_precisions"] == []
+
+
+def test_mfu_precision_is_the_declared_dtype_or_the_one_most_gemm_flops_ran_in():
+    import torch
+
+    from nsightflow.flops import matmul_precision
+
+    a16, h16, f32 = torch.randn(8, 8).to(torch.bfloat16), torch.randn(4, 4).to(torch.float16), torch.randn(4, 4)
+    stages = {
+        "mostly bf16": lambda _: (a16 @ a16, h16 @ h16),
+        "float32 and elementwise": lambda _: (f32 @ f32, a16 * 2),
+    }
+    off, on = _counts_without_and_with_tf32(stages)
+    # FLOPs per precision from the shapes: 2·8³ in bf16, 2·4³ in fp16, 2·4³ in float32.
+    assert off["mostly bf16"]["by_precision"] == {"bf16": 1024, "fp16": 128}
+    assert off["float32 and elementwise"]["by_precision"] == {"fp32": 128}
+    got = matmul_precision(None, off)
+    assert (got.precision, got.dtype) == ("bf16", "bfloat16") and "80% of the GEMM" in got.why
+    assert (matmul_precision("float16", off).precision, matmul_precision("float16", off).dtype) == ("fp16", "float16")
+    # A declared float32 whose GEMMs ran as TF32 divides by the TF32 peak; without TF32, by the FMA units'.
+    only_f32 = {"s": off["float32 and elementwise"]}
+    assert matmul_precision("float32", only_f32).precision == "fp32"
+    assert matmul_precision("float32", {"s": on["float32 and elementwise"]}).precision == "tf32"
+    assert (matmul_precision(None, {"s": on["float32 and elementwise"]}).dtype) == "float32"
+    none = matmul_precision(None, {"s": {"by_precision": {}}})
+    assert (none.precision, none.dtype) == ("fp32", "float32") and "saw no GEMM" in none.why
+    assert "no probe pass" in matmul_precision(None, None).why
+
+
+def test_a_workload_without_a_dtype_gets_the_precision_its_matmuls_ran_in(tmp_path):
+    out, flops, ceil = tmp_path / "run.json", tmp_path / "flops.json", tmp_path / "ceil.json"
+    argv = [sys.executable, "-m", "nsightflow.harness", "--callable", "workloads:gpu_matmuls"]
+    argv += ["--args", json.dumps({"device": "cpu", "n": 32, "repeats": 2}), "--out", str(out)]
+    argv += ["--flops-out", str(flops), "--ceilings-out", str(ceil)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    run, ceiling = json.loads(out.read_text()), json.loads(ceil.read_text())
+    assert json.loads(flops.read_text())["stages"]["prefill"]["by_precision"] == {"bf16": 2 * 2 * 32**3}
+    assert (run["dtype"], run["precision"]) == ("bfloat16", "bf16") and "not declared" in run["precision_why"]
+    # The ceiling multiplies in that dtype, so MFU's denominator is a bf16 rate, never float32's.
+    assert (ceiling["dtype"], ceiling["precision"]) == ("bfloat16", "bf16") and ceiling["matmul_flops_per_s"] > 0
 
 
 def test_training_backward_counts_twice_the_forward_gemms():
@@ -170,11 +222,12 @@ def test_harness_cli_profile_mode_writes_manifest_counts_and_ceilings(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     run = json.loads(out.read_text())
-    assert [s["name"] for s in run["stages"]] == ["prefill", "decode"] and run["dtype"] == "float32"
+    assert [s["name"] for s in run["stages"]] == ["prefill", "decode"]
+    assert (run["dtype"], run["precision"], run["precision_why"]) == ("float32", "fp32", "declared by the workload")
     assert len(run["stage_wall_s"]["decode"]) == 3
     assert json.loads(flops.read_text())["stages"]["prefill"]["flops"] == _matmuls(16) + _attention(16, 16)
     ceiling = json.loads(ceil.read_text())
-    assert ceiling["dtype"] == "float32" and ceiling["matmul_flops_per_s"] > 0
+    assert (ceiling["dtype"], ceiling["precision"]) == ("float32", "fp32") and ceiling["matmul_flops_per_s"] > 0
 
 
 @pytest.mark.parametrize(

@@ -52,14 +52,14 @@ def test_result_flops_follow_the_counting_rules():
 
 def test_peaks_come_from_the_capture_with_their_source():
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
-    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
+    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bf16")
     clock = statistics.median(_cells(D / "prefill.raw.csv", "sm__cycles_elapsed.avg.per_second"))
     assert pk.compute == pytest.approx(540672 * clock)  # dense hgmma rate, not the sparse aggregate
     assert "sparsity_off" in pk.compute_source
     dram_clock = statistics.median(_cells(D / "prefill.raw.csv", "dram__cycles_elapsed.avg.per_second"))
     assert pk.dram == pytest.approx(1504 * dram_clock)
     assert pk.datasheet_compute == 989.4e12
-    fallback = metrics.peaks(metrics.result_metrics(raw).assign(bf16_dense_per_cycle=0.0), "NVIDIA H200", "bfloat16")
+    fallback = metrics.peaks(metrics.result_metrics(raw).assign(bf16_dense_per_cycle=0.0), "NVIDIA H200", "bf16")
     assert fallback.compute == 989.4e12 and "datasheet" in fallback.compute_source
 
 
@@ -99,7 +99,7 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     tl, matched = _matched(D, ["prefill", "decode.step3"], [3])
     model = json.loads((D / "analytic_flops.json").read_text())["stages"]
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
-    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
+    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bf16")
     windowed = set(zip(matched["stage"], matched["step"], strict=True))
     classes, kernels, st = aggregate.tables(tl, matched, windowed, model, pk, 0.5, 10, 0.9)
     st = st.set_index("stage")
@@ -183,7 +183,7 @@ def test_filtered_run_counts_only_the_captured_classes():
         parts.append(matching.search_timeline(metrics.result_metrics(raw), tl.launches, "nsightflow", cap))
     matched = pd.concat(parts, ignore_index=True)
     raw, _ = ncu_csv.parse_raw_csv(F / "prefill.raw.csv")
-    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bfloat16")
+    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bf16")
     model = json.loads((F / "analytic_flops.json").read_text())["stages"]
     _, _, st = aggregate.tables(
         tl, matched, {("prefill", 0), ("decode", 0), ("decode", 3), ("decode", 7)}, model, pk, 0.5, 10, 0.9

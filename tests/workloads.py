@@ -54,15 +54,16 @@ def slow(marker: str, seconds: float = 20.0, **_):
     return Workload(setup=lambda: None, stages=[Stage("prefill", stage)])
 
 
-def gpu_matmuls(stage: str = "prefill", n: int = 1024, repeats: int = 2, **_):
-    """``repeats`` bf16 n×n matmuls per step on the GPU, in a stage of any name. The workload never
-    synchronizes and leaves ``device`` at its default ('cpu'): the harness must still wait for the
-    GPU before each range ends. Measured tensor FLOPs must be exactly 2·n³ per matmul."""
+def gpu_matmuls(stage: str = "prefill", n: int = 1024, repeats: int = 2, device: str = "cuda", **_):
+    """``repeats`` bf16 n×n matmuls per step on the GPU (or ``device``), in a stage of any name. The workload
+    never synchronizes, leaves ``device`` at its default ('cpu') and declares no dtype: the harness must still
+    wait for the GPU before each range ends, and take bf16 as its precision from the probe pass. Measured
+    tensor FLOPs must be exactly 2·n³ per matmul."""
     state = {}
 
     def setup() -> None:
-        state["a"] = torch.randn(n, n, device="cuda").to(torch.bfloat16)
-        state["b"] = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+        state["a"] = torch.randn(n, n, device=device).to(torch.bfloat16)
+        state["b"] = torch.randn(n, n, device=device).to(torch.bfloat16)
 
     def step(_: int) -> None:
         for _ in range(repeats):

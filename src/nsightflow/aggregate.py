@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nsightflow import attribution, metrics, ncu, ncu_csv, nsys, units
+from nsightflow.flops import matmul_precision
 from nsightflow.matching import match_to_plan, search_timeline
 from nsightflow.plan import CapturePlan, expected_frame
 from nsightflow.selection import select_kernels
@@ -124,8 +125,8 @@ def _ranked(kernels: pd.DataFrame, top_n: int | None, coverage: float | None) ->
     return ranked
 
 
-def _peaks(results: pd.DataFrame, device: str | None, dtype: str, ceiling: dict | None) -> metrics.Peaks:
-    pk = metrics.peaks(results, device, dtype)
+def _peaks(results: pd.DataFrame, device: str | None, precision: str, ceiling: dict | None) -> metrics.Peaks:
+    pk = metrics.peaks(results, device, precision)
     return metrics.with_ceiling(pk, ceiling) if ceiling and "error" not in ceiling else pk
 
 
@@ -156,7 +157,7 @@ def aggregate_run(
     plan_json: str | Path,
     export: str | Path,
     flops_json: str | Path,
-    dtype: str,
+    precision: str,
     divergence: float,
     top_n: int | None = None,
     coverage: float | None = None,
@@ -176,7 +177,7 @@ def aggregate_run(
         if "device__attribute_display_name" in raw.columns
         else None
     )
-    pk = _peaks(matched, device or tl.gpu_name, dtype, ceiling)
+    pk = _peaks(matched, device or tl.gpu_name, precision, ceiling)
     windowed = {(w.stage, w.step) for w in plan.windows}
     classes, kernels, stages = tables(tl, matched, windowed, analytic, pk, divergence, top_n, coverage)
     notes = [f"capture: {MODE_TEXT[plan.mode]}."]
@@ -234,7 +235,7 @@ def aggregate_captures(
     imported: str | Path, divergence: float, top_n: int | None = None, coverage: float | None = None
 ) -> dict:
     """Tables for captures made elsewhere (see nsightflow.imported): ncu results joined to the timeline without
-    a plan; the dtype is the precision that did most of the tensor work."""
+    a plan; MFU's precision is the one that did most of the tensor work."""
     imported = Path(imported)
     flops = imported / "analytic_flops.json"
     analytic = load_analytic(flops) if flops.exists() else {}
@@ -270,12 +271,8 @@ def aggregate_captures(
             + metrics.COUNTERS
         )
     )
-    tensor = {p: results[f"flops_tensor_{p}"].sum() for p in metrics.DTYPE_BY_TENSOR_PRECISION} if matched else {}
-    dtype = (
-        metrics.DTYPE_BY_TENSOR_PRECISION[max(tensor, key=tensor.get)]
-        if tensor and max(tensor.values()) > 0
-        else "float32"
-    )
+    tensor = {p: results[f"flops_tensor_{p}"].sum() for p in ncu.TENSOR_FLOP_METRICS} if matched else {}
+    precision = max(tensor, key=tensor.get) if tensor and max(tensor.values()) > 0 else "fp32"
     device = (
         next(
             (
@@ -287,11 +284,11 @@ def aggregate_captures(
         )
         or tl.gpu_name
     )
-    pk = _peaks(results, device, dtype, None)
+    pk = _peaks(results, device, precision, None)
     windowed = set(zip(results["stage"], results["step"], strict=True)) if len(results) else set()
     classes, kernels, stages = tables(tl, results, windowed, analytic, pk, divergence, top_n, coverage)
     notes = [
-        f"analysis of existing captures: precision taken as {dtype} (most tensor-pipe FLOPs)"
+        f"analysis of existing captures: precision taken as {precision} (most tensor-pipe FLOPs)"
         + (
             ""
             if analytic
@@ -340,7 +337,7 @@ def _times_only(imported: Path, analytic: dict, divergence: float, top_n, covera
     pk = metrics.peaks(
         pd.DataFrame(columns=["sm_hz", "dram_hz", "bf16_dense_per_cycle", "ffma_per_cycle", "dram_bytes_per_cycle"]),
         None,
-        "bfloat16",
+        matmul_precision(None, analytic).precision,
     )
     ranked = _ranked(kernels, top_n, coverage)
     ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
@@ -363,7 +360,7 @@ def aggregate_torch(
     stages: pd.DataFrame,
     flops_json: str | Path,
     ceiling_json: str | Path,
-    dtype: str,
+    precision: str,
     top_n: int | None,
     coverage: float | None,
     kind: str,
@@ -382,7 +379,7 @@ def aggregate_torch(
             "move the work into the stage function"
         )
     ceiling = json.loads(Path(ceiling_json).read_text())
-    pk = metrics.ceiling_peaks(ceiling, dtype)
+    pk = metrics.ceiling_peaks(ceiling, precision)
     analytic = load_analytic(flops_json)
     ranked = _ranked(kernels, top_n, coverage)
     ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
@@ -496,6 +493,9 @@ def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) 
     """The report's diagnostics: tool warnings, clock state, coverage and every number that is estimated
     rather than measured."""
     out = [Diagnostic("warning", "nsys", w) for w in (manifest or {}).get("warnings", [])]
+    why = (manifest or {}).get("precision_why", "")
+    if why and not why.startswith("declared"):
+        out.append(Diagnostic("info", "workload", f"MFU in {agg.peaks.precision}: dtype {why}"))
     for rec in records:
         src = f"ncu capture ({rec.get('what', 'kernels')})"
         out += [Diagnostic("warning", src, w) for w in rec.get("warnings", [])]

@@ -7,14 +7,10 @@ the datasheet or ncu peaks. Each takes the best of several timed repetitions aft
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
-from pathlib import Path
 
-from nsightflow import files
 from nsightflow.backend import cpu_name
+from nsightflow.flops import tensor_precision
 
 # Sizes: big enough to reach steady state, small enough to finish in seconds.
 # (on this workplace's CPU bf16 reaches 19 GFLOP/s at 1024, 20 at 1536, 21 at 2048 (4 minutes for both layouts);
@@ -95,6 +91,8 @@ def measure(
         "device": device,
         "device_name": device_name(device),
         "dtype": dtype,
+        # float32 multiplies as TF32 where this process allows it, as the workload's own GEMMs (nsightflow.flops)
+        "precision": tensor_precision(dtype, torch.backends.cuda.matmul.allow_tf32),
         "matmul_flops_per_s": 2 * n**3 / mm,
         "copy_bytes_per_s": 2 * src.numel() * 4 / cp,
         "method": {
@@ -104,24 +102,3 @@ def measure(
         },
         "torch": torch.__version__,
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Measure achievable matmul rate and copy bandwidth.")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--out", type=Path, required=True)
-    ns = parser.parse_args(argv)
-    device = ns.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    result = measure(device, ns.dtype)
-    files.write_json(ns.out, result)
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

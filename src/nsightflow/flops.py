@@ -59,23 +59,74 @@ TENSOR_PRECISIONS = {
 def input_precisions(name: str, klass: str, args: tuple) -> set[str]:
     """Precisions a GEMM (its two operands) or an attention (query, key, value) can run in, from its inputs'
     dtypes: tensor-core ones, or 'fp32' for float32 where TF32 is not allowed; empty for other operators."""
+    return set(_input_precisions(name, klass, args))
+
+
+def _input_precisions(name: str, klass: str, args: tuple) -> list[str]:
+    """The precision of each input of a GEMM (two operands) or an attention (query, key, value), in order."""
     import torch
 
     if klass not in ("gemm", "attention"):
-        return set()
+        return []
     tensors = [a for a in args if isinstance(a, torch.Tensor)][: 2 if klass == "gemm" else 3]
     if "conv" in name:
         tf32 = torch.backends.cudnn.allow_tf32
     else:
         tf32 = klass == "attention" or torch.backends.cuda.matmul.allow_tf32
-    out = set()
-    for t in tensors:
-        dtype = str(t.dtype).removeprefix("torch.")
-        if dtype == "float32":
-            out.add("tf32" if tf32 else "fp32")
-        else:
-            out.add(TENSOR_PRECISIONS.get(dtype, dtype))
-    return out
+    return [tensor_precision(str(t.dtype).removeprefix("torch."), tf32) for t in tensors]
+
+
+def tensor_precision(dtype: str, tf32: bool) -> str:
+    """The precision matrix work on inputs of ``dtype`` runs in: a tensor-core one, TF32 for float32 where
+    allowed, else 'fp32' (the FMA units); any other dtype keeps its name."""
+    if dtype == "float32":
+        return "tf32" if tf32 else "fp32"
+    return TENSOR_PRECISIONS.get(dtype, dtype)
+
+
+# The dtype a precision's matrix work takes as input (the measured ceiling multiplies in it).
+PRECISION_DTYPE = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "tf32": "float32",
+    "fp32": "float32",
+    "fp64_tensor": "float64",
+    "fp8": "float8_e4m3fn",
+}
+
+
+@dataclass(frozen=True)
+class MatmulPrecision:
+    """The precision a run's MFU divides by (a peak's name), the dtype of its matrix work, and why."""
+
+    precision: str
+    dtype: str
+    why: str
+
+
+def matmul_precision(declared: str | None, stages: dict | None) -> MatmulPrecision:
+    """The precision of a workload's matrix work: its declared dtype's (float32 as TF32 where the probe pass saw
+    most float32 GEMM FLOPs run as TF32), else the precision of most GEMM and attention FLOPs in the probe
+    pass (``stages``: its per-stage records, as in analytic_flops.json), else float32."""
+    by = {}
+    for rec in (stages or {}).values():
+        for p, n in ((rec or {}).get("by_precision") or {}).items():
+            by[p] = by.get(p, 0) + n
+    if declared is not None:
+        tf32 = declared == "float32" and by.get("tf32", 0) > by.get("fp32", 0)
+        why = "declared by the workload" + (" (its float32 GEMMs ran as TF32 in the probe pass)" if tf32 else "")
+        return MatmulPrecision(tensor_precision(declared, tf32), declared, why)
+    known = {p: n for p, n in by.items() if p in PRECISION_DTYPE and n > 0}
+    if not known:
+        seen = "no probe pass counted this launch" if stages is None else "the probe pass saw no GEMM FLOPs"
+        return MatmulPrecision("fp32", "float32", f"not declared by the workload, and {seen}: float32 taken")
+    top = max(known, key=known.get)
+    share = known[top] / sum(by.values())
+    return MatmulPrecision(
+        top,
+        PRECISION_DTYPE[top],
+        f"not declared by the workload: {share:.0%} of the GEMM and attention FLOPs of the probe pass ran in {top}",
+    )
 
 
 def causal_kept(sq: int, sk: int) -> int:
@@ -193,6 +244,7 @@ class StageCount:
     graph_replays: int = 0
     stopped: str = ""  # why the counting pass stopped, if it did
     precisions: set = field(default_factory=set)  # tensor-core precisions of its GEMMs and attentions
+    by_precision: dict = field(default_factory=dict)  # their FLOPs, by the precision of the first input
 
     def record(self) -> dict:
         """The stage's entry in analytic_flops.json; FLOPs are None when part of the work was not counted."""
@@ -215,6 +267,7 @@ class StageCount:
             "repeats": self.steps,
             "by_op": dict(self.by_op),
             "tensor_precisions": sorted(self.precisions) if ok else None,
+            "by_precision": dict(self.by_precision),
             "not_counted": why,
         }
 
@@ -247,7 +300,10 @@ class Tally:
         except Exception as exc:  # a formula that cannot handle these shapes: say so, keep running
             s.failures.setdefault(name, repr(exc)[:300])
             return
-        s.precisions |= input_precisions(name, klass, args)
+        inputs = _input_precisions(name, klass, args)
+        s.precisions |= set(inputs)
+        if inputs and flops:
+            s.by_precision[inputs[0]] = s.by_precision.get(inputs[0], 0) + flops
         s.flops += flops
         s.masked += masked
         s.by_class[klass] += flops

@@ -12,7 +12,8 @@ Passes of one launch:
 3. optionally the probe pass (nsightflow.probe): operators numbered and marked per step, FLOPs and
    bytes counted (the analytic count rides on this launch), or, under ncu, profiler windows opened
    around the units a capture plan names;
-4. optionally the measured ceilings (nsightflow.ceilings) of the device, in the workload's dtype.
+4. optionally the measured ceilings (nsightflow.ceilings) of the device, in the dtype of the workload's
+   matrix work (declared, or the one the probe pass saw most GEMM FLOPs in).
 
 Users plug in their own model as a callable ``package.module:function`` that takes keyword arguments
 and returns a :class:`Workload`.
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from nsightflow import files
+from nsightflow.flops import matmul_precision
 
 DEFAULT_DOMAIN = "nsightflow"
 
@@ -65,7 +67,9 @@ class Workload:
     setup: Callable[[], None]
     stages: list[Stage]
     device: str = "cpu"
-    dtype: str = "float32"
+    # The dtype of the model's matrix work; None: the precision most of its GEMM and attention FLOPs ran in,
+    # as the probe pass sees it (nsightflow.flops.matmul_precision). MFU divides by that precision's peak.
+    dtype: str | None = None
     params: dict = field(default_factory=dict)
     iterations: int = 1
 
@@ -309,15 +313,15 @@ def environment(workload: Workload) -> dict:
     return env
 
 
-def measure_ceilings(workload: Workload) -> dict:
-    """The device's measured matmul rate (workload dtype) and copy bandwidth, or why they could not be."""
+def measure_ceilings(workload: Workload, dtype: str) -> dict:
+    """The device's measured matmul rate (in ``dtype``) and copy bandwidth, or why they could not be."""
     from nsightflow.ceilings import measure
 
     device = workload.device if workload.device.startswith("cuda") else "cpu"
     try:
-        return measure(device, workload.dtype)
+        return measure(device, dtype)
     except Exception as exc:  # e.g. out of memory beside a large model: no ceiling, never a made-up one
-        return {"device": device, "dtype": workload.dtype, "error": f"not measured: {exc!r}"[:500]}
+        return {"device": device, "dtype": dtype, "error": f"not measured: {exc!r}"[:500]}
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -365,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             if ns.trace is None:
                 parser.error("--mode torch needs --trace PATH")
             result["stage_wall_s"] = run_torch_profiled(workload, ns.trace, ns.domain, ns.warmup)
+        counts = None
         if ns.windows is not None:
             probe_pass(workload, ns.domain, count=False, windows=_read_windows(ns.windows))
         elif ns.flops_out is not None or ns.mode == "flops":
@@ -372,8 +377,9 @@ def main(argv: list[str] | None = None) -> int:
             if ns.flops_out is not None:
                 _write_json(ns.flops_out, counts)
             result["analytic"] = counts
+        matmul = matmul_precision(workload.dtype, counts["stages"] if counts else None)
         if ns.ceilings_out is not None:
-            _write_json(ns.ceilings_out, measure_ceilings(workload))
+            _write_json(ns.ceilings_out, measure_ceilings(workload, matmul.dtype))
     except WorkloadError as exc:
         print(f"nsightflow: {exc}", file=sys.stderr)
         return 2
@@ -382,7 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         args=args,
         domain=ns.domain,
         params=workload.params,
-        dtype=workload.dtype,
+        dtype=matmul.dtype,
+        precision=matmul.precision,
+        precision_why=matmul.why,
         iterations=workload.iterations,
         stages=[
             {"name": s.name, "repeats": s.repeats, "steps": s.repeats * workload.iterations} for s in workload.stages

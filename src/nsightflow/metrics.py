@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 import pandas as pd
 
-from nsightflow.flops import CLASSES, TENSOR_PRECISIONS, op_class
+from nsightflow.flops import CLASSES, op_class
 from nsightflow.ncu import (
     BYTE_METRICS,
     PEAK_METRICS,
@@ -36,7 +36,7 @@ DATASHEET = {
         "tf32": 494.7e12,
         "fp8": 1978.9e12,
         "fp32": 66.9e12,
-        "fp64": 66.9e12,
+        "fp64_tensor": 66.9e12,
         "dram": 4.8e12,
         "source": "NVIDIA H200 datasheet (SXM)",
     },
@@ -46,7 +46,7 @@ DATASHEET = {
         "tf32": 494.7e12,
         "fp8": 1978.9e12,
         "fp32": 66.9e12,
-        "fp64": 66.9e12,
+        "fp64_tensor": 66.9e12,
         "dram": 3.35e12,
         "source": "NVIDIA H100 datasheet (SXM)",
     },
@@ -56,7 +56,7 @@ DATASHEET = {
         "tf32": 378e12,
         "fp8": 1513e12,
         "fp32": 51.2e12,
-        "fp64": 51.2e12,
+        "fp64_tensor": 51.2e12,
         "dram": 2.0e12,
         "source": "NVIDIA H100 datasheet (PCIe)",
     },
@@ -65,7 +65,7 @@ DATASHEET = {
         "fp16": 312e12,
         "tf32": 156e12,
         "fp32": 19.5e12,
-        "fp64": 19.5e12,
+        "fp64_tensor": 19.5e12,
         "dram": 2.039e12,
         "source": "NVIDIA A100 datasheet (SXM 80GB)",
     },
@@ -74,7 +74,7 @@ DATASHEET = {
         "fp16": 312e12,
         "tf32": 156e12,
         "fp32": 19.5e12,
-        "fp64": 19.5e12,
+        "fp64_tensor": 19.5e12,
         "dram": 1.555e12,
         "source": "NVIDIA A100 datasheet (SXM 40GB)",
     },
@@ -87,14 +87,6 @@ DATASHEET = {
         "dram": 0.3e12,
         "source": "NVIDIA L4 datasheet",
     },
-}
-
-# Which FLOP precision a workload dtype's matrix work runs at.
-DTYPE_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
-# Which workload dtype a tensor-pipe precision stands for (analysis of captures without a config).
-DTYPE_BY_TENSOR_PRECISION = {
-    "tf32": "float32",
-    **{p: d for d, p in TENSOR_PRECISIONS.items() if not d.startswith("float8")},
 }
 
 
@@ -309,9 +301,8 @@ class Peaks:
         return str(getattr(self, f"{which}_source") or "")
 
 
-def peaks(results: pd.DataFrame, device_name: str | None, dtype: str) -> Peaks:
-    """Compute and memory peaks for the workload's dtype, each with its source."""
-    precision = DTYPE_PRECISION.get(dtype, dtype)
+def peaks(results: pd.DataFrame, device_name: str | None, precision: str) -> Peaks:
+    """Compute peak in ``precision`` (nsightflow.flops.matmul_precision) and memory peak, each with its source."""
     sm_hz = results["sm_hz"].replace(0, np.nan).median() if len(results) else np.nan
     dram_hz = results["dram_hz"].replace(0, np.nan).median() if len(results) else np.nan
     sheet_key = next((k for k in DATASHEET if device_name and k in device_name), None)
@@ -353,9 +344,8 @@ def peaks(results: pd.DataFrame, device_name: str | None, dtype: str) -> Peaks:
     return Peaks(**out)
 
 
-def ceiling_peaks(ceiling: dict, dtype: str) -> Peaks:
+def ceiling_peaks(ceiling: dict, precision: str) -> Peaks:
     """Peaks from the measured ceilings (torch backend: the only denominators a CPU has), datasheet beside."""
-    precision = DTYPE_PRECISION.get(dtype, dtype)
     name = ceiling.get("device_name")
     if "error" in ceiling:
         return Peaks(
@@ -374,8 +364,8 @@ def ceiling_peaks(ceiling: dict, dtype: str) -> Peaks:
         "dram": ceiling["copy_bytes_per_s"],
         "dram_source": f"measured on {name}: {ceiling['method']['copy']}",
     }
-    if ceiling.get("dtype") != dtype:
-        out["compute_source"] += f" (ceiling dtype {ceiling.get('dtype')}, workload {dtype})"
+    if ceiling.get("precision") != precision:
+        out["compute_source"] += f" (ceiling in {ceiling.get('precision')}, workload in {precision})"
     sheet_key = next((k for k in DATASHEET if name and k in name), None)
     if sheet_key:
         sheet = DATASHEET[sheet_key]

@@ -16,7 +16,7 @@ with errors_to_log(sm.log[0]):
         sm.input.plan,
         sm.input.export,
         sm.input.flops,
-        manifest["dtype"],
+        manifest["precision"],
         sm.params.divergence,
         sm.params.top_n,
         sm.params.coverage,

@@ -17,7 +17,7 @@ with errors_to_log(sm.log[0]):
         torchprof.stage_table(trace, labels),
         sm.input.flops,
         sm.input.ceilings,
-        manifest["dtype"],
+        manifest["precision"],
         sm.params.top_n,
         sm.params.coverage,
         torchprof.device_kind(trace),
