@@ -8,6 +8,7 @@ Usage: python3 scripts/benchmark.py [variant ...]. Variants:
   program16   the 16-layer workload alone
   everything  ncu over every kernel of prefill and all decode steps, one program launch, with the metrics the
               default run's capture collected (its capture.cmd.json): run 'default' first
+  program_long, long, everything_long  the same three for the decoder at n_layers 8, decode_steps 32
   ncu_parts   where the ncu capture's time goes: the default plan's launches under growing metric sets
   timeline_parts  where the timeline job's time goes: the program, with the count and ceilings, under nsys
   passes      replay passes of subsets of the default metrics (one empty kernel)
@@ -225,6 +226,9 @@ def _ncu_parts() -> tuple[float, int]:
     return total, n
 
 
+# A longer run of the same decoder: twice the layers, four times the decode steps (about 9,000 launches).
+LONG = {"n_layers": 8, "decode_steps": 32}
+
 VARIANTS = {
     "ncu_parts": _ncu_parts,
     "timeline_parts": _timeline_parts,
@@ -234,6 +238,9 @@ VARIANTS = {
     "deep": lambda: _workflow({"n_layers": 16}),
     "program16": lambda: _program({"n_layers": 16}),
     "everything": lambda: _everything({}),
+    "program_long": lambda: _program(LONG),
+    "long": lambda: _workflow(LONG),
+    "everything_long": lambda: _everything(LONG),
 }
 
 if __name__ == "__main__":
@@ -245,12 +252,14 @@ if __name__ == "__main__":
         print(f"{name}: {got[0]:.1f} s, {got[1]} launches profiled", flush=True)
         if len(got) > 2:
             print("  per job (s):", {k: round(v, 1) for k, v in got[2].items()}, flush=True)
-    alone = rows.get("program", (None,))[0]
-    print(f"\n{'variant':12} {'seconds':>8} {'x program':>10} {'launches':>9}")
+    print(f"\n{'variant':16} {'seconds':>8} {'x program':>10} {'launches':>9}")
     for name, got in rows.items():
+        alone = rows.get("program_long" if name.endswith("_long") or name == "long" else "program", (None,))[0]
         ratio = f"{got[0] / alone:10.1f}" if alone else f"{'':>10}"
-        print(f"{name:12} {got[0]:8.1f} {ratio} {got[1]:9d}")
+        print(f"{name:16} {got[0]:8.1f} {ratio} {got[1]:9d}")
     if "default" in rows and "everything" in rows:
         print(f"\nncu over everything / default workflow: {rows['everything'][0] / rows['default'][0]:.1f}x")
+    if "long" in rows and "everything_long" in rows:
+        print(f"ncu over everything / workflow, {LONG}: {rows['everything_long'][0] / rows['long'][0]:.1f}x")
     if "default" in rows and "deep" in rows:
         print(f"16 layers / 4 layers (workflow): {rows['deep'][0] / rows['default'][0]:.2f}x")
