@@ -195,8 +195,8 @@ def test_diagnostics_are_records_that_survive_the_run_files(tmp_path):
     assert scaled and all(isinstance(d, aggregate.Diagnostic) for d in got)
     assert not [d for d in got if d.source == "workload"]  # the decoder declared its dtype: nothing to say
     why = "not declared by the workload: 100% of the GEMM and attention FLOPs of the probe pass ran in bf16"
-    inferred = aggregate.diagnose(agg, [rec], {"precision_why": why})
-    assert aggregate.Diagnostic("info", "workload", f"MFU in bf16: dtype {why}") in inferred
+    inferred = aggregate.diagnose(agg, [rec], {"precision_level": "info", "precision_why": why})
+    assert aggregate.Diagnostic("info", "workload", f"MFU against the bf16 peak: {why}") in inferred
     paths = [tmp_path / n for n in ("kernels.csv", "stages.csv", "summary.json")]
     runfiles.write_run(agg, *paths, [], got)
     (tmp_path / "manifest.json").write_text("{}")

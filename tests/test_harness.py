@@ -100,7 +100,7 @@ def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
     assert off["float32 elementwise only"]["tensor_precisions"] == []
 
 
-def test_mfu_precision_is_the_declared_dtype_or_the_one_most_gemm_flops_ran_in():
+def test_mfu_precision_is_the_one_most_gemm_flops_ran_in_else_the_declared_dtype():
     import torch
 
     from nsightflow.flops import matmul_precision
@@ -115,16 +115,43 @@ def test_mfu_precision_is_the_declared_dtype_or_the_one_most_gemm_flops_ran_in()
     assert off["mostly bf16"]["by_precision"] == {"bf16": 1024, "fp16": 128}
     assert off["float32 and elementwise"]["by_precision"] == {"fp32": 128}
     got = matmul_precision(None, off)
-    assert (got.precision, got.dtype) == ("bf16", "bfloat16") and "80% of the GEMM" in got.why
-    assert (matmul_precision("float16", off).precision, matmul_precision("float16", off).dtype) == ("fp16", "float16")
+    assert (got.precision, got.dtype, got.source, got.level) == ("bf16", "bfloat16", "probe", "info")
+    assert "not declared" in got.why and "80% of the GEMM" in got.why
+    as_declared = matmul_precision("bfloat16", off)
+    assert (as_declared.precision, as_declared.level) == ("bf16", "")
+    # Declared float16 (or float32 under autocast) but most GEMM FLOPs ran in bf16: the bf16 peak, and a warning.
+    overruled = matmul_precision("float16", off)
+    assert (overruled.precision, overruled.dtype, overruled.level) == ("bf16", "bfloat16", "warning")
+    assert "declares float16, but 80%" in overruled.why
+
+    # A model kept in float32 that multiplies under autocast: the probe sees bf16 GEMMs (the bf16 peak, warned).
+    def autocast(_):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return f32 @ f32
+
+    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage("s", autocast)], dtype="float32")
+    counted = harness.count_flops(wl)["stages"]
+    assert counted["s"]["by_precision"] == {"bf16": 128}
+    under_autocast = matmul_precision(wl.dtype, counted)
+    assert (under_autocast.precision, under_autocast.level) == ("bf16", "warning")
     # A declared float32 whose GEMMs ran as TF32 divides by the TF32 peak; without TF32, by the FMA units'.
-    only_f32 = {"s": off["float32 and elementwise"]}
-    assert matmul_precision("float32", only_f32).precision == "fp32"
-    assert matmul_precision("float32", {"s": on["float32 and elementwise"]}).precision == "tf32"
-    assert (matmul_precision(None, {"s": on["float32 and elementwise"]}).dtype) == "float32"
-    none = matmul_precision(None, {"s": {"by_precision": {}}})
-    assert (none.precision, none.dtype) == ("fp32", "float32") and "saw no GEMM" in none.why
-    assert "no probe pass" in matmul_precision(None, None).why
+    assert matmul_precision("float32", {"s": off["float32 and elementwise"]}).precision == "fp32"
+    tf32 = matmul_precision("float32", {"s": on["float32 and elementwise"]})
+    assert (tf32.precision, tf32.dtype, tf32.level) == ("tf32", "float32", "info")
+    # A tie goes to the declared dtype.
+    tie = {"s": {"by_precision": {"bf16": 10, "fp16": 10}}}
+    assert (
+        matmul_precision("float16", tie).precision == "fp16" and matmul_precision("bfloat16", tie).precision == "bf16"
+    )
+    # Nothing seen (CUDA-graph replays, no counting pass): the declared dtype, else float32 with a warning.
+    graphs = {"s": {"by_precision": {}}}
+    assert (matmul_precision("float16", graphs).precision, matmul_precision("float16", graphs).source) == (
+        "fp16",
+        "declared",
+    )
+    none = matmul_precision(None, graphs)
+    assert (none.precision, none.dtype, none.source, none.level) == ("fp32", "float32", "fallback", "warning")
+    assert "saw no GEMM" in none.why and "no probe pass" in matmul_precision(None, None).why
 
 
 def test_a_workload_without_a_dtype_gets_the_precision_its_matmuls_ran_in(tmp_path):
@@ -137,7 +164,8 @@ def test_a_workload_without_a_dtype_gets_the_precision_its_matmuls_ran_in(tmp_pa
     assert proc.returncode == 0, proc.stderr
     run, ceiling = json.loads(out.read_text()), json.loads(ceil.read_text())
     assert json.loads(flops.read_text())["stages"]["prefill"]["by_precision"] == {"bf16": 2 * 2 * 32**3}
-    assert (run["dtype"], run["precision"]) == ("bfloat16", "bf16") and "not declared" in run["precision_why"]
+    assert (run["dtype"], run["precision"], run["precision_level"]) == ("bfloat16", "bf16", "info")
+    assert "not declared" in run["precision_why"]
     # The ceiling multiplies in that dtype, so MFU's denominator is a bf16 rate, never float32's.
     assert (ceiling["dtype"], ceiling["precision"]) == ("bfloat16", "bf16") and ceiling["matmul_flops_per_s"] > 0
 
@@ -223,7 +251,12 @@ def test_harness_cli_profile_mode_writes_manifest_counts_and_ceilings(tmp_path):
     assert proc.returncode == 0, proc.stderr
     run = json.loads(out.read_text())
     assert [s["name"] for s in run["stages"]] == ["prefill", "decode"]
-    assert (run["dtype"], run["precision"], run["precision_why"]) == ("float32", "fp32", "declared by the workload")
+    assert (run["dtype"], run["precision"], run["precision_source"], run["precision_level"]) == (
+        "float32",
+        "fp32",
+        "probe",
+        "",
+    )
     assert len(run["stage_wall_s"]["decode"]) == 3
     assert json.loads(flops.read_text())["stages"]["prefill"]["flops"] == _matmuls(16) + _attention(16, 16)
     ceiling = json.loads(ceil.read_text())

@@ -493,9 +493,10 @@ def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) 
     """The report's diagnostics: tool warnings, clock state, coverage and every number that is estimated
     rather than measured."""
     out = [Diagnostic("warning", "nsys", w) for w in (manifest or {}).get("warnings", [])]
-    why = (manifest or {}).get("precision_why", "")
-    if why and not why.startswith("declared"):
-        out.append(Diagnostic("info", "workload", f"MFU in {agg.peaks.precision}: dtype {why}"))
+    level = (manifest or {}).get("precision_level")
+    if level:  # decided where the precision was (nsightflow.flops.matmul_precision)
+        why = manifest["precision_why"]
+        out.append(Diagnostic(level, "workload", f"MFU against the {agg.peaks.precision} peak: {why}"))
     for rec in records:
         src = f"ncu capture ({rec.get('what', 'kernels')})"
         out += [Diagnostic("warning", src, w) for w in rec.get("warnings", [])]

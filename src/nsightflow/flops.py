@@ -14,6 +14,7 @@ Model FLOPs are what the model's maths needs: a causal attention's masked half i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 GEMM_OPS = {
     "mm",
@@ -97,36 +98,44 @@ PRECISION_DTYPE = {
 
 @dataclass(frozen=True)
 class MatmulPrecision:
-    """The precision a run's MFU divides by (a peak's name), the dtype of its matrix work, and why."""
+    """The precision a run's MFU divides by (a peak's name) and the dtype of its matrix work; where that came
+    from ('probe': the probe pass's GEMMs; 'declared': the workload's dtype, where the probe saw no GEMM;
+    'fallback': neither, float32); how the report's diagnostics should say it ('warning', 'info', or '' when
+    it is just the declared dtype); and why, in words."""
 
     precision: str
     dtype: str
+    source: Literal["probe", "declared", "fallback"]
+    level: Literal["warning", "info", ""]
     why: str
 
 
 def matmul_precision(declared: str | None, stages: dict | None) -> MatmulPrecision:
-    """The precision of a workload's matrix work: its declared dtype's (float32 as TF32 where the probe pass saw
-    most float32 GEMM FLOPs run as TF32), else the precision of most GEMM and attention FLOPs in the probe
-    pass (``stages``: its per-stage records, as in analytic_flops.json), else float32."""
+    """The precision of a workload's matrix work, as it ran: that of most GEMM and attention FLOPs in the probe
+    pass (``stages``: its per-stage records, as in analytic_flops.json; a tie goes to the declared dtype),
+    else the declared dtype's, else float32. A model declared float32 that multiplies under autocast in bf16
+    is measured against the bf16 peak: the declared dtype's would put MFU above 100%."""
     by = {}
     for rec in (stages or {}).values():
         for p, n in ((rec or {}).get("by_precision") or {}).items():
             by[p] = by.get(p, 0) + n
-    if declared is not None:
-        tf32 = declared == "float32" and by.get("tf32", 0) > by.get("fp32", 0)
-        why = "declared by the workload" + (" (its float32 GEMMs ran as TF32 in the probe pass)" if tf32 else "")
-        return MatmulPrecision(tensor_precision(declared, tf32), declared, why)
+    mine = tensor_precision(declared, tf32=False) if declared else None
     known = {p: n for p, n in by.items() if p in PRECISION_DTYPE and n > 0}
-    if not known:
-        seen = "no probe pass counted this launch" if stages is None else "the probe pass saw no GEMM FLOPs"
-        return MatmulPrecision("fp32", "float32", f"not declared by the workload, and {seen}: float32 taken")
-    top = max(known, key=known.get)
-    share = known[top] / sum(by.values())
-    return MatmulPrecision(
-        top,
-        PRECISION_DTYPE[top],
-        f"not declared by the workload: {share:.0%} of the GEMM and attention FLOPs of the probe pass ran in {top}",
-    )
+    if known:
+        top = max(known, key=lambda p: (known[p], p == mine))
+        why = f"{known[top] / sum(by.values()):.0%} of the GEMM and attention FLOPs of the probe pass ran in {top}"
+        if declared is None:
+            level, why = "info", "not declared by the workload: " + why
+        elif PRECISION_DTYPE[top] != declared:
+            level, why = "warning", f"the workload declares {declared}, but {why}"
+        else:  # as declared, or a declared float32 multiplying as TF32
+            level, why = ("" if top == mine else "info"), f"the workload declares {declared}; {why}"
+        return MatmulPrecision(top, PRECISION_DTYPE[top], "probe", level, why)
+    seen = "no probe pass counted this launch" if stages is None else "the probe pass saw no GEMM FLOPs"
+    if declared is not None:
+        return MatmulPrecision(mine, declared, "declared", "", f"declared by the workload ({seen})")
+    why = f"not declared by the workload, and {seen}: float32 taken; declare the workload's dtype"
+    return MatmulPrecision("fp32", "float32", "fallback", "warning", why)
 
 
 def causal_kept(sq: int, sk: int) -> int:

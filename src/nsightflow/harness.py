@@ -13,7 +13,7 @@ Passes of one launch:
    bytes counted (the analytic count rides on this launch), or, under ncu, profiler windows opened
    around the units a capture plan names;
 4. optionally the measured ceilings (nsightflow.ceilings) of the device, in the dtype of the workload's
-   matrix work (declared, or the one the probe pass saw most GEMM FLOPs in).
+   matrix work (the one the probe pass saw most GEMM FLOPs in, else the declared one).
 
 Users plug in their own model as a callable ``package.module:function`` that takes keyword arguments
 and returns a :class:`Workload`.
@@ -67,8 +67,8 @@ class Workload:
     setup: Callable[[], None]
     stages: list[Stage]
     device: str = "cpu"
-    # The dtype of the model's matrix work; None: the precision most of its GEMM and attention FLOPs ran in,
-    # as the probe pass sees it (nsightflow.flops.matmul_precision). MFU divides by that precision's peak.
+    # The dtype of the model's matrix work, where the probe pass cannot tell: MFU divides by the peak of the
+    # precision most GEMM and attention FLOPs ran in (nsightflow.flops.matmul_precision).
     dtype: str | None = None
     params: dict = field(default_factory=dict)
     iterations: int = 1
@@ -390,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         params=workload.params,
         dtype=matmul.dtype,
         precision=matmul.precision,
+        precision_source=matmul.source,
+        precision_level=matmul.level,
         precision_why=matmul.why,
         iterations=workload.iterations,
         stages=[
