@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nsightflow import attribution, metrics, ncu, ncu_csv, nsys, units
-from nsightflow.flops import matmul_precision
+from nsightflow.flops import SIMT, matmul_precision
 from nsightflow.matching import match_to_plan, search_timeline
 from nsightflow.plan import CapturePlan, expected_frame
 from nsightflow.selection import select_kernels
@@ -272,7 +272,7 @@ def aggregate_captures(
         )
     )
     tensor = {p: results[f"flops_tensor_{p}"].sum() for p in ncu.TENSOR_FLOP_METRICS} if matched else {}
-    precision = max(tensor, key=tensor.get) if tensor and max(tensor.values()) > 0 else "fp32"
+    precision = max(tensor, key=tensor.get) if tensor and max(tensor.values()) > 0 else SIMT
     device = (
         next(
             (
@@ -511,7 +511,7 @@ def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) 
             )
         if rec.get("non_tensor_flops") is False:
             seen = rec.get("precisions_seen")
-            on_tensor_cores = seen is not None and ncu.SIMT not in seen
+            on_tensor_cores = seen is not None and SIMT not in seen
             out.append(
                 Diagnostic(
                     "info" if on_tensor_cores else "warning",

@@ -57,6 +57,9 @@ TENSOR_PRECISIONS = {
 }
 
 
+SIMT = "fp32"  # float32 matrix work on the FMA units (without TF32): its FLOPs are SASS counts, not tensor ones
+
+
 def input_precisions(name: str, klass: str, args: tuple) -> set[str]:
     """Precisions a GEMM (its two operands) or an attention (query, key, value) can run in, from its inputs'
     dtypes: tensor-core ones, or 'fp32' for float32 where TF32 is not allowed; empty for other operators."""
@@ -81,19 +84,13 @@ def tensor_precision(dtype: str, tf32: bool) -> str:
     """The precision matrix work on inputs of ``dtype`` runs in: a tensor-core one, TF32 for float32 where
     allowed, else 'fp32' (the FMA units); any other dtype keeps its name."""
     if dtype == "float32":
-        return "tf32" if tf32 else "fp32"
+        return "tf32" if tf32 else SIMT
     return TENSOR_PRECISIONS.get(dtype, dtype)
 
 
-# The dtype a precision's matrix work takes as input (the measured ceiling multiplies in it).
-PRECISION_DTYPE = {
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "tf32": "float32",
-    "fp32": "float32",
-    "fp64_tensor": "float64",
-    "fp8": "float8_e4m3fn",
-}
+# The dtype a precision's matrix work takes as input (the measured ceiling multiplies in it): TENSOR_PRECISIONS
+# inverted (fp8: its first dtype, float8_e4m3fn), and float32 for TF32 and the FMA units.
+PRECISION_DTYPE = {"tf32": "float32", SIMT: "float32", **{p: d for d, p in reversed(TENSOR_PRECISIONS.items())}}
 
 
 @dataclass(frozen=True)
@@ -135,7 +132,7 @@ def matmul_precision(declared: str | None, stages: dict | None) -> MatmulPrecisi
     if declared is not None:
         return MatmulPrecision(mine, declared, "declared", "", f"declared by the workload ({seen})")
     why = f"not declared by the workload, and {seen}: float32 taken; declare the workload's dtype"
-    return MatmulPrecision("fp32", "float32", "fallback", "warning", why)
+    return MatmulPrecision(SIMT, "float32", "fallback", "warning", why)
 
 
 def causal_kept(sq: int, sk: int) -> int:

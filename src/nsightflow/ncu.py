@@ -18,6 +18,8 @@ import re
 from pathlib import Path
 from typing import Literal
 
+from nsightflow.flops import SIMT
+
 # What config `ncu` allows (workflow/schemas/config.schema.yaml holds the defaults).
 ReplayMode = Literal["kernel", "application", "range", "app-range"]
 ClockControl = Literal["none", "base"]
@@ -87,7 +89,6 @@ TensorPrecisions = Literal["auto", "all"] | list[str]
 MetricSpec = Literal["default"] | list[str]  # config ncu.metrics
 
 
-SIMT = "fp32"  # a GEMM or attention on the FMA units (float32 without TF32): its FLOPs are SASS counts
 NonTensorFlops = Literal["auto"] | bool
 
 
