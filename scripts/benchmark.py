@@ -11,6 +11,7 @@ Usage: python3 scripts/benchmark.py [variant ...]. Variants:
   program_long, long, everything_long  the same three for the decoder at n_layers 8, decode_steps 32
   ncu_parts   where the ncu capture's time goes: the default plan's launches under growing metric sets
   timeline_parts  where the timeline job's time goes: the program, with the count and ceilings, under nsys
+  phases      the program's phases (import, warm-up, ranged, probe, ceilings) and the preflight's parts
   passes      replay passes of subsets of the default metrics (one empty kernel)
 Prints a table (seconds, × program alone, launches profiled) and each workflow's per-job seconds.
 """
@@ -66,6 +67,10 @@ def _workflow(args: dict) -> tuple[float, int, dict]:
         keep = os.environ.get("OUT")
         if keep:  # the jobs' logs come back from the GPU host
             shutil.copytree(wf / "results" / "tinyllm" / "logs", Path(keep) / f"logs_{len(args)}", dirs_exist_ok=True)
+        rep = wf / "results" / "tinyllm" / "ncu" / "capture.ncu-rep"
+        start = time.time()
+        subprocess.run(ncu.export_argv(shutil.which("ncu"), rep), check=True, capture_output=True)
+        print(f"  of the ncu capture job: the CSV export alone {time.time() - start:.2f} s", flush=True)
         plan = json.loads((wf / "results" / "tinyllm" / "plan.json").read_text())
         cmd = json.loads((wf / "results" / "tinyllm" / "ncu" / "capture.cmd.json").read_text())
         COLLECTED.setdefault("tensor_precisions", cmd.get("tensor_precisions"))
@@ -226,10 +231,63 @@ def _ncu_parts() -> tuple[float, int]:
     return total, n
 
 
+PHASES = r"""
+import json, sys, time
+t0 = time.time()
+import torch
+t1 = time.time()
+from nsightflow import harness
+from nsightflow.ceilings import measure
+from nsightflow.flops import matmul_precision
+t2 = time.time()
+w = harness.build_workload("nsightflow.decoder:build", {})
+torch.cuda.synchronize()
+t3 = time.time()
+harness._run_pass(w, None)
+t4 = time.time()
+harness._run_pass(w, harness._nvtx_ranges("nsightflow"))
+t5 = time.time()
+counts = harness.probe_pass(w, "nsightflow", count=True)
+t6 = time.time()
+m = matmul_precision(w.dtype, counts["stages"])
+measure("cuda", m.dtype)
+t7 = time.time()
+print(json.dumps({"import torch": t1 - t0, "import nsightflow": t2 - t1, "build + CUDA init": t3 - t2,
+                  "warm-up pass": t4 - t3, "ranged pass": t5 - t4, "probe pass (count, NVTX)": t6 - t5,
+                  "ceilings": t7 - t6}))
+"""
+
+
+def _phases() -> tuple[float, int]:
+    """Where the program's time goes (one process, each phase timed), and the preflight's parts."""
+    from nsightflow.preflight import PROBE
+
+    total = 0.0
+    steps = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "nvidia-smi -L": ["nvidia-smi", "-L"],
+        "nsys --version": [shutil.which("nsys"), "--version"],
+        "ncu --version": [shutil.which("ncu"), "--version"],
+        "ncu on the preflight probe": [shutil.which("ncu"), "--metrics", "gpu__time_duration.sum", sys.executable, "-c", PROBE],
+        "the program, phases": [sys.executable, "-c", PHASES],
+    }
+    for name, argv in steps.items():
+        start = time.time()
+        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        took = time.time() - start
+        total += took
+        print(f"  {name}: {took:.2f} s", flush=True)
+        if name == "the program, phases":
+            for phase, s in json.loads(out.strip().splitlines()[-1]).items():
+                print(f"    {phase}: {s:.2f} s", flush=True)
+    return total, 0
+
+
 # A longer run of the same decoder: twice the layers, four times the decode steps (about 9,000 launches).
 LONG = {"n_layers": 8, "decode_steps": 32}
 
 VARIANTS = {
+    "phases": _phases,
     "ncu_parts": _ncu_parts,
     "timeline_parts": _timeline_parts,
     "passes": _passes,
