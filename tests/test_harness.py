@@ -170,6 +170,40 @@ def test_a_workload_without_a_dtype_gets_the_precision_its_matmuls_ran_in(tmp_pa
     assert (ceiling["dtype"], ceiling["precision"]) == ("bfloat16", "bf16") and ceiling["matmul_flops_per_s"] > 0
 
 
+_PROBE_WITHOUT_DYNAMO = """
+import json, sys
+from nsightflow import harness
+w = harness.build_workload("nsightflow.decoder:build", json.loads(sys.argv[1]))
+harness.run_profiled(w)
+plain = harness.probe_pass(w, "nsightflow", count=True)["stages"]
+loaded_by_probe = "torch._dynamo" in sys.modules
+import torch._dynamo  # as a process that compiles has it: the probe keeps torch's dynamo guard there
+from nsightflow.probe import OpProbe, op_probe
+guarded = op_probe(None, None, None)
+again = harness.probe_pass(w, "nsightflow", count=True)["stages"]
+from torch.utils._python_dispatch import TorchDispatchMode
+def raw(self, func, types, args=(), kwargs=None):
+    return func(*args, **(kwargs or {}))
+Plain = type("Plain", (TorchDispatchMode,), {"__torch_dispatch__": raw})  # how torch treats any mode
+print(json.dumps({"loaded_by_probe": loaded_by_probe, "torch_guards_modes": Plain.__torch_dispatch__ is not raw,
+                  "guarded": type(guarded).__torch_dispatch__ is not OpProbe.__torch_dispatch__,
+                  "same_counts": plain == again, "flops": plain["prefill"]["flops"]}))
+"""
+
+
+def test_the_probe_pass_does_not_load_dynamo_unless_the_process_already_has():
+    """Loading torch._dynamo cost 2 to 5 s per probing launch (measured on the GPU host), for a guard that
+    only matters where compiled code runs; a process that compiles keeps the guard, and counts the same."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE_WITHOUT_DYNAMO, json.dumps(SMALL)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["loaded_by_probe"] is False
+    assert got["guarded"] is got["torch_guards_modes"] and got["same_counts"] is True
+    assert got["flops"] == _matmuls(16) + _attention(16, 16)
+
+
 def test_training_backward_counts_twice_the_forward_gemms():
     args = dict(
         batch=2,

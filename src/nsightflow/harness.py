@@ -198,11 +198,11 @@ def probe_pass(workload: Workload, domain: str | None, count: bool, windows=None
     whole runs as in the ranged pass, inside one window; every other step runs plainly.
     """
     from nsightflow.flops import Tally
-    from nsightflow.probe import OpProbe
+    from nsightflow.probe import op_probe
 
     tally = Tally() if count else None
     mark = _nvtx_ranges(probe_domain(domain)) if domain is not None else None
-    probe = OpProbe(domain, tally, windows)
+    probe = op_probe(domain, tally, windows)
     try:
         _probe_steps(workload, tally, mark, probe, windows)
     except WorkloadError as exc:

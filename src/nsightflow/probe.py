@@ -18,6 +18,7 @@ the plan is made from that (nsightflow.plan).
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -98,7 +99,17 @@ class Windows:
 
 
 class OpProbe(TorchDispatchMode):
-    """Numbers the operators of one step; marks, counts and windows them as configured."""
+    """Numbers the operators of one step; marks, counts and windows them as configured.
+
+    Made through :func:`op_probe`, which picks this class or its dynamo-guarded twin."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Recent torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo, whose first call imports
+        # torch._dynamo: 2 to 5 s, ten times the pass itself, in each of the run's two probing launches. The
+        # guard keeps dynamo from compiling the mode's frames inside compiled code, which cannot run in a
+        # process that never loaded dynamo; op_probe picks the guarded twin in one that did.
+        return False
 
     def __init__(self, domain: str | None, tally: Tally | None, windows: Windows | None) -> None:
         super().__init__()
@@ -141,6 +152,24 @@ class OpProbe(TorchDispatchMode):
             attrs = self._names[sig] = self._nvtx.get_event_attributes(message=sig)
         self._nvtx.push_range(attrs, payload=i)
         return True
+
+
+class _GuardedOpProbe(OpProbe):
+    """OpProbe with torch's dynamo guard (as any TorchDispatchMode has it), for processes that compile."""
+
+    __torch_dispatch__ = OpProbe.__torch_dispatch__  # re-declared, so that __init_subclass__ guards it
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        base = getattr(TorchDispatchMode, "_should_skip_dynamo", None)
+        return bool(base()) if base is not None else False
+
+
+def op_probe(domain: str | None, tally: Tally | None, windows: Windows | None) -> OpProbe:
+    """The probe for this process: guarded against dynamo where dynamo is loaded (compiled code may run),
+    unguarded, and so without dynamo's import, where it is not (no compiled code can run)."""
+    cls = _GuardedOpProbe if "torch._dynamo" in sys.modules else OpProbe
+    return cls(domain, tally, windows)
 
 
 @contextmanager
