@@ -9,6 +9,7 @@ Usage: python3 scripts/benchmark.py [variant ...]. Variants:
   everything  ncu over every kernel of prefill and all decode steps, one program launch, with the metrics the
               default run's capture collected (its capture.cmd.json): run 'default' first
   program_long, long, everything_long  the same three for the decoder at n_layers 8, decode_steps 32
+  full, everything_full  'default' and 'everything' with all five tensor precisions and the SASS FLOP counts
   ncu_parts   where the ncu capture's time goes: the default plan's launches under growing metric sets
   timeline_parts  where the timeline job's time goes: the program, with the count and ceilings, under nsys
   phases      the program's phases (import, warm-up, ranged, probe, ceilings) and the preflight's parts
@@ -55,11 +56,14 @@ def _snakemake(wf: Path, target: str) -> None:
     subprocess.run(argv, cwd=wf, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _workflow(args: dict) -> tuple[float, int, dict]:
+def _workflow(args: dict, key: str, ncu_cfg: dict | None = None) -> tuple[float, int, dict]:
+    """The workflow, cold, in a fresh copy; ``ncu_cfg`` overrides config keys under ``ncu``. The metrics its
+    capture collected are kept under ``key`` for the 'everything' variant that compares with it."""
     with tempfile.TemporaryDirectory() as tmp:
         wf = copy_workflow(Path(tmp))
         cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
         cfg["workloads"][0]["args"].update(args)
+        cfg["ncu"].update(ncu_cfg or {})
         (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         start = time.time()
         _snakemake(wf, "results/report.html")
@@ -73,8 +77,7 @@ def _workflow(args: dict) -> tuple[float, int, dict]:
         print(f"  of the ncu capture job: the CSV export alone {time.time() - start:.2f} s", flush=True)
         plan = json.loads((wf / "results" / "tinyllm" / "plan.json").read_text())
         cmd = json.loads((wf / "results" / "tinyllm" / "ncu" / "capture.cmd.json").read_text())
-        COLLECTED.setdefault("tensor_precisions", cmd.get("tensor_precisions"))
-        COLLECTED.setdefault("non_tensor_flops", cmd.get("non_tensor_flops"))
+        COLLECTED[key] = {k: cmd.get(k) for k in ("tensor_precisions", "non_tensor_flops")}
         return seconds, len(plan["expected"]), _jobs(wf)
 
 
@@ -94,14 +97,14 @@ def _jobs(wf: Path) -> dict:
     return out
 
 
-COLLECTED = {}  # the tensor precisions the default workflow's capture collected (its capture.cmd.json)
+COLLECTED = {}  # per workflow variant: the metrics its capture collected (from its capture.cmd.json)
 
 
-def _everything(args: dict) -> tuple[float, int]:
-    if not COLLECTED:
-        raise SystemExit("variant 'everything' compares with the default run's metrics: list 'default' before it")
-    precisions = COLLECTED["tensor_precisions"] or ncu.ALL_PRECISIONS
-    non_tensor = COLLECTED["non_tensor_flops"] is not False
+def _everything(args: dict, key: str) -> tuple[float, int]:
+    if key not in COLLECTED:
+        raise SystemExit(f"an 'everything' variant compares with the metrics of workflow variant {key!r}: list it before")
+    precisions = COLLECTED[key]["tensor_precisions"] or ncu.ALL_PRECISIONS
+    non_tensor = COLLECTED[key]["non_tensor_flops"] is not False
     print(f"  the default run's metrics: tensor precisions {precisions}, non-tensor FLOPs {non_tensor}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "all"
@@ -283,6 +286,9 @@ def _phases() -> tuple[float, int]:
     return total, 0
 
 
+# The richer metrics of earlier defaults: all five tensor precisions and the SASS (non-tensor) FLOP counts.
+FULL = {"tensor_precisions": "all", "non_tensor_flops": True}
+
 # A longer run of the same decoder: twice the layers, four times the decode steps (about 9,000 launches).
 LONG = {"n_layers": 8, "decode_steps": 32}
 
@@ -292,13 +298,15 @@ VARIANTS = {
     "timeline_parts": _timeline_parts,
     "passes": _passes,
     "program": lambda: _program({}),
-    "default": lambda: _workflow({}),
-    "deep": lambda: _workflow({"n_layers": 16}),
+    "default": lambda: _workflow({}, "default"),
+    "deep": lambda: _workflow({"n_layers": 16}, "deep"),
     "program16": lambda: _program({"n_layers": 16}),
-    "everything": lambda: _everything({}),
+    "everything": lambda: _everything({}, "default"),
     "program_long": lambda: _program(LONG),
-    "long": lambda: _workflow(LONG),
-    "everything_long": lambda: _everything(LONG),
+    "long": lambda: _workflow(LONG, "long"),
+    "everything_long": lambda: _everything(LONG, "long"),
+    "full": lambda: _workflow({}, "full", FULL),
+    "everything_full": lambda: _everything({}, "full"),
 }
 
 if __name__ == "__main__":
@@ -317,6 +325,8 @@ if __name__ == "__main__":
         print(f"{name:16} {got[0]:8.1f} {ratio} {got[1]:9d}")
     if "default" in rows and "everything" in rows:
         print(f"\nncu over everything / default workflow: {rows['everything'][0] / rows['default'][0]:.1f}x")
+    if "full" in rows and "everything_full" in rows:
+        print(f"ncu over everything / workflow, {FULL}: {rows['everything_full'][0] / rows['full'][0]:.1f}x")
     if "long" in rows and "everything_long" in rows:
         print(f"ncu over everything / workflow, {LONG}: {rows['everything_long'][0] / rows['long'][0]:.1f}x")
     if "default" in rows and "deep" in rows:
