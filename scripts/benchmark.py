@@ -102,7 +102,7 @@ COLLECTED = {}  # per workflow variant: the metrics its capture collected (from 
 
 def _everything(args: dict, key: str) -> tuple[float, int]:
     if key not in COLLECTED:
-        raise SystemExit(f"an 'everything' variant compares with the metrics of workflow variant {key!r}: list it before")
+        raise SystemExit(f"an 'everything' variant compares with the metrics of workflow variant {key!r}: run it first")
     precisions = COLLECTED[key]["tensor_precisions"] or ncu.ALL_PRECISIONS
     non_tensor = COLLECTED[key]["non_tensor_flops"] is not False
     print(f"  the default run's metrics: tensor precisions {precisions}, non-tensor FLOPs {non_tensor}", flush=True)
@@ -271,7 +271,8 @@ def _phases() -> tuple[float, int]:
         "nvidia-smi -L": ["nvidia-smi", "-L"],
         "nsys --version": [shutil.which("nsys"), "--version"],
         "ncu --version": [shutil.which("ncu"), "--version"],
-        "ncu on the preflight probe": [shutil.which("ncu"), "--metrics", "gpu__time_duration.sum", sys.executable, "-c", PROBE],
+        "ncu on the preflight probe": [shutil.which("ncu"), "--metrics", "gpu__time_duration.sum"]
+        + [sys.executable, "-c", PROBE],
         "the program, phases": [sys.executable, "-c", PHASES],
     }
     for name, argv in steps.items():
