@@ -70,7 +70,7 @@ def _workflow(args: dict, key: str, ncu_cfg: dict | None = None) -> tuple[float,
         seconds = time.time() - start
         keep = os.environ.get("OUT")
         if keep:  # the jobs' logs come back from the GPU host
-            shutil.copytree(wf / "results" / "tinyllm" / "logs", Path(keep) / f"logs_{len(args)}", dirs_exist_ok=True)
+            shutil.copytree(wf / "results" / "tinyllm" / "logs", Path(keep) / f"logs_{key}", dirs_exist_ok=True)
         rep = wf / "results" / "tinyllm" / "ncu" / "capture.ncu-rep"
         start = time.time()
         subprocess.run(ncu.export_argv(shutil.which("ncu"), rep), check=True, capture_output=True)
@@ -105,7 +105,7 @@ def _everything(args: dict, key: str) -> tuple[float, int]:
         raise SystemExit(f"an 'everything' variant compares with the metrics of workflow variant {key!r}: run it first")
     precisions = COLLECTED[key]["tensor_precisions"] or ncu.ALL_PRECISIONS
     non_tensor = COLLECTED[key]["non_tensor_flops"] is not False
-    print(f"  the default run's metrics: tensor precisions {precisions}, non-tensor FLOPs {non_tensor}", flush=True)
+    print(f"  the {key} run's metrics: tensor precisions {precisions}, non-tensor FLOPs {non_tensor}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "all"
         metrics = ncu.resolve_metrics("default", [], precisions, non_tensor=non_tensor)

@@ -60,14 +60,9 @@ TENSOR_PRECISIONS = {
 SIMT = "fp32"  # float32 matrix work on the FMA units (without TF32): its FLOPs are SASS counts, not tensor ones
 
 
-def input_precisions(name: str, klass: str, args: tuple) -> set[str]:
-    """Precisions a GEMM (its two operands) or an attention (query, key, value) can run in, from its inputs'
-    dtypes: tensor-core ones, or 'fp32' for float32 where TF32 is not allowed; empty for other operators."""
-    return set(_input_precisions(name, klass, args))
-
-
-def _input_precisions(name: str, klass: str, args: tuple) -> list[str]:
-    """The precision of each input of a GEMM (two operands) or an attention (query, key, value), in order."""
+def input_precisions(name: str, klass: str, args: tuple) -> list[str]:
+    """The precision of each input of a GEMM (two operands) or an attention (query, key, value), in order:
+    tensor-core ones, or 'fp32' for float32 where TF32 is not allowed; empty for other operators."""
     import torch
 
     if klass not in ("gemm", "attention"):
@@ -306,7 +301,7 @@ class Tally:
         except Exception as exc:  # a formula that cannot handle these shapes: say so, keep running
             s.failures.setdefault(name, repr(exc)[:300])
             return
-        inputs = _input_precisions(name, klass, args)
+        inputs = input_precisions(name, klass, args)
         s.precisions |= set(inputs)
         if inputs and flops:
             s.by_precision[inputs[0]] = s.by_precision.get(inputs[0], 0) + flops

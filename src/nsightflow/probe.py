@@ -106,9 +106,9 @@ class OpProbe(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # Recent torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo, whose first call imports
-        # torch._dynamo: 2 to 5 s, ten times the pass itself, in each of the run's two probing launches. The
-        # guard keeps dynamo from compiling the mode's frames inside compiled code, which cannot run in a
-        # process that never loaded dynamo; op_probe picks the guarded twin in one that did.
+        # torch._dynamo: the pass took 5.27 s with it and 0.60 s without on the H200, in each of the run's two
+        # probing launches. The guard keeps dynamo from compiling the mode's frames inside compiled code, which
+        # cannot run in a process that never loaded dynamo; op_probe picks the guarded twin in one that did.
         return False
 
     def __init__(self, domain: str | None, tally: Tally | None, windows: Windows | None) -> None:
