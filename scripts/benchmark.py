@@ -14,6 +14,8 @@ Usage: python3 scripts/benchmark.py [variant ...]. Variants:
   timeline_parts  where the timeline job's time goes: the program, with the count and ceilings, under nsys
   phases      the program's phases (import, warm-up, ranged, probe, ceilings) and the preflight's parts
   passes      replay passes of subsets of the default metrics (one empty kernel)
+  windows     what a profiler window (cudaProfilerStart/Stop pair) and the first profiled launch of a kernel
+              cost under ncu, with the default metrics (one program launch, each part timed inside it)
 Prints a table (seconds, × program alone, launches profiled) and each workflow's per-job seconds.
 """
 
@@ -234,6 +236,79 @@ def _ncu_parts() -> tuple[float, int]:
     return total, n
 
 
+WINDOWS = r"""
+import json, time
+import torch
+import torch.cuda.profiler as prof
+N = 20
+x = {d: torch.rand(1 << 16, device="cuda", dtype=d) for d in (torch.float32, torch.bfloat16, torch.float16)}
+ops = [torch.exp, torch.log, torch.sin, torch.cos, torch.tanh, torch.sigmoid, torch.relu, torch.abs, torch.neg,
+       torch.sqrt, torch.rsqrt, torch.erf, torch.exp2, torch.log2, torch.log1p, torch.expm1, torch.ceil,
+       torch.floor, torch.reciprocal, torch.square][:N]
+for t in x.values():  # every kernel loaded and run once before any window (as the harness's warm-up does)
+    for op in ops:
+        op(t)
+torch.cuda.synchronize()
+
+def timed(fn):
+    torch.cuda.synchronize()
+    start = time.time()
+    fn()
+    torch.cuda.synchronize()
+    return time.time() - start
+
+def one_window(launches):
+    prof.start()
+    for launch in launches:
+        launch()
+    torch.cuda.synchronize()
+    prof.stop()
+
+def own_windows(launches):
+    for launch in launches:
+        prof.start()
+        launch()
+        torch.cuda.synchronize()
+        prof.stop()
+
+same = [lambda: torch.exp(x[torch.float32])] * N
+rows = {
+    "N empty windows": timed(lambda: own_windows([lambda: None] * N)),
+    "N launches of one kernel, one window": timed(lambda: one_window(same)),
+    "N launches of one kernel, a window each": timed(lambda: own_windows(same)),
+    "N distinct kernels (first profiled launch each), one window": timed(
+        lambda: one_window([lambda op=op: op(x[torch.bfloat16]) for op in ops])),
+    "N distinct kernels (first profiled launch each), a window each": timed(
+        lambda: own_windows([lambda op=op: op(x[torch.float16]) for op in ops])),
+}
+print(json.dumps({"N": N, **rows}))
+"""
+
+
+def _windows() -> tuple[float, int]:
+    """Per window and per first profiled launch: one program under ncu (--profile-from-start off, the default
+    metrics), the parts timed inside it; so the plan's windows can be shaped by what they cost."""
+    metrics = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ncu.capture_argv(
+            shutil.which("ncu"),
+            f"{tmp}/w",
+            [sys.executable, "-c", WINDOWS],
+            metrics=metrics,
+            replay_mode="kernel",
+            clock_control="none",
+            cache_control="all",
+        )
+        start = time.time()
+        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        took = time.time() - start
+    got = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+    n = got.pop("N")
+    for name, s in got.items():
+        print(f"  {name.replace('N ', f'{n} ')}: {s:.2f} s ({1000 * s / n:.0f} ms each)", flush=True)
+    return took, 4 * n
+
+
 PHASES = r"""
 import json, sys, time
 t0 = time.time()
@@ -298,6 +373,7 @@ VARIANTS = {
     "ncu_parts": _ncu_parts,
     "timeline_parts": _timeline_parts,
     "passes": _passes,
+    "windows": _windows,
     "program": lambda: _program({}),
     "default": lambda: _workflow({}, "default"),
     "deep": lambda: _workflow({"n_layers": 16}, "deep"),
