@@ -304,8 +304,8 @@ def test_training_backward_gets_autograd_kernels_and_twice_the_gemm_flops(tmp_pa
         f"GEMM tensor FLOPs measured: forward {gemm['forward']:.4g}, backward {gemm['backward']:.4g} "
         f"(ratio {ratio:.3f}); analytic GEMM ratio "
         f"{stages.loc['backward', 'flops_analytic_gemm'] / stages.loc['forward', 'flops_analytic_gemm']:.3f}; "
-        "backward/forward measured FLOPs "
-        f"{stages.loc['backward', 'flops_measured'] / stages.loc['forward', 'flops_measured']:.3f}"
+        "backward/forward measured tensor FLOPs "
+        f"{stages.loc['backward', 'flops_tensor_measured'] / stages.loc['forward', 'flops_tensor_measured']:.3f}"
     )
     assert abs(ratio / 2 - 1) < 0.10
 
