@@ -43,6 +43,11 @@ class PreflightError(RuntimeError):
     """The host cannot profile; the message lists every failed check with its fix."""
 
 
+def probe_argv(ncu: str, python: str, metrics: str = "gpu__time_duration.sum") -> list[str]:
+    """ncu over the one-kernel probe: the counter check (and the benchmark's cost and pass counts of it)."""
+    return [ncu, "--metrics", metrics, "--clock-control", "none", python, "-c", PROBE]
+
+
 def run_checks(
     nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300, device: str | None = None
 ) -> list[dict]:
@@ -87,7 +92,7 @@ def run_checks(
             }
         )
     if all(c["ok"] for c in checks):
-        argv = [ncu, "--metrics", "gpu__time_duration.sum", "--clock-control", "none", python, "-c", PROBE]
+        argv = probe_argv(ncu, python)
         try:
             out, _ = run(argv, timeout_s=timeout_s)
         except subprocess.TimeoutExpired:
