@@ -10,6 +10,7 @@ serving engines do: each decode step is captured once into a ``torch.cuda.CUDAGr
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -106,6 +107,26 @@ def resolve_device(device: str) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
 
 
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
+
+
+def _sdpa_context(backend: str | None):
+    """A factory of contexts that restrict SDPA to ``backend`` (a no-op for None)."""
+    if backend is None:
+        return nullcontext
+    if backend not in SDPA_BACKENDS:
+        raise ValueError(f"sdpa_backend {backend!r}: use one of {', '.join(SDPA_BACKENDS)} (or leave it out)")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    which = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[backend]
+    return lambda: sdpa_kernel(which)
+
+
 def build(
     batch: int = 4,
     prompt: int = 512,
@@ -120,13 +141,16 @@ def build(
     seed: int = 0,
     cuda_graph: bool = False,
     compile: bool = False,
+    sdpa_backend: str | None = None,
 ) -> Workload:
     """Build the default workload: one prefill of ``prompt`` tokens, then greedy decode steps.
 
     ``compile``: the model under ``torch.compile(dynamic=True)`` (one graph for every decode position);
-    the first pass, a warm-up, compiles it.
+    the first pass, a warm-up, compiles it. ``sdpa_backend``: the attention kernels SDPA may use ('flash',
+    'efficient', 'cudnn', 'math'; None: torch's choice), as ``torch.nn.attention.sdpa_kernel`` sets them.
     """
     device = resolve_device(device)
+    attention = _sdpa_context(sdpa_backend)
     if cuda_graph and not device.startswith("cuda"):
         raise ValueError("cuda_graph=True needs a CUDA device")
     if cuda_graph and compile:
@@ -147,7 +171,8 @@ def build(
 
     @torch.no_grad()
     def run_decode(step: int) -> None:
-        token.copy_(model(token, caches, prompt + step).argmax(-1))
+        with attention():
+            token.copy_(model(token, caches, prompt + step).argmax(-1))
 
     def capture_graphs() -> None:
         side = torch.cuda.Stream()
@@ -172,7 +197,8 @@ def build(
 
     @torch.no_grad()
     def prefill(_: int) -> None:
-        token.copy_(model(prompt_tokens, caches, 0).argmax(-1))
+        with attention():
+            token.copy_(model(prompt_tokens, caches, 0).argmax(-1))
 
     def decode(step: int) -> None:
         if graphs:
@@ -193,6 +219,7 @@ def build(
         device=device,
         cuda_graph=cuda_graph,
         compile=compile,
+        sdpa_backend=sdpa_backend,
     )
     return Workload(
         setup=setup,

@@ -10,11 +10,22 @@ are counted in backward all the same (see nsightflow.attribution).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import torch.nn.functional as F
 
 from nsightflow.decoder import make_model, resolve_device
 from nsightflow.harness import Stage, Workload
+
+# The optimizers people train with, as torch implements them (each launches different kernels).
+OPTIMIZERS = {
+    "adamw": lambda p, lr: torch.optim.AdamW(p, lr=lr),
+    "adamw_fused": lambda p, lr: torch.optim.AdamW(p, lr=lr, fused=True),
+    "adamw_foreach": lambda p, lr: torch.optim.AdamW(p, lr=lr, foreach=True),
+    "adamw_plain": lambda p, lr: torch.optim.AdamW(p, lr=lr, foreach=False),
+    "sgd": lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9),
+}
 
 
 def build(
@@ -28,9 +39,18 @@ def build(
     model: str | None = None,
     config: dict | None = None,
     attn_implementation: str = "sdpa",
+    optimizer: str = "adamw",
+    autocast: str | None = None,
     **sizes: int,
 ) -> Workload:
-    """Next-token training: cross-entropy over every position, AdamW."""
+    """Next-token training: cross-entropy over every position, then an optimizer step.
+
+    ``optimizer``: one of OPTIMIZERS (torch's own implementations: AdamW as torch picks it, fused, foreach,
+    a plain per-parameter loop, or SGD with momentum). ``autocast``: run forward and loss under
+    ``torch.autocast`` in this dtype (a float32 model trained in bf16, as mixed-precision scripts do).
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer {optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
     device = resolve_device(device)
     if model is not None or config is not None:
         from nsightflow.hf import load_model
@@ -46,23 +66,27 @@ def build(
         logits_of = net.logits
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen, device=device)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=lr)
+    opt = OPTIMIZERS[optimizer](list(net.parameters()), lr)
+    mixed = (
+        torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, autocast)) if autocast else nullcontext()
+    )
     state: dict = {}
 
     def setup() -> None:
-        optimizer.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=True)
         state.clear()
 
     def forward(_: int) -> None:
-        logits = logits_of(tokens[:, :-1])
-        state["loss"] = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+        with mixed:
+            logits = logits_of(tokens[:, :-1])
+            state["loss"] = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
 
     def backward(_: int) -> None:
         state.pop("loss").backward()
 
     def step(_: int) -> None:
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
 
     params = dict(
         batch=batch,
@@ -71,6 +95,8 @@ def build(
         dtype=dtype,
         device=device,
         lr=lr,
+        optimizer=optimizer,
+        autocast=autocast,
         model=model,
         config=config,
         architecture=type(net).__name__,
