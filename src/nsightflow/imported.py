@@ -21,7 +21,9 @@ from nsightflow import files, ncu, ncu_csv
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_STATS_CMD = "nsys stats --report nvtx_sum --report nvtx_kern_sum --format csv -o PREFIX REPORT.nsys-rep"
 NSYS_SQLITE_CMD = "nsys export --type sqlite -o REPORT.sqlite REPORT.nsys-rep"
-NCU_EXPORT_CMD = "ncu --import REPORT.ncu-rep --page raw --csv --print-units base > REPORT.raw.csv"
+NCU_EXPORT_CMD = (
+    "ncu --import REPORT.ncu-rep --page raw --csv --print-units base --print-kernel-base mangled > REPORT.raw.csv"
+)
 
 
 class CapturesError(ValueError):

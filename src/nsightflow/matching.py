@@ -1,8 +1,11 @@
 """Join ncu results to the timeline launches they measured: by plan order, or (captures made elsewhere) by search.
 
-ncu prints shortened kernel names, so names are compared through a key both tools agree on; grid
-and block sizes must agree exactly. A result that cannot be joined is an error naming the result and
-what differed: a wrong join would put one kernel's counters on another.
+A kernel is identified by its mangled name, which nsys and ncu print identically (nsightflow exports
+ncu's results with ``--print-kernel-base mangled``; checked on every kernel of the corpus of real programs
+in tests/data/kernel_names). Exports made by hand with ncu's default demangled names are compared through
+a key both tools' demangling agrees on (see ``name_key``). Grid and block sizes must agree exactly. A result
+that cannot be joined is an error naming the result and what differed: a wrong join would put one kernel's
+counters on another.
 """
 
 from __future__ import annotations
@@ -20,14 +23,26 @@ class MatchError(ValueError):
     """ncu results and the timeline disagree; the message says where."""
 
 
-def name_key(name: str) -> str:
-    """A kernel name with what differs between nsys's and ncu's demangling removed.
+# A C-style cast in front of a template argument's value, as nsys demangles it and ncu does not:
+# (int)4, (unsigned long)1, (bool)0, (at::native::ADAM_MODE)1, (cub::SortOrder)0.
+_CAST = re.compile(r"\((?:[A-Za-z_][\w:]*(?: [A-Za-z_]\w*)*)\)(?=-?\d)")
+_QUALIFIER = re.compile(r"(?:\b[A-Za-z_]\w*|<unnamed>)::")
 
-    ncu drops casts such as ``(int)`` / ``(unsigned long)`` and the ``native::`` namespace that
-    nsys keeps; dropping every namespace qualifier and cast leaves a key both agree on.
+
+def name_key(name: str) -> str:
+    """A demangled kernel name with what differs between nsys's and ncu's demangling removed.
+
+    nsys prints casts before template values (``(int)4``, ``(at::native::ADAM_MODE)1``) and full
+    namespaces (``at::native::``, CUB's ``at_cuda_detail::cub::detail::``); ncu prints neither. Dropping
+    every cast and namespace qualifier leaves a key both agree on (every kernel of the name corpus).
     """
-    name = re.sub(r"\((?:unsigned |signed )?(?:int|long|short|char|bool|long long)\)", "", str(name))
-    return re.sub(r"(?:\b[A-Za-z_]\w*|<unnamed>)::", "", name).replace(" ", "")
+    return _QUALIFIER.sub("", _CAST.sub("", str(name))).replace(" ", "")
+
+
+def kernel_agrees(ncu_name: str, mangled: str, demangled: str) -> bool:
+    """Whether an ncu result's kernel name is the timeline launch's: its mangled name exactly (nsightflow's
+    exports), else, for an export with demangled names, the same ``name_key``."""
+    return str(ncu_name) == str(mangled) or name_key(ncu_name) == name_key(demangled)
 
 
 def match_to_plan(results: pd.DataFrame, expected: pd.DataFrame, capture: str) -> pd.DataFrame:
@@ -45,7 +60,7 @@ def match_to_plan(results: pd.DataFrame, expected: pd.DataFrame, capture: str) -
         for i in range(len(res))
         if str(res.loc[i, "grid"]) != str(exp.loc[i, "grid"])
         or str(res.loc[i, "block"]) != str(exp.loc[i, "block"])
-        or name_key(res.loc[i, "ncu_kernel"]) != name_key(exp.loc[i, "kernel"])
+        or not kernel_agrees(res.loc[i, "ncu_kernel"], exp.loc[i, "mangled"], exp.loc[i, "kernel"])
     ]
     if bad:
         i = bad[0]
@@ -100,11 +115,13 @@ def search_timeline(results: pd.DataFrame, launches: pd.DataFrame, domain: str, 
                 "export names: were the nsys and ncu captures made from the same program?"
             )
         cand = cand.sort_values("seq").reset_index(drop=True)
-        keys = [(name_key(k), g, b) for k, g, b in zip(cand["kernel"], cand["grid"], cand["block"], strict=True)]
+        keys = list(zip(cand["mangled"], cand["kernel"], cand["grid"], cand["block"], strict=True))
         j = 0
         for i, r in group.iterrows():
-            want = (name_key(r["ncu_kernel"]), str(r["grid"]), str(r["block"]))
-            while j < len(keys) and keys[j] != want:
+            name, grid, block = r["ncu_kernel"], str(r["grid"]), str(r["block"])
+            while j < len(keys) and not (
+                keys[j][2] == grid and keys[j][3] == block and kernel_agrees(name, keys[j][0], keys[j][1])
+            ):
                 j += 1
             if j == len(keys):
                 raise MatchError(

@@ -206,8 +206,12 @@ def reference_argv(
 
 
 def export_argv(ncu: str, report: str | Path) -> list[str]:
-    """Raw page as CSV in base units (bytes, ns), one row per profiled result."""
-    return [ncu, "--import", str(report), "--page", "raw", "--csv", "--print-units", "base"]
+    """Raw page as CSV in base units (bytes, ns), one row per profiled result, kernels named by their mangled
+    names: the one spelling nsys prints identically (nsightflow.matching)."""
+    return [ncu, "--import", str(report), "--page", "raw", "--csv", "--print-units", "base"] + [
+        "--print-kernel-base",
+        "mangled",
+    ]
 
 
 _REFUSALS = [
