@@ -232,26 +232,36 @@ def with_range_totals(
 
 
 def aggregate_captures(
-    imported: str | Path, divergence: float, top_n: int | None = None, coverage: float | None = None
-) -> dict:
+    imported: str | Path,
+    divergence: float,
+    top_n: int | None = None,
+    coverage: float | None = None,
+    domain: str | None = None,
+) -> RunTables:
     """Tables for captures made elsewhere (see nsightflow.imported): ncu results joined to the timeline without
-    a plan; MFU's precision is the one that did most of the tensor work."""
+    a plan; MFU's precision is the one that did most of the tensor work. ``domain``: the stages' NVTX domain
+    (config ``nvtx_domain``); where the timeline has no range in it, the domain is guessed (never a library's)."""
     imported = Path(imported)
     flops = imported / "analytic_flops.json"
     analytic = load_analytic(flops) if flops.exists() else {}
     exports = sorted((imported / "ncu").glob("*.raw.csv"))
     if not (imported / "timeline.sqlite").exists():
         return _times_only(imported, analytic, divergence, top_n, coverage)
-    tl = attribution.read_timeline(imported / "timeline.sqlite", _domain(imported))
-    domain = tl.domain
+    tl = attribution.read_timeline(imported / "timeline.sqlite", domain, nested=True)
     if (imported / "stats" / "nvtx_sum.csv").exists():
         check_range_counts(nsys.stage_table(imported / "stats" / "nvtx_sum.csv"), tl)
+    origin = _origins(imported)
     matched = []
     raws = []
+    unplaced = 0
     for export in exports:
         raw, _ = ncu_csv.parse_raw_csv(export)
         raws.append(raw)
-        matched.append(search_timeline(_kernel_results(raw, export), tl.launches, domain, export.name))
+        joined = search_timeline(
+            _kernel_results(raw, export), tl.launches, tl.domain, origin.get(export.name, export.name)
+        )
+        unplaced += int(joined["stage"].isna().sum())
+        matched.append(joined.dropna(subset=["stage"]))
     results = (
         pd.concat(matched, ignore_index=True)
         if matched
@@ -287,17 +297,39 @@ def aggregate_captures(
     pk = _peaks(results, device, precision, None)
     windowed = set(zip(results["stage"], results["step"], strict=True)) if len(results) else set()
     classes, kernels, stages = tables(tl, results, windowed, analytic, pk, divergence, top_n, coverage)
+    if not exports:
+        stages["coverage"] = np.nan  # nothing was meant to be counted: times only, not 0% measured
     notes = [
-        f"analysis of existing captures: precision taken as {precision} (most tensor-pipe FLOPs)"
+        f"analysis of existing captures: stages are the ranges of NVTX domain {tl.domain!r}"
+        + (f" (config nvtx_domain {domain!r} has none)" if domain and domain != tl.domain else "")
+        + f"; precision taken as {precision} (most tensor-pipe FLOPs)"
         + (
             ""
             if analytic
             else "; no analytic_flops.json among them, so no model FLOPs and no MFU, only HFU from the counted FLOPs"
         )
     ]
+    notes += [
+        f"{c}: a range that only holds other ranges of domain {tl.domain!r}: not a stage; its time is in theirs."
+        for c in tl.containers
+    ]
+    if unplaced:
+        notes.append(
+            f"{unplaced} ncu results carried no range of domain {tl.domain!r} on their thread's NVTX stack "
+            "(launched outside the stages, or by another thread): not joined to any stage."
+        )
     if not exports:
         notes.append("no ncu exports among the captures: times only, from the nsys timeline.")
     notes += stage_notes(stages, analytic)
+    partial = [s for s, c in zip(stages["stage"], stages["coverage"], strict=True) if exports and c < FULL_COVERAGE]
+    if partial:
+        notes.append(
+            f"{', '.join(partial)}: ncu measured part of the GPU time (see Diagnostics), so FLOPs and bytes are "
+            "lower bounds. The kernels left out were launched in the stage's time window without the stage's "
+            "range on their own thread's NVTX stack (autograd's backward thread: ncu's --nvtx-include filters "
+            "per thread), or fell outside the capture's filters. Let nsightflow profile the program, or capture "
+            "without --nvtx-include."
+        )
     check_bounds(stages, pk)
     return RunTables(kernels, stages, pk, notes, [], classes, results)
 
@@ -305,7 +337,7 @@ def aggregate_captures(
 def check_range_counts(stats: pd.DataFrame, tl: attribution.Timeline) -> None:
     """nsys stats' range counts and the SQLite export's must agree: both describe one run."""
     mine = stats[stats["domain"] == tl.domain].set_index("stage")["range_instances"]
-    theirs = tl.ranges.groupby("stage").size()
+    theirs = pd.Series(tl.range_counts, dtype="int64")
     differ = {
         s: (int(mine.get(s, 0)), int(theirs.get(s, 0)))
         for s in set(mine.index) | set(theirs.index)
@@ -318,10 +350,11 @@ def check_range_counts(stats: pd.DataFrame, tl: attribution.Timeline) -> None:
         )
 
 
-def _domain(imported: Path) -> str | None:
-    """The NVTX domain of imported captures when index.json records one, else None (guessed from the timeline)."""
+def _origins(imported: Path) -> dict[str, str]:
+    """The user's file behind each imported ncu export (``000.raw.csv`` → the path given), for errors."""
     index = imported / "index.json"
-    return json.loads(index.read_text()).get("domain") if index.exists() else None
+    exports = json.loads(index.read_text()).get("exports", []) if index.exists() else []
+    return {f"{i:03d}.raw.csv": path for i, path in enumerate(exports)}
 
 
 def _times_only(imported: Path, analytic: dict, divergence: float, top_n, coverage) -> dict:

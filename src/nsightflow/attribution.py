@@ -15,7 +15,7 @@ the per-stage tables come from here. Everything is read column-wise and joined w
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +54,10 @@ class TimelineError(ValueError):
     """The export cannot be attributed; the message names the file and what is missing."""
 
 
+# NVTX domains that libraries open for their own calls (CUB/Thrust, NCCL, cuDNN, cuBLAS): never a program's stages.
+LIBRARY_DOMAINS = frozenset({"cccl", "nccl", "cudnn", "cublas", "cublaslt", "cusparse", "cufft", "nvshmem"})
+
+
 @dataclass
 class Timeline:
     """A timeline attributed to stage steps: one row per kernel launched inside a harness range.
@@ -70,6 +74,9 @@ class Timeline:
     smem, start, end, duration_ns, launch_ns, tid (launching thread), graph (ran inside a CUDA graph).
     ``ranges``: the harness's stage ranges (stage, step, range_index, start, end, tid).
     ``probe_ops``: operator ranges of the probe pass.
+    ``range_counts``: instances of every range of the stages' domain, by name (any thread, push/pop and
+    start/end alike), as nsys stats counts them. ``containers``: range names that only hold other ranges of
+    the domain (a hand-made ``decode_all`` around ``decode_step``s): not stages, their time is their children's.
     """
 
     launches: pd.DataFrame
@@ -78,6 +85,8 @@ class Timeline:
     gpu_name: str | None
     source: str
     domain: str
+    range_counts: dict[str, int] = field(default_factory=dict)
+    containers: list[str] = field(default_factory=list)
 
 
 def _columns(con: sqlite3.Connection, table: str) -> set[str]:
@@ -169,17 +178,73 @@ def _owner(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarra
     return np.where(ok, i, -1)
 
 
-def guess_domain(nvtx: pd.DataFrame) -> str:
-    """The NVTX domain of a timeline's stages when nobody said (captures made elsewhere): the domain with
-    the most push/pop ranges, nsightflow's probe and operator domains aside."""
-    pp = nvtx[(nvtx["eventType"] == PUSH_POP) & ~nvtx["domain"].str.endswith((".probe", ".ops"))]
-    return str(pp["domain"].value_counts().index[0]) if len(pp) else ""
+def candidate_domains(nvtx: pd.DataFrame) -> list[str]:
+    """Domains that may hold a program's stages: any but a library's own (LIBRARY_DOMAINS) and nsightflow's
+    probe and operator domains."""
+    names = nvtx["domain"].astype(str)
+    keep = ~names.str.lower().isin(LIBRARY_DOMAINS) & ~names.str.endswith((".probe", ".ops"))
+    return list(dict.fromkeys(names[keep]))
 
 
-def read_timeline(sqlite_path: str | Path, domain: str | None) -> Timeline:
+def guess_domain(nvtx: pd.DataFrame, launch_ns: np.ndarray) -> str:
+    """The NVTX domain of a timeline's stages when nobody said (captures made elsewhere): of the candidate
+    domains, the one whose ranges hold the most kernel launches (ties: the most ranges)."""
+    best: tuple[int, int, str] | None = None
+    for domain in candidate_domains(nvtx):
+        top = _top_level(nvtx[nvtx["domain"] == domain])
+        held = int((_owner(launch_ns, top["start"].to_numpy(), top["end"].to_numpy()) >= 0).sum())
+        score = (held, len(top), domain)
+        best = score if best is None or score[:2] > best[:2] else best
+    return best[2] if best else ""
+
+
+def _nested_ranges(nvtx: pd.DataFrame, domain: str) -> pd.DataFrame:
+    """Every range of ``domain`` (push/pop on the thread that opened most, start/end on any), with its depth
+    (ranges of the domain it lies inside) and its exclusive time (its span less its direct children's)."""
+    mine = nvtx[nvtx["domain"] == domain]
+    if mine.empty:
+        return mine.assign(stage=[], step=[], range_index=[], depth=[], exclusive_ns=[])
+    pp = mine[mine["eventType"] == PUSH_POP]
+    tid = pp["globalTid"].mode().iloc[0] if len(pp) else None
+    mine = mine[(mine["eventType"] == START_END) | (mine["globalTid"] == tid)].sort_values(["start", "end"])
+    mine = mine.reset_index(drop=True)
+    starts, ends = mine["start"].to_numpy(), mine["end"].to_numpy()
+    depth = np.zeros(len(mine), dtype="int64")
+    exclusive = (ends - starts).astype("int64")
+    stack: list[int] = []
+    for i in range(len(mine)):
+        while stack and not (starts[i] >= starts[stack[-1]] and ends[i] <= ends[stack[-1]]):
+            stack.pop()
+        if stack:
+            exclusive[stack[-1]] -= ends[i] - starts[i]
+        depth[i] = len(stack)
+        stack.append(i)
+    mine["depth"], mine["exclusive_ns"] = depth, exclusive
+    mine["stage"] = mine["name"].astype(str)
+    mine["range_index"] = mine.groupby("stage").cumcount()
+    mine["step"] = mine["payload"].where(mine["payload"].notna(), mine["range_index"]).astype("int64")
+    return mine
+
+
+def _innermost(times: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
+    """Index (into ``ranges``) of the deepest range holding each time, -1 where none does."""
+    out = np.full(len(times), -1, dtype="int64")
+    for depth in sorted(set(ranges["depth"])):
+        level = ranges[ranges["depth"] == depth]
+        owner = _owner(times, level["start"].to_numpy(), level["end"].to_numpy())
+        hit = owner >= 0
+        out[hit] = level.index.to_numpy()[owner[hit]]
+    return out
+
+
+def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = False) -> Timeline:
     """Attribute every kernel of an nsys SQLite export to the harness's stage steps and probe units.
 
-    ``domain``: the NVTX domain of the stage ranges (None: the domain with the most push/pop ranges)."""
+    ``domain``: the NVTX domain of the stage ranges (None, or a domain the export has no range of: guessed,
+    see ``guess_domain``). ``nested`` (captures made by hand): every range of the domain is a stage step,
+    ranges may nest, and a kernel belongs to the innermost range holding its launch; a range name that only
+    holds other ranges is a container, not a stage. Otherwise (nsightflow's harness) the stages are the
+    top-level ranges."""
     path = Path(sqlite_path)
     if not path.exists():
         raise FileNotFoundError(
@@ -210,9 +275,9 @@ def read_timeline(sqlite_path: str | Path, domain: str | None) -> Timeline:
             gpu = row[0] if row else None
     con.close()
 
-    if domain is None:
-        domain = guess_domain(nvtx)
-    ranges = _harness_ranges(nvtx, domain)
+    if domain is None or not (nvtx["domain"] == domain).any():
+        domain = guess_domain(nvtx, k["launch_ns"].to_numpy())
+    ranges = _nested_ranges(nvtx, domain) if nested else _harness_ranges(nvtx, domain)
     probes = _harness_ranges(nvtx, probe_domain(domain))
     ops = nvtx[(nvtx["domain"] == ops_domain(domain)) & (nvtx["eventType"] == PUSH_POP)]
     ops = _top_level(ops).reset_index(drop=True)
@@ -222,7 +287,11 @@ def read_timeline(sqlite_path: str | Path, domain: str | None) -> Timeline:
     for pass_, rng in (("ranged", ranges), ("probe", probes)):
         if rng.empty:
             continue
-        owner = _owner(t, rng["start"].to_numpy(), rng["end"].to_numpy())
+        owner = (
+            _innermost(t, rng)
+            if nested and pass_ == "ranged"
+            else _owner(t, rng["start"].to_numpy(), rng["end"].to_numpy())
+        )
         sel = owner >= 0
         part = k[sel].copy()
         own = rng.iloc[owner[sel]]
@@ -244,15 +313,30 @@ def read_timeline(sqlite_path: str | Path, domain: str | None) -> Timeline:
         launches = launches.sort_values(["pass_", "launch_ns", "start"], kind="stable", ignore_index=True)
         launches["seq"] = launches.groupby(["pass_", "stage", "step"]).cumcount()
         launches = _classes(launches)[LAUNCH_COLUMNS]
+    counts = nvtx.loc[nvtx["domain"] == domain, "name"].astype(str).value_counts().to_dict()
+    containers: list[str] = []
+    if nested and len(ranges):
+        # a range name that launched nothing itself and whose every instance holds a deeper range: a container
+        held = ranges["stage"].isin(set(launches["stage"]))
+        parent = np.zeros(len(ranges), dtype=bool)
+        deeper = ranges["depth"].to_numpy()
+        parent[:-1] = deeper[1:] > deeper[:-1]
+        by_name = pd.Series(parent, index=ranges.index).groupby(ranges["stage"]).all()
+        containers = sorted(set(by_name[by_name].index) - set(ranges.loc[held, "stage"]))
+        ranges = ranges[~ranges["stage"].isin(containers)]
+    if "exclusive_ns" not in ranges.columns:
+        ranges = ranges.assign(exclusive_ns=ranges["end"] - ranges["start"])
     return Timeline(
         launches=launches,
-        ranges=ranges[["stage", "step", "range_index", "start", "end", "globalTid"]].rename(
-            columns={"globalTid": "tid"}
-        ),
+        ranges=ranges[["stage", "step", "range_index", "start", "end", "globalTid", "exclusive_ns"]]
+        .rename(columns={"globalTid": "tid"})
+        .reset_index(drop=True),
         probe_ops=ops,
         gpu_name=gpu,
         source=str(path),
         domain=domain,
+        range_counts={str(k_): int(v) for k_, v in counts.items()},
+        containers=containers,
     )
 
 
@@ -356,8 +440,9 @@ def _classes(launches: pd.DataFrame) -> pd.DataFrame:
 
 
 def stage_table(tl: Timeline) -> pd.DataFrame:
-    """Wall time per stage from the harness's ranges: domain-free columns stage, range_instances, wall_ns."""
-    r = tl.ranges.assign(wall=tl.ranges["end"] - tl.ranges["start"])
+    """Wall time per stage from the harness's ranges: domain-free columns stage, range_instances, wall_ns (a
+    nested range's own time: its span less its children's, so nested stages' times add up)."""
+    r = tl.ranges.assign(wall=tl.ranges["exclusive_ns"])
     out = r.groupby("stage", sort=False).agg(range_instances=("step", "size"), wall_ns=("wall", "sum")).reset_index()
     out["wall_ns"] = out["wall_ns"].astype("float64")
     return out

@@ -90,19 +90,27 @@ def _stage_of(stack, domain: str) -> tuple[str, str, int] | None:
 def search_timeline(results: pd.DataFrame, launches: pd.DataFrame, domain: str, capture: str) -> pd.DataFrame:
     """Join the results of one export made without a plan (captures made elsewhere) to timeline launches.
 
-    Each result's stage and step come from the NVTX stack ncu recorded (the stages' domain, or nsightflow's
-    probe domain for a capture of the probe pass); inside a step the results are an ordered subsequence of
-    the step's launches, matched greedily on name key, grid and block.
+    Each result's stage and step come from the NVTX stack ncu recorded (the innermost range of the stages'
+    domain, or of nsightflow's probe domain for a capture of the probe pass); inside a step the results are an
+    ordered subsequence of the step's launches, matched greedily on kernel name, grid and block. A result with
+    no such range on its stack (launched outside the stages, or by a thread that did not open them) is kept
+    with no stage; an export with none at all is an error (made without --nvtx, or of another program).
     """
     res = results.sort_values("ncu_id").reset_index(drop=True)
     where = [_stage_of(s, domain) for s in res["nvtx_stack"]]
-    if any(w is None for w in where):
-        i = next(i for i, w in enumerate(where) if w is None)
+    if res["nvtx_stack"].map(lambda s: not s).all():
         raise MatchError(
-            f"{capture}: result {int(res.loc[i, 'ncu_id'])} has no NVTX range of domain {domain!r} on its "
-            "stack: capture with --nvtx, and launch the work inside the stages' ranges (results of "
-            "autograd's thread carry no stage range; such captures need nsightflow's plan)"
+            f"{capture}: no result has an NVTX range on its stack: capture with ncu --nvtx, inside the stages' ranges"
         )
+    if all(w is None for w in where):
+        raise MatchError(
+            f"{capture}: no result has a range of NVTX domain {domain!r} on its stack: set config nvtx_domain to "
+            "the domain of the stages' ranges, or capture the program that made the timeline"
+        )
+    placed = [w is not None for w in where]
+    unplaced = res[[not p for p in placed]]
+    res = res[placed].reset_index(drop=True)
+    where = [w for w in where if w is not None]
     res["_pass"], res["_stage"], res["_step"] = zip(*where, strict=True)
     rows: list[dict] = []
     for (pass_, stage, payload), group in res.groupby(["_pass", "_stage", res["_step"].fillna(-1)], sort=False):
@@ -135,5 +143,6 @@ def search_timeline(results: pd.DataFrame, launches: pd.DataFrame, domain: str, 
     joined = pd.DataFrame(rows).set_index("_result")
     for col in JOINED:
         out[col] = joined[col]
+    out = pd.concat([out, unplaced.assign(**{c: None for c in JOINED})], ignore_index=True)
     out["capture"] = capture
     return out

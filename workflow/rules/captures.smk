@@ -41,5 +41,6 @@ rule aggregate_captures:
         divergence=config["report"]["divergence"],
         top_n=config["select"]["top_n"],
         coverage=config["select"]["coverage"],
+        domain=config["nvtx_domain"],
     script:
         "../scripts/aggregate_captures.py"

@@ -9,7 +9,9 @@ from nsightflow.runfiles import write_run
 
 sm = snakemake  # noqa: F821
 with errors_to_log(sm.log[0]):
-    agg = aggregate_captures(sm.input.imported, sm.params.divergence, sm.params.top_n, sm.params.coverage)
+    agg = aggregate_captures(
+        sm.input.imported, sm.params.divergence, sm.params.top_n, sm.params.coverage, sm.params.domain
+    )
     write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, []))
     index = json.loads((Path(sm.input.imported) / "index.json").read_text())
     Path(sm.output.manifest).write_text(json.dumps({"captures": index, "versions": {}, "commands": []}, indent=2))

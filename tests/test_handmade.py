@@ -1,0 +1,112 @@
+"""Captures made by hand, the NVTX guide's way, analysed with ``--config captures=DIR`` on the CPU.
+
+tests/data/handmade (recorded on the H200 with scripts/gpu_record.py handmade; commands.log has every
+command): a program with its own ranges in NVTX domain ``LLM`` named ``LLM@<stage>``, captured with
+``nsys profile`` (+ ``nsys stats`` and the SQLite export) and ``ncu --nvtx --nvtx-include "regex:LLM@.*/"``
+with ncu's default demangled names:
+- ``train``: a HuggingFace Llama training step with fused AdamW (forward, backward, optimizer);
+- ``moe``: a HuggingFace Mixtral (8 experts, top 2) prefill and 3 decode steps, the steps as ``LLM@decode_step``
+  ranges inside one ``LLM@decode_all`` range; CUB pushes ranges of its own domain (CCCL) inside them;
+- ``decoder``: the built-in decoder named the same way, nsys only.
+Expected values come from the raw files: ncu's counter cells summed per range by the NVTX cell each
+result carries, and nsys stats' own range totals.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections import defaultdict
+
+import pandas as pd
+import pytest
+from conftest import DATA, copy_workflow, snakemake
+
+HANDMADE = DATA / "handmade"
+BF16 = "sm__ops_path_tensor_src_bf16_dst_fp32.sum"
+DRAM = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+
+
+def _cell_sums(export) -> dict[str, dict[str, float]]:
+    """Per innermost LLM range on each result's NVTX stack: bf16 tensor FLOPs and DRAM bytes, summed from
+    the raw cells (plain csv; nothing of nsightflow's)."""
+    rows = list(csv.reader(export.open()))
+    header, body = rows[0], rows[2:]
+    nvtx = next(i for i, h in enumerate(header) if "Push/Pop" in h)
+    col = {h: i for i, h in enumerate(header)}
+    out: dict[str, dict[str, float]] = defaultdict(lambda: {"bf16": 0.0, "dram": 0.0, "results": 0})
+    for r in body:
+        llm = re.findall(r'"LLM:([^:"]+):', r[nvtx])
+        stage = llm[-1]
+        out[stage]["bf16"] += float(r[col[BF16]].replace(",", ""))
+        out[stage]["dram"] += sum(float(r[col[m]].replace(",", "")) for m in DRAM)
+        out[stage]["results"] += 1
+    return out
+
+
+def _stats_wall(stats_csv) -> dict[str, float]:
+    df = pd.read_csv(stats_csv)
+    return {r.split(":", 1)[1]: float(t) for r, t in zip(df["Range"], df["Total Time (ns)"], strict=True)}
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    """The three captures through the real workflow, one snakemake run each."""
+    out = {}
+    for name in ("train", "moe", "decoder"):
+        wf = copy_workflow(tmp_path_factory.mktemp(name))
+        snakemake(wf, "--cores", "1", "results/report.html", "--config", f"captures={HANDMADE / name}")
+        out[name] = wf / "results" / "captures" / name
+    return out
+
+
+def _stages(run) -> pd.DataFrame:
+    return pd.read_csv(run / "stages.csv", keep_default_na=False, na_values=[""]).set_index("stage")
+
+
+def test_a_training_step_with_fused_adamw_is_analysed(analysed):
+    run = analysed["train"]
+    st = _stages(run)
+    assert list(st.index) == ["LLM@forward", "LLM@backward", "LLM@optimizer"]
+    cells = _cell_sums(HANDMADE / "train" / "ncu.raw.csv")
+    assert st.loc["LLM@forward", "flops_tensor_measured"] == pytest.approx(cells["LLM@forward"]["bf16"], rel=1e-9)
+    assert st.loc["LLM@forward", "dram_bytes_measured"] == pytest.approx(cells["LLM@forward"]["dram"], rel=1e-9)
+    assert st.loc["LLM@forward", "coverage"] == 1.0 and st.loc["LLM@optimizer", "coverage"] == 1.0
+    kernels = pd.read_csv(run / "kernels.csv")
+    adam = kernels[(kernels["stage"] == "LLM@optimizer") & kernels["kernel"].str.contains("FusedAdamMathFunctor")]
+    assert len(adam) and adam["flops_tensor"].notna().all()  # the kernel whose name nsys and ncu spell apart
+    # ncu's NVTX filter is per thread: autograd's backward kernels are not in the capture, and the page says so
+    assert st.loc["LLM@backward", "coverage"] < 0.05
+    summary = json.loads((run / "summary.json").read_text())
+    assert any(d["source"] == "LLM@backward" and d["level"] == "warning" for d in summary["diagnostics"])
+    assert any("autograd" in n and "LLM@backward" in n for n in summary["notes"])
+
+
+def test_an_moe_with_nested_decode_ranges_and_cub_ranges_is_analysed(analysed):
+    run = analysed["moe"]
+    st = _stages(run)
+    # LLM@decode_all only holds the steps: a container, not a stage; CCCL's own ranges are never the stages
+    assert list(st.index) == ["LLM@prefill", "LLM@decode_step"]
+    assert st.loc["LLM@decode_step", "range_instances"] == 3
+    cells = _cell_sums(HANDMADE / "moe" / "ncu.raw.csv")
+    assert set(cells) == {"LLM@prefill", "LLM@decode_step"}
+    for stage in st.index:
+        assert st.loc[stage, "coverage"] == 1.0
+        assert st.loc[stage, "flops_tensor_measured"] == pytest.approx(cells[stage]["bf16"], rel=1e-9)
+        assert st.loc[stage, "dram_bytes_measured"] == pytest.approx(cells[stage]["dram"], rel=1e-9)
+    notes = json.loads((run / "summary.json").read_text())["notes"]
+    assert any(n.startswith("LLM@decode_all: a range that only holds") for n in notes)
+    kernels = pd.read_csv(run / "kernels.csv")
+    assert kernels["kernel"].str.contains("kernelHistogram1D").any()  # MoE routing's histogram, joined
+
+
+def test_the_guides_nested_decode_loop_times_match_nsys_stats(analysed):
+    run = analysed["decoder"]
+    st = _stages(run)
+    wall = _stats_wall(HANDMADE / "decoder" / "stats_nvtx_sum.csv")
+    assert list(st.index) == ["LLM@prefill", "LLM@decode_step"]
+    assert st.loc["LLM@decode_step", "range_instances"] == 4
+    for stage in st.index:
+        assert st.loc[stage, "wall_ms"] == pytest.approx(wall[stage] / 1e6, rel=1e-9)
+    assert st["coverage"].isna().all()  # no ncu export: times only, not "0% measured"
