@@ -154,6 +154,15 @@ def test_flop_counters_follow_the_operators_the_probe_saw():
     assert ncu.non_tensor_flops("auto", ["bf16", "fp32"]) is True
     assert ncu.non_tensor_flops("auto", None) is True and ncu.non_tensor_flops("auto", ["int8"]) is True
     assert ncu.non_tensor_flops(True, ["bf16"]) is True and ncu.non_tensor_flops(False, None) is False
+    # ... for a material share of a stage's FLOPs: a Llama's float32 rotary matmul (16,384 of 1.15e11) is not
+    llama = {"stages": {"prefill": {"flops": 1.15e11, "by_precision": {"bf16": 1.15e11 - 16384, "fp32": 16384}}}}
+    share = ncu.simt_share(llama, ["prefill"])
+    assert share == pytest.approx(16384 / 1.15e11)
+    assert ncu.non_tensor_flops("auto", ["bf16", "fp32"], share) is False
+    head = {"stages": {"a": {"flops": 1e9, "by_precision": {"fp32": 1e7}}, "b": {"flops": 1e9, "by_precision": {}}}}
+    assert ncu.simt_share(head, ["a", "b"]) == pytest.approx(0.01)  # the largest stage share decides
+    assert ncu.non_tensor_flops("auto", ["bf16", "fp32"], 0.01) is True
+    assert ncu.simt_share({"stages": {"a": {"flops": 1e9}}}, ["a"]) is None  # not said: counts as material
     bf16 = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     assert [m for m in bf16 if m.startswith("sm__ops_path_tensor_src")] == ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
     others = {ncu.TENSOR_FLOP_METRICS[p] for p in ncu.ALL_PRECISIONS if p != "bf16"}

@@ -553,6 +553,13 @@ def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) 
                     + (
                         " (elementwise kernels' work: every GEMM and attention ran on tensor cores)"
                         if on_tensor_cores
+                        else (
+                            " although GEMMs or attentions ran on the FMA units for "
+                            f"{rec['simt_share'] * 100:.2g}% of a stage's analytic FLOPs at most (below the 0.5% "
+                            "that pays for the counts): HFU is a lower "
+                            "bound by about that share"
+                        )
+                        if rec.get("simt_share") is not None
                         else " although GEMMs or attentions may run outside the tensor cores: HFU is a lower bound"
                     )
                     + "; HFU, executed / model and kernel rates use the tensor pipes' FLOPs; 'FLOPs (ncu)' shows — "

@@ -240,8 +240,8 @@ def _innermost(times: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
 def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = False) -> Timeline:
     """Attribute every kernel of an nsys SQLite export to the harness's stage steps and probe units.
 
-    ``domain``: the NVTX domain of the stage ranges (None, or a domain the export has no range of: guessed,
-    see ``guess_domain``). ``nested`` (captures made by hand): every range of the domain is a stage step,
+    ``domain``: the NVTX domain of the stage ranges (None, or with ``nested`` a domain the export has no range
+    of: guessed, see ``guess_domain``). ``nested`` (captures made by hand): every range of the domain is a stage step,
     ranges may nest, and a kernel belongs to the innermost range holding its launch; a range name that only
     holds other ranges is a container, not a stage. Otherwise (nsightflow's harness) the stages are the
     top-level ranges."""
@@ -275,7 +275,7 @@ def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = Fa
             gpu = row[0] if row else None
     con.close()
 
-    if domain is None or not (nvtx["domain"] == domain).any():
+    if domain is None or (nested and not (nvtx["domain"] == domain).any()):
         domain = guess_domain(nvtx, k["launch_ns"].to_numpy())
     ranges = _nested_ranges(nvtx, domain) if nested else _harness_ranges(nvtx, domain)
     probes = _harness_ranges(nvtx, probe_domain(domain))

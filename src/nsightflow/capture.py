@@ -255,6 +255,7 @@ class Counters:
     precisions: list[str]
     non_tensor: bool
     seen: list[str] | None  # the GEMM and attention precisions the probe pass saw; None: it could not tell
+    simt_share: float | None = None  # largest share of a stage's analytic FLOPs in FMA-unit GEMMs and attentions
 
 
 def capture_counters(
@@ -265,7 +266,8 @@ def capture_counters(
     plan = CapturePlan.read(plan_json)
     analytic = json.loads(Path(flops_json).read_text())
     seen = ncu.seen_precisions(analytic, list(plan.stages), [int(e["unit"]) for e in plan.expected])
-    return Counters(ncu.tensor_precisions(precisions, seen), ncu.non_tensor_flops(non_tensor, seen), seen)
+    share = ncu.simt_share(analytic, list(plan.stages))
+    return Counters(ncu.tensor_precisions(precisions, seen), ncu.non_tensor_flops(non_tensor, seen, share), seen, share)
 
 
 def ncu_capture(
@@ -336,6 +338,7 @@ def ncu_capture(
         "tensor_precisions": counters.precisions if metrics == "default" else None,
         "non_tensor_flops": counters.non_tensor if metrics == "default" else None,
         "precisions_seen": counters.seen,
+        "simt_share": counters.simt_share,
     }
     files.write_text(Path(csv_out), text)
     files.write_text(Path(cmd_json), json.dumps(record, indent=1))

@@ -125,14 +125,35 @@ def tensor_precisions(spec: TensorPrecisions, seen: list[str] | None) -> list[st
     return [p for p in ALL_PRECISIONS if p in chosen]
 
 
-def non_tensor_flops(spec: NonTensorFlops, seen: list[str] | None) -> bool:
+# FMA-unit GEMM and attention work below this share of a stage's analytic FLOPs does not buy the SASS counts
+# (a HuggingFace Llama's float32 rotary matmul: 16,384 of prefill's 1.15e11 FLOPs turned them on for every launch).
+SIMT_MATERIAL = 0.005
+
+
+def simt_share(analytic: dict, stages: list[str]) -> float | None:
+    """The largest share, over ``stages``, of a stage's analytic FLOPs that GEMMs and attentions ran on the FMA
+    units (float32 without TF32; analytic_flops.json's ``by_precision``); None where a stage does not say."""
+    shares = []
+    for stage in stages:
+        entry = analytic.get("stages", {}).get(stage) or {}
+        by, total = entry.get("by_precision"), entry.get("flops")
+        if by is None or not total:
+            return None
+        shares.append(by.get(SIMT, 0) / total)
+    return max(shares, default=None)
+
+
+def non_tensor_flops(spec: NonTensorFlops, seen: list[str] | None, share: float | None = None) -> bool:
     """Whether a capture collects the SASS instruction counts behind FLOPs outside the tensor pipes (config
     ``ncu.non_tensor_flops``). They are instrumented: about 0.3 s more per profiled launch on the H200 (the
     default decoder's 72 launches: 16 s without, 37 s with), whether one or all nine are asked for. 'auto':
-    only where a GEMM or attention runs on the FMA units (float32 without TF32) or the probe could not tell;
-    elsewhere they are the elementwise kernels' FLOPs (about 1% of an LLM's), reported as not collected."""
+    only where GEMMs or attentions run on the FMA units (float32 without TF32) for a material share of a stage's
+    FLOPs (``share`` ≥ SIMT_MATERIAL; unknown counts as material) or the probe could not tell; elsewhere they are
+    the elementwise kernels' FLOPs (about 1% of an LLM's), reported as not collected."""
     if spec == "auto":
-        return not _known(seen) or SIMT in (seen or [])
+        if not _known(seen):
+            return True
+        return SIMT in (seen or []) and (share is None or share >= SIMT_MATERIAL)
     return bool(spec)
 
 
