@@ -35,9 +35,19 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
     assert st.loc["prefill", "flops_analytic"] == matmuls(t) + attention(t, t)
     assert st.loc["prefill", "flops_analytic_causal"] == matmuls(t) + attention(t, t) * (t + 1) // (2 * t)
     assert st.loc["decode", "flops_analytic"] == sum(matmuls(1) + attention(1, t + s + 1) for s in range(steps))
-    for stage in ("prefill", "decode"):
+    manifest = json.loads((cpu_run / "results" / "tinyllm" / "manifest.json").read_text())
+    trace = json.loads((cpu_run / "results" / "tinyllm" / "torch" / "trace.json").read_text())
+    for i, stage in enumerate(("prefill", "decode")):
         assert st.loc[stage, "wall_ms"] > 0 and st.loc[stage, "gpu_busy_ms"] > 0
         assert st.loc[stage, "bytes_analytic"] > 0 and st.loc[stage, "mfu_busy"] > 0
+        # Wall time is the program's: the steps of the pass timed before torch.profiler started (one per step);
+        # the profiled ranges' time, from the trace's own record_function events, is kept beside it.
+        timed = manifest["program_wall_s"][stage]
+        assert len(timed) == {"prefill": 1, "decode": steps}[stage]
+        assert st.loc[stage, "wall_ms"] == pytest.approx(sum(timed) * 1e3)
+        ranges = [e["dur"] for e in trace["traceEvents"] if e.get("name") == f"nsightflow:{i} {stage}"]
+        assert len(ranges) == len(timed)
+        assert st.loc[stage, "wall_profiled_ms"] == pytest.approx(sum(ranges) / 1e3)
     # The CPU's measured matmul rate is a reference, not a bound: a stage that runs faster says so.
     notes = json.loads((cpu_run / "results" / "tinyllm" / "summary.json").read_text())["notes"]
     for stage in ("prefill", "decode"):
@@ -55,7 +65,6 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
         and "data:image/png;base64," in page
     )
     assert "<h3>Diagnostics</h3>" in page and "lower bound computed from tensor sizes" in page
-    trace = json.loads((cpu_run / "results" / "tinyllm" / "torch" / "trace.json").read_text())
     assert any(e.get("name") == "nsightflow:1 decode" for e in trace["traceEvents"])  # index, then the name
     # The ceiling was measured in the same program launch as the trace, in the workload's dtype.
     ceiling = json.loads((cpu_run / "results" / "tinyllm" / "ceilings.json").read_text())

@@ -376,3 +376,42 @@ def test_workloads_that_cannot_be_reported_truthfully_are_refused(monkeypatch, s
     monkeypatch.setitem(sys.modules, "bad_workloads", mod)
     with pytest.raises(harness.WorkloadError, match=re.escape(needle)):
         harness.build_workload("bad_workloads:build", {})
+
+
+def test_timed_pass_runs_after_the_warm_up_and_before_the_ranged_pass(tmp_path):
+    # Each run of the step sleeps for the time its position says: warm-up 0.0 s, timed pass 0.2 s, ranged pass 0.0 s
+    # (tests/workloads.py: pass_durations); the record's program times must be the timed pass's.
+    out = tmp_path / "run.json"
+    argv = [sys.executable, "-m", "nsightflow.harness", "--callable", "workloads:pass_durations", "--timed"]
+    argv += ["--args", json.dumps({"seconds": [0.0, 0.2, 0.0], "repeats": 2}), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(out.read_text())
+    assert [round(x, 1) for x in run["program_wall_s"]["step"]] == [0.2, 0.2]
+    assert [round(x, 1) for x in run["stage_wall_s"]["step"]] == [0.0, 0.0]
+
+
+def test_a_grouped_gemm_call_is_never_the_same_as_another(monkeypatch):
+    # Equal calls by shape are one class, except where the work follows the values: a grouped GEMM's offsets (a
+    # mixture of experts' tokens per expert) set its groups' sizes, so each of its calls is its own class.
+    import torch
+
+    from nsightflow import probe
+
+    seen = []
+    real = probe.signature
+    monkeypatch.setattr(probe, "signature", lambda *a: seen.append(real(*a)) or seen[-1])
+    x, w = torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(2, 32, 16, dtype=torch.bfloat16)
+
+    def step(_):
+        for offs in ([16, 64], [48, 64]):  # two routings of the same 64 tokens over two experts
+            torch._grouped_mm(x, w, offs=torch.tensor(offs, dtype=torch.int32))
+            x @ w[0]
+
+    with probe.OpProbe("d", None, None):
+        step(0)
+    grouped = [s for s in seen if s.startswith("_grouped_mm#")]
+    mm = [s for s in seen if s.startswith("mm#")]
+    assert len(grouped) == 2 and grouped[0] != grouped[1]
+    assert len(mm) == 2 and mm[0] == mm[1]

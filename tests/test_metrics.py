@@ -200,3 +200,14 @@ def test_filtered_run_counts_only_the_captured_classes():
     # Decode: three sampled steps, each launching the same classes; scaled to 8 steps.
     dec = sum(_all_flops(F / f"{c}.raw.csv") for c in caps[1:])
     assert st.loc["decode", "flops_measured"] == pytest.approx(dec * 8 / 3, rel=1e-9)
+
+
+def test_wall_times_are_the_timed_pass_and_must_describe_the_same_steps():
+    stages = pd.DataFrame({"stage": ["prefill", "decode"], "range_instances": [1, 3], "wall_ns": [5e6, 9e6]})
+    got = metrics.with_program_wall(stages, {"prefill": [0.002], "decode": [0.001, 0.001, 0.002]}, "m.json")
+    assert got["wall_ns"].tolist() == pytest.approx([2e6, 4e6]) and got["wall_profiled_ns"].tolist() == [5e6, 9e6]
+    assert metrics.with_program_wall(stages, None, "m.json")["wall_ns"].tolist() == [5e6, 9e6]
+    with pytest.raises(ValueError, match=r"m.json: the timed pass ran steps \{'prefill': 1, 'decode': 2\}"):
+        metrics.with_program_wall(stages, {"prefill": [0.002], "decode": [0.001, 0.001]}, "m.json")
+    with pytest.raises(ValueError, match="are not durations"):
+        metrics.with_program_wall(stages, {"prefill": [-1.0], "decode": [0.001, 0.001, 0.002]}, "m.json")

@@ -128,18 +128,26 @@ def test_flop_counters_follow_the_operators_the_probe_saw():
         "stages": {
             "prefill": {"tensor_precisions": ["bf16"], "not_counted": []},
             "decode": {"tensor_precisions": ["bf16", "tf32"], "not_counted": []},
-            "graph": {"tensor_precisions": None, "not_counted": ["the stage replays CUDA graphs"]},
+            "graph": {"tensor_precisions": None, "not_counted": ["the stage replays CUDA graphs"], "graph_replays": 4},
+            "failed": {"tensor_precisions": None, "not_counted": ["a FLOP formula failed"]},
             "int": {"tensor_precisions": ["int8"], "not_counted": []},
             "simt": {"tensor_precisions": ["fp32"], "not_counted": []},
         }
     }
-    assert ncu.seen_precisions(analytic, ["prefill"], [1, 3]) == ["bf16"]
-    assert ncu.seen_precisions(analytic, ["prefill", "decode"], [1]) == ["bf16", "tf32"]
-    # Not all operators seen, a launch between operators, no count: the probe cannot tell.
-    assert ncu.seen_precisions(analytic, ["prefill", "graph"], [1]) is None
-    assert ncu.seen_precisions(analytic, ["prefill"], [1, 4]) is None
-    assert ncu.seen_precisions(analytic, ["prefill"], [-1]) is None  # a whole-step window (compiled code)
-    assert ncu.seen_precisions(analytic, ["missing"], [1]) is None
+
+    def seen(*launches):
+        return ncu.seen_precisions(analytic, list(launches))[0]
+
+    assert seen(("prefill", 1), ("prefill", 3)) == ["bf16"]
+    assert seen(("prefill", 1), ("decode", 1)) == ["bf16", "tf32"]
+    # A whole-step window (compiled code runs eagerly in the counting pass): the stage's count.
+    assert seen(("prefill", -1)) == ["bf16"]
+    # A replayed CUDA graph: what the operators run eagerly ran in (every counted stage's).
+    got, how = ncu.seen_precisions(analytic, [("prefill", 1), ("graph", 0)])
+    assert got == ["bf16", "fp32", "int8", "tf32"] and any("replays CUDA graphs" in h for h in how)
+    # A launch between operators of an eagerly run stage (an extension's kernel), a failed count: nobody can tell.
+    assert seen(("prefill", 1), ("prefill", 4)) is None
+    assert seen(("failed", -1)) is None and seen(("failed", 1)) is None and seen(("missing", 1)) is None
     # Tensor precisions: those seen; every one where unknown or where ncu has no counter for one seen (int8).
     assert ncu.tensor_precisions("auto", ["bf16"]) == ["bf16"]
     assert ncu.tensor_precisions("auto", ["bf16", "fp32"]) == ["bf16"]
@@ -163,6 +171,9 @@ def test_flop_counters_follow_the_operators_the_probe_saw():
     assert ncu.simt_share(head, ["a", "b"]) == pytest.approx(0.01)  # the largest stage share decides
     assert ncu.non_tensor_flops("auto", ["bf16", "fp32"], 0.01) is True
     assert ncu.simt_share({"stages": {"a": {"flops": 1e9}}}, ["a"]) is None  # not said: counts as material
+    # A stage without analytic FLOPs (an optimizer step: elementwise work only) runs no FMA-unit GEMM.
+    train = {"stages": {**llama["stages"], "optimizer": {"flops": 0, "by_precision": {}}}}
+    assert ncu.simt_share(train, ["prefill", "optimizer"]) == pytest.approx(16384 / 1.15e11)
     bf16 = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     assert [m for m in bf16 if m.startswith("sm__ops_path_tensor_src")] == ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
     others = {ncu.TENSOR_FLOP_METRICS[p] for p in ncu.ALL_PRECISIONS if p != "bf16"}

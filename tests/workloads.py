@@ -114,3 +114,16 @@ def awkward_names(**_):
             Stage("0 préfill", _matmul),
         ],
     )
+
+
+def pass_durations(seconds: list[float], repeats: int = 1, **_):
+    """A stage whose every step sleeps ``seconds[k]`` in the k-th pass over the workload (setup starts a pass)."""
+    passes = [-1]
+
+    def setup() -> None:
+        passes[0] += 1
+
+    def step(_: int) -> None:
+        time.sleep(seconds[min(passes[0], len(seconds) - 1)])
+
+    return Workload(setup=setup, stages=[Stage("step", step, repeats=repeats)])

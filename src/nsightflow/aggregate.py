@@ -17,7 +17,7 @@ import pandas as pd
 from nsightflow import attribution, metrics, ncu, ncu_csv, nsys, units
 from nsightflow.flops import SIMT, matmul_precision
 from nsightflow.matching import match_to_plan, search_timeline
-from nsightflow.plan import CapturePlan, expected_frame
+from nsightflow.plan import CapturePlan, chosen_pairs, expected_frame
 from nsightflow.selection import select_kernels
 
 # A stage whose counters cover less of its GPU time than this is called partly measured (a warning, lower bounds).
@@ -48,9 +48,10 @@ class RunTables:
 
 MODE_TEXT = {
     "representatives": "one profiled launch per class of identical launches (the same operator call, by shapes "
-    "and arguments, launching the same kernel with the same grid, block and shared memory) in each "
-    "profiled step; the other launches take their class's counters, and unprofiled steps those of "
-    "the launch at the same position in the profiled steps",
+    "and arguments, launching the same kernel with the same grid, block and shared memory); a call profiled in "
+    "one step stands for the same call in every step of its stage, and launches no call identifies (CUDA-graph "
+    "replays, compiled code) are profiled in each sampled step and stand for the launch at the same position "
+    "in the other steps",
     "every_launch": "every launch of the sampled steps profiled, each class's mean scaled by its launches in the "
     "timeline",
 }
@@ -133,21 +134,23 @@ def _peaks(results: pd.DataFrame, device: str | None, precision: str, ceiling: d
 def tables(
     tl: attribution.Timeline,
     matched: pd.DataFrame,
-    windowed: set[tuple[str, int]],
+    chosen: set[tuple[str, int]],
     analytic: dict,
     pk: metrics.Peaks,
     divergence: float,
     top_n: int | None,
     coverage: float | None,
+    by_call: bool = True,
+    program_wall: tuple[dict[str, list[float]] | None, str] = (None, ""),
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(classes, kernels, stages) of a run whose ncu results are joined to its timeline; ``windowed``: the
-    (stage, step) pairs whose launches were profiled."""
-    values = metrics.launch_values(tl.launches[tl.launches["pass_"] == "ranged"], matched, windowed)
+    """(classes, kernels, stages) of a run whose ncu results are joined to its timeline; ``chosen``: the
+    (stage, step) pairs the capture measured; ``by_call``: see nsightflow.metrics.launch_values;
+    ``program_wall``: the timed pass's step times and the file they come from (nsightflow.metrics.with_program_wall)."""
+    values = metrics.launch_values(tl.launches[tl.launches["pass_"] == "ranged"], matched, chosen, by_call)
     classes = metrics.class_summary(values)
     kernels = _ranked(metrics.kernel_summary(classes, tl.ranges, pk), top_n, coverage)
-    stages = metrics.stage_summary(
-        attribution.stage_table(tl), metrics.stage_measured(values), analytic, pk, divergence
-    )
+    walls = metrics.with_program_wall(attribution.stage_table(tl), *program_wall)
+    stages = metrics.stage_summary(walls, metrics.stage_measured(values), analytic, pk, divergence)
     return classes, kernels, stages
 
 
@@ -164,8 +167,10 @@ def aggregate_run(
     ceiling_json: str | Path | None = None,
     ranges_export: str | Path | None = None,
     ranges_plan: str | Path | None = None,
-) -> dict:
-    """Per-class, per-kernel and per-stage tables of one Nsight run, plus peaks, notes and estimates."""
+    manifest_json: str | Path | None = None,
+) -> RunTables:
+    """Per-class, per-kernel and per-stage tables of one Nsight run, plus peaks, notes and estimates. Wall times are
+    the timed pass's in ``manifest_json`` (the program unslowed by nsys) where it has one."""
     tl = attribution.read_timeline(sqlite, domain)
     plan = CapturePlan.read(plan_json)
     raw, _ = ncu_csv.parse_raw_csv(Path(export))
@@ -178,17 +183,26 @@ def aggregate_run(
         else None
     )
     pk = _peaks(matched, device or tl.gpu_name, precision, ceiling)
-    windowed = {(w.stage, w.step) for w in plan.windows}
-    classes, kernels, stages = tables(tl, matched, windowed, analytic, pk, divergence, top_n, coverage)
-    notes = [f"capture: {MODE_TEXT[plan.mode]}."]
+    wall = program_wall(manifest_json)
+    classes, kernels, stages = tables(
+        tl, matched, chosen_pairs(plan), analytic, pk, divergence, top_n, coverage, plan.mode == "representatives", wall
+    )
+    notes = [f"capture: {MODE_TEXT[plan.mode]}.", wall_note(wall[0], "nsys")]
     estimates = []
     for stage, s in plan.stages.items():
         text = f"{s['profiled']} of {s['launches']} launches profiled ({s['classes']} classes of identical launches)"
         if s["steps"] > 1:
+            before = s.get("steps_profiled_before", [])
             text += (
                 f", in steps {s['sampled_steps']} of {s['steps']}"
                 + (f" and {s['extra_steps']} (launch sequences no sampled step has)" if s["extra_steps"] else "")
-                + "; the other steps scaled launch by launch from the sampled steps with the same launch sequence"
+                + (
+                    f"; step(s) {before} launched only calls profiled in an earlier step, so none of theirs was"
+                    if before
+                    else ""
+                )
+                + "; the other steps scaled launch by launch from the same calls, or from the sampled steps' launch "
+                "at the same position"
             )
         notes.append(f"{stage}: {text}.")
         if s["profiled"] < s["launches"]:
@@ -201,6 +215,28 @@ def aggregate_run(
     notes += stage_notes(stages, analytic)
     check_bounds(stages, pk)
     return RunTables(kernels, stages, pk, notes, estimates, classes, matched)
+
+
+def program_wall(manifest_json: str | Path | None) -> tuple[dict[str, list[float]] | None, str]:
+    """The timed pass's step times in a run's manifest (None where it has none: an older run), and its path."""
+    if manifest_json is None:
+        return None, ""
+    data = json.loads(Path(manifest_json).read_text())
+    return data.get("program_wall_s"), str(manifest_json)
+
+
+def wall_note(program: dict | None, profiler: str) -> str:
+    """What the wall times on the page are."""
+    if program:
+        return (
+            "wall times are the program's own: every step timed after the warm-up with no NVTX range and no profiler "
+            f"collecting; the same steps under {profiler} ('wall under profiler') took longer, since the profiler adds "
+            "time to every launch; busy times are the GPU's, which the profiler does not slow."
+        )
+    return (
+        f"wall times are those of the ranges under {profiler}, which adds time to every launch: a launch-bound "
+        "stage runs faster without it."
+    )
 
 
 def range_results(export: str | Path, plan_json: str | Path) -> pd.DataFrame:
@@ -398,11 +434,12 @@ def aggregate_torch(
     coverage: float | None,
     kind: str,
     divergence: float,
-) -> dict:
+    manifest_json: str | Path | None = None,
+) -> RunTables:
     """One run's tables from a torch.profiler trace: timeline times, analytic FLOPs and bytes, measured ceilings.
 
     There are no hardware counters on this path: per-kernel FLOPs and bytes stay empty, and the
-    roofline is analytic, one point per stage.
+    roofline is analytic, one point per stage. Wall times are the timed pass's in ``manifest_json`` where it has one.
     """
     idle = sorted(set(stages["stage"]) - set(kernels["stage"]))
     if stages.empty or idle:
@@ -417,12 +454,14 @@ def aggregate_torch(
     ranked = _ranked(kernels, top_n, coverage)
     ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
     busy = kernels.groupby("stage", as_index=False)["total_ns"].sum().rename(columns={"total_ns": "busy_ns"})
-    ssum = metrics.stage_summary(stages, busy, analytic, pk, divergence)
+    wall = program_wall(manifest_json)
+    ssum = metrics.stage_summary(metrics.with_program_wall(stages, *wall), busy, analytic, pk, divergence)
     what = "CUDA kernels (CUPTI)" if kind == "gpu" else "CPU operators (self time)"
     notes = [
         f"torch.profiler backend: the kernel table lists {what}; there are no hardware counters on this path, "
         "so FLOPs are the analytic count's and bytes a lower bound (each operator's tensors touched once; "
-        "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage."
+        "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage.",
+        wall_note(wall[0], "torch.profiler"),
     ]
     notes += stage_notes(ssum, analytic)
     check_bounds(ssum, pk)
@@ -539,7 +578,8 @@ def diagnose(agg: RunTables, records: list[dict], manifest: dict | None = None) 
                     "info",
                     src,
                     f"tensor FLOPs collected for {', '.join(rec['tensor_precisions'])}: the precisions of every "
-                    "GEMM and attention operator the workload ran (config ncu.tensor_precisions)",
+                    "GEMM and attention operator the workload ran (config ncu.tensor_precisions: all collects "
+                    "every one)" + "".join(f"; {how}" for how in rec.get("precisions_how", []) if "graph" in how),
                 )
             )
         if rec.get("non_tensor_flops") is False:

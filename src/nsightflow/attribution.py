@@ -64,14 +64,15 @@ class Timeline:
 
     ``launches``: pass_ ('ranged' or 'probe'), stage, step, range_index, unit (probe pass: the
     operator or gap that launched it, see nsightflow.probe; -1 otherwise), op (the operator call's
-    signature, 'gap' between operators), seq (launch order in its step), kernel_key (kernel, grid,
-    block, dynamic shared memory), class_key (what makes launches identical: the call's signature,
-    the launch's ordinal in its unit, and the kernel key; a ranged-pass launch takes the class of its
-    twin in the probe pass, or its kernel key where the step has no twin), structure (an id of the
-    step's sequence of kernels: steps with equal ids launch the same kernels in the same order, grids
-    and sizes aside; launches at the same position correspond),
-    twin (the step's probe pass launched the same sequence), kernel (demangled), mangled, grid, block,
-    smem, start, end, duration_ns, launch_ns, tid (launching thread), graph (ran inside a CUDA graph).
+    signature, 'gap' between operators; a ranged-pass launch takes its twin's, '' without one), seq
+    (launch order in its step), kernel_key (kernel, grid, block, dynamic shared memory), class_key
+    (what makes launches identical: the call's signature, the launch's ordinal in its unit, and the
+    kernel key; a ranged-pass launch takes the class of its twin in the probe pass, or its kernel key
+    where the step has no twin), structure (an id of the step's sequence of kernels: steps with equal
+    ids launch the same kernels in the same order, grids and sizes aside; launches at the same
+    position correspond), twin (the step's probe pass launched the same sequence), kernel
+    (demangled), mangled, grid, block, smem, start, end, duration_ns, launch_ns, tid (launching
+    thread), graph (ran inside a CUDA graph).
     ``ranges``: the harness's stage ranges (stage, step, range_index, start, end, tid).
     ``probe_ops``: operator ranges of the probe pass.
     ``range_counts``: instances of every range of the stages' domain, by name (any thread, push/pop and
@@ -430,13 +431,26 @@ def _classes(launches: pd.DataFrame) -> pd.DataFrame:
     )
     launches["twin"] = merged["twin"].fillna(False).astype(bool).to_numpy()
     launches["structure"] = merged["structure"].fillna(-1).astype("int64").to_numpy()
-    # A ranged launch in a step with a twin takes its twin's class (same step, same position).
+    # A ranged launch in a step with a twin takes its twin's class and operator call (same step, same position).
     mine = ~probe & launches["twin"].to_numpy()
     if mine.any():
-        by_pos = launches.loc[probe, ["stage", "step", "seq", "class_key"]]
+        by_pos = launches.loc[probe, ["stage", "step", "seq", "class_key", "op"]]
         twin = launches.loc[mine, ["stage", "step", "seq"]].merge(by_pos, on=["stage", "step", "seq"], how="left")
         launches.loc[mine, "class_key"] = twin["class_key"].to_numpy()
+        launches.loc[mine, "op"] = twin["op"].to_numpy()
     return launches
+
+
+def call_classes(launches: pd.DataFrame) -> np.ndarray:
+    """Whether each launch's class names an operator call (a probe-pass operator, or a ranged launch's twin of
+    one): such a launch does the same work wherever its call recurs, in any step of its stage (the same operator,
+    shapes, dtypes, strides and arguments launching the same kernel, grid, block and shared memory). Launches
+    between operators (a CUDA-graph replay, compiled code) are identified only by their position in a step: a
+    replayed graph reads its sizes from memory, so its kernels can do other work in another step."""
+    if "op" not in launches.columns:
+        return np.zeros(len(launches), dtype=bool)
+    op = launches["op"].fillna("").astype(str)
+    return (op != "").to_numpy() & (op != "gap").to_numpy()
 
 
 def stage_table(tl: Timeline) -> pd.DataFrame:

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsightflow import children, files, ncu, ncu_csv, nsys
@@ -146,11 +146,14 @@ def _append(log: str | Path, argv: list[str], text: str) -> None:
 
 def timeline(
     nsys_bin: str, program: list[str], rep: str | Path, sqlite_out: str | Path, log: str | Path, timeout_s: float | None
-) -> str:
-    """nsys profile → ``rep`` (.nsys-rep) and its SQLite export; returns what nsys and the program printed."""
+) -> tuple[str, list[str]]:
+    """nsys profile → ``rep`` (.nsys-rep) and its SQLite export; returns what nsys and the program printed, and
+    the command. The harness times every step first with nothing traced (``--timed``), then opens nsys's
+    capture range for the ranged and probe passes."""
     rep = Path(rep)
     tmp_base = rep.with_name(rep.stem + ".tmp")
-    out, _ = run_tool(nsys.profile_argv(nsys_bin, tmp_base, program), log, timeout_s, gpu=True)
+    argv = nsys.profile_argv(nsys_bin, tmp_base, [*program, "--timed"], capture_range=True)
+    out, _ = run_tool(argv, log, timeout_s, gpu=True)
     produced = Path(str(tmp_base) + ".nsys-rep")
     if not produced.exists():
         raise ToolError(f"nsys wrote no .nsys-rep (only a .qdstrm?): its importer may lack libdw.so.1; log: {log}")
@@ -159,7 +162,7 @@ def timeline(
         raise ToolError(f"nsys wrote no SQLite export beside {produced.name} (--export=sqlite); log: {log}")
     files.publish(exported, Path(sqlite_out))
     files.publish(produced, rep)
-    return out
+    return out, argv
 
 
 def tool_warnings(output: str) -> list[str]:
@@ -256,6 +259,7 @@ class Counters:
     non_tensor: bool
     seen: list[str] | None  # the GEMM and attention precisions the probe pass saw; None: it could not tell
     simt_share: float | None = None  # largest share of a stage's analytic FLOPs in FMA-unit GEMMs and attentions
+    seen_how: list[str] = field(default_factory=list)  # per stage, where its precisions came from
 
 
 def capture_counters(
@@ -265,9 +269,11 @@ def capture_counters(
     the GEMM and attention operators the probe pass saw in the planned stages (nsightflow.ncu.seen_precisions)."""
     plan = CapturePlan.read(plan_json)
     analytic = json.loads(Path(flops_json).read_text())
-    seen = ncu.seen_precisions(analytic, list(plan.stages), [int(e["unit"]) for e in plan.expected])
+    seen, how = ncu.seen_precisions(analytic, [(e["stage"], int(e["unit"])) for e in plan.expected])
     share = ncu.simt_share(analytic, list(plan.stages))
-    return Counters(ncu.tensor_precisions(precisions, seen), ncu.non_tensor_flops(non_tensor, seen, share), seen, share)
+    return Counters(
+        ncu.tensor_precisions(precisions, seen), ncu.non_tensor_flops(non_tensor, seen, share), seen, share, how
+    )
 
 
 def ncu_capture(
@@ -338,6 +344,7 @@ def ncu_capture(
         "tensor_precisions": counters.precisions if metrics == "default" else None,
         "non_tensor_flops": counters.non_tensor if metrics == "default" else None,
         "precisions_seen": counters.seen,
+        "precisions_how": counters.seen_how,
         "simt_share": counters.simt_share,
     }
     files.write_text(Path(csv_out), text)

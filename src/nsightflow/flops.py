@@ -269,6 +269,7 @@ class StageCount:
             "by_op": dict(self.by_op),
             "tensor_precisions": sorted(self.precisions) if ok else None,
             "by_precision": dict(self.by_precision),
+            "graph_replays": self.graph_replays,
             "not_counted": why,
         }
 

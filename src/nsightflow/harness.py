@@ -244,11 +244,36 @@ def count_flops(workload: Workload) -> dict:
     return probe_pass(workload, None, count=True)
 
 
-def run_profiled(workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1) -> dict[str, list[float]]:
-    """Warm up outside any range, then run every stage step inside its NVTX range."""
+def timed_pass(workload: Workload) -> dict[str, list[float]]:
+    """Every stage step run as the program runs it (no NVTX range, no profiler collecting), each step's wall time
+    in seconds. A profiler that traces every launch slows launch-bound code (nsys: about 30 µs a launch on the
+    H200, a 27 ms decode step took 41-45 ms), so the wall times a report divides by come from here."""
+    return _run_pass(workload, None)
+
+
+def capture_range(on: bool) -> None:
+    """Open (or close) the profiler's capture range (``cudaProfilerStart``/``Stop``): nsys run with
+    ``--capture-range=cudaProfilerApi`` traces only inside it, so the timed pass before it runs unslowed."""
+    import torch
+
+    if torch.cuda.is_available():
+        import torch.cuda.profiler as cuda_profiler
+
+        (cuda_profiler.start if on else cuda_profiler.stop)()
+
+
+def run_profiled(
+    workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1, timed: bool = False
+) -> tuple[dict[str, list[float]], dict[str, list[float]] | None]:
+    """Warm up outside any range; with ``timed``, run the timed pass and then open the profiler's capture range;
+    then run every stage step inside its NVTX range. Returns (the ranged pass's step times, the timed pass's)."""
     for _ in range(warmup):
         _run_pass(workload, None)
-    return _run_pass(workload, _nvtx_ranges(domain))
+    program = None
+    if timed:
+        program = timed_pass(workload)
+        capture_range(True)
+    return _run_pass(workload, _nvtx_ranges(domain)), program
 
 
 def trace_label(workload: Workload, name: str) -> str:
@@ -266,8 +291,9 @@ def trace_label(workload: Workload, name: str) -> str:
 
 def run_torch_profiled(
     workload: Workload, trace: Path, domain: str = DEFAULT_DOMAIN, warmup: int = 1
-) -> dict[str, list[float]]:
-    """Warm up, then run every stage step under torch.profiler inside ``record_function('domain:stage')``.
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Warm up, run the timed pass, then run every stage step under torch.profiler inside
+    ``record_function('domain:stage')``; returns (the profiled pass's step times, the timed pass's).
 
     The trace (Chrome/Perfetto JSON) records operators on the CPU and, on a GPU, the CUDA kernels
     through CUPTI; ``nsightflow.torchprof`` turns it into the same tables as the nsys path.
@@ -276,6 +302,7 @@ def run_torch_profiled(
 
     for _ in range(warmup):
         _run_pass(workload, None)
+    program = timed_pass(workload)  # before the profiler starts: the program's own step times
     activities = [ProfilerActivity.CPU]
     if workload.device.startswith("cuda"):
         activities.append(ProfilerActivity.CUDA)
@@ -288,7 +315,7 @@ def run_torch_profiled(
     tmp = files.staging(trace)
     prof.export_chrome_trace(str(tmp))
     files.publish(tmp, trace)
-    return times
+    return times, program
 
 
 def environment(workload: Workload) -> dict:
@@ -355,6 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=Path, help="capture plan: the probe pass opens ncu profiler windows")
     parser.add_argument("--ceilings-out", type=Path, help="measure the device's matmul and copy ceilings, write here")
     parser.add_argument("--out", type=Path, help="write the run's record (stages, params, environment) here")
+    parser.add_argument(
+        "--timed",
+        action="store_true",
+        help="after the warm-up, time every step with no NVTX and no profiler collecting, then open the profiler's "
+        "capture range (cudaProfilerStart) for the ranged and probe passes (nsys --capture-range=cudaProfilerApi)",
+    )
     ns = parser.parse_args(argv)
     from nsightflow.children import die_with_parent
 
@@ -363,12 +396,15 @@ def main(argv: list[str] | None = None) -> int:
         args = json.loads(ns.args)
         workload = build_workload(ns.spec, args)
         result: dict = {}
+        program = None
         if ns.mode == "profile":
-            result["stage_wall_s"] = run_profiled(workload, ns.domain, ns.warmup)
+            result["stage_wall_s"], program = run_profiled(workload, ns.domain, ns.warmup, ns.timed)
         elif ns.mode == "torch":
             if ns.trace is None:
                 parser.error("--mode torch needs --trace PATH")
-            result["stage_wall_s"] = run_torch_profiled(workload, ns.trace, ns.domain, ns.warmup)
+            result["stage_wall_s"], program = run_torch_profiled(workload, ns.trace, ns.domain, ns.warmup)
+        if program is not None:
+            result["program_wall_s"] = program
         counts = None
         if ns.windows is not None:
             probe_pass(workload, ns.domain, count=False, windows=_read_windows(ns.windows))
@@ -377,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
             if ns.flops_out is not None:
                 _write_json(ns.flops_out, counts)
             result["analytic"] = counts
+        if ns.timed:
+            capture_range(False)  # the ceilings need no trace
         matmul = matmul_precision(workload.dtype, counts["stages"] if counts else None)
         if ns.ceilings_out is not None:
             _write_json(ns.ceilings_out, measure_ceilings(workload, matmul.dtype))

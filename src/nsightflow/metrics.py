@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 import pandas as pd
 
+from nsightflow.attribution import call_classes
 from nsightflow.flops import CLASSES, op_class
 from nsightflow.ncu import (
     BYTE_METRICS,
@@ -143,14 +144,19 @@ def _mean_strict(x: pd.Series) -> float:
     return x.mean(skipna=False)
 
 
-def launch_values(ranged: pd.DataFrame, matched: pd.DataFrame, windowed: set[tuple[str, int]]) -> pd.DataFrame:
+def launch_values(
+    ranged: pd.DataFrame, matched: pd.DataFrame, chosen: set[tuple[str, int]], by_call: bool = True
+) -> pd.DataFrame:
     """Counters of every launch of the ranged pass, measured or scaled.
 
-    In a profiled step (``windowed``) a launch takes the mean of its class's profiled launches in that
-    step (all of them are identical; see nsightflow.plan). In any other step a launch takes the mean,
-    over the profiled steps with the same structure (launch sequence), of the launch at its position:
-    decode steps repeat their kernels while the work of some (attention over a growing cache) changes.
-    NaN where nothing measured stands for it: never a zero.
+    A launch takes, in order: the mean of its class's profiled launches in its own step (all of them are
+    identical; see nsightflow.plan); with ``by_call``, where its class is an operator call
+    (nsightflow.attribution.call_classes), the mean of that call's profiled launches in any step of its stage
+    (the same call does the same work in every step: a training loop's iterations, a decode step's GEMMs);
+    outside the ``chosen`` steps, the mean, over the chosen steps with the same structure (launch sequence), of
+    the launch at its position: decode steps repeat their kernels while the work of some (attention over a
+    growing cache, a replayed CUDA graph) changes. NaN where nothing measured stands for it: never a zero.
+    ``by_call`` is off for captures of every launch (calls whose work depends on data, e.g. MoE routing).
     """
     cols = ["stage", "step", "seq", "class_key", "structure", "kernel", "duration_ns"]
     out = ranged[cols].copy()
@@ -161,13 +167,24 @@ def launch_values(ranged: pd.DataFrame, matched: pd.DataFrame, windowed: set[tup
         return out
     g = matched.groupby(["stage", "step", "class_key"])
     reps = g[COUNTERS].agg(_mean_strict).join(g.size().rename("profiled"))
-    win = pd.MultiIndex.from_frame(out[["stage", "step"]]).isin(list(windowed))
-    measured = out[win].merge(reps, left_on=["stage", "step", "class_key"], right_index=True, how="left")
-    measured["profiled"] = measured["profiled"].fillna(0).astype("int64")
-    slots = measured.groupby(["stage", "structure", "seq"])[COUNTERS].agg(_mean_strict)
-    rest = out[~win].merge(slots, left_on=["stage", "structure", "seq"], right_index=True, how="left")
-    rest["profiled"] = 0
-    return pd.concat([measured, rest]).sort_index()
+    out = out.merge(reps, left_on=["stage", "step", "class_key"], right_index=True, how="left")
+    out["profiled"] = out["profiled"].fillna(0).astype("int64")
+    if by_call:
+        calls = pd.Series(call_classes(ranged), index=ranged.index)
+        per_call = out[calls & (out["profiled"] > 0)].groupby(["stage", "class_key"])[COUNTERS].agg(_mean_strict)
+        _fill(out, calls & (out["profiled"] == 0), per_call, ["stage", "class_key"])
+    win = pd.Series(pd.MultiIndex.from_frame(out[["stage", "step"]]).isin(list(chosen)), index=out.index)
+    slots = out[win].groupby(["stage", "structure", "seq"])[COUNTERS].agg(_mean_strict)
+    _fill(out, ~win & out[COUNTERS].isna().all(axis=1), slots, ["stage", "structure", "seq"])
+    return out
+
+
+def _fill(out: pd.DataFrame, rows: pd.Series, table: pd.DataFrame, keys: list[str]) -> None:
+    """Counters of ``rows`` (a mask over ``out``) from ``table``, indexed by ``keys``; NaN where it has no entry."""
+    if not rows.any() or table.empty:
+        return
+    looked = out.loc[rows, keys].merge(table, left_on=keys, right_index=True, how="left")
+    out.loc[rows, COUNTERS] = looked[COUNTERS].to_numpy()
 
 
 def _add_counter_totals(out: pd.DataFrame, g) -> None:
@@ -388,6 +405,32 @@ def with_ceiling(pk: Peaks, ceiling: dict) -> Peaks:
     )
 
 
+def with_program_wall(stages: pd.DataFrame, program_wall_s: dict[str, list[float]] | None, source: str) -> pd.DataFrame:
+    """Stage wall times as the program runs: ``wall_ns`` from the harness's timed pass (no profiler collecting),
+    the profiled ranges' own in ``wall_profiled_ns``. A profiler slows launch-bound code (nsys about 30 µs a
+    launch), so utilisations on wall time divide by the program's. Without a timed pass (captures made
+    elsewhere) the ranges' times stay, and ``wall_profiled_ns`` is empty.
+
+    The timed pass must describe the same stages and steps as the ranges (``source``: the file it came from)."""
+    out = stages.copy()
+    out["wall_profiled_ns"] = np.nan
+    if not program_wall_s:
+        return out
+    ranged = dict(zip(out["stage"], out["range_instances"], strict=True))
+    timed = {k: len(v) for k, v in program_wall_s.items()}
+    if ranged != timed:
+        raise ValueError(
+            f"{source}: the timed pass ran steps {timed} (stage: steps), the profiled ranges {ranged}: they describe "
+            "different runs; rerun the profiling rule (delete its outputs)"
+        )
+    bad = {k: v for k, v in program_wall_s.items() if not all(np.isfinite(x) and x >= 0 for x in v)}
+    if bad:
+        raise ValueError(f"{source}: step wall times {bad} are not durations; rerun the profiling rule")
+    out["wall_profiled_ns"] = out["wall_ns"]
+    out["wall_ns"] = [float(sum(program_wall_s[s])) * 1e9 for s in out["stage"]]
+    return out
+
+
 def _util(amount: float, seconds: float, peak: float) -> float:
     """amount / (seconds × peak): a utilisation, NaN where any part is missing or zero."""
     if not (seconds and peak) or not np.isfinite(amount) or not np.isfinite(peak):
@@ -408,7 +451,8 @@ def stage_summary(
     the FLOPs the hardware executed (ncu counters), which include tile padding and recomputation.
     Both use measured times; their ratio (``executed_over_model``) shows wasted tensor work.
 
-    ``stages``: wall time per stage (stage, range_instances, wall_ns); ``measured``: per stage busy_ns,
+    ``stages``: wall time per stage (stage, range_instances, wall_ns, optionally wall_profiled_ns: see
+    with_program_wall); ``measured``: per stage busy_ns,
     covered_ns and counter totals (stage_measured; counters NaN where the backend has none);
     ``analytic``: the analytic counts per stage (values None where they could not be counted).
     """
@@ -431,6 +475,7 @@ def stage_summary(
             "stage": name,
             "range_instances": int(st["range_instances"]),
             "wall_ms": st["wall_ns"] / 1e6,
+            "wall_profiled_ms": float(st.get("wall_profiled_ns", np.nan)) / 1e6,
             "gpu_busy_ms": busy_ns / 1e6,
             "kernels": int(m.get("kernels", m.get("classes", 0)) or 0),
             "classes": int(m.get("classes", 0) or 0),

@@ -92,20 +92,38 @@ MetricSpec = Literal["default"] | list[str]  # config ncu.metrics
 NonTensorFlops = Literal["auto"] | bool
 
 
-def seen_precisions(analytic: dict, stages: list[str], units: list[int]) -> list[str] | None:
-    """The precisions of the GEMMs and attentions the probe pass saw in ``stages`` (analytic_flops.json's
-    ``tensor_precisions``), or None where it cannot know: a stage not fully counted, or a launch in ``units``
-    (the plan's) that no known operator made (even units are the gaps between operators; -1 a launch whose
-    operator is unknown, as in a whole-step window; see nsightflow.probe)."""
-    if any(u < 0 or u % 2 == 0 for u in units):
-        return None
+def seen_precisions(analytic: dict, launches: list[tuple[str, int]]) -> tuple[list[str] | None, list[str]]:
+    """The tensor precisions of the GEMMs and attentions behind the planned ``launches`` ((stage, unit) pairs, see
+    nsightflow.plan), as the probe pass saw them (analytic_flops.json's ``tensor_precisions``), and how each stage's
+    were decided; None where nobody can tell.
+
+    - a launch of an operator (odd unit): the operators its stage's count saw;
+    - a whole-step window (unit -1: compiled code, or a step whose probe pass ran other kernels): the same operators
+      run eagerly in the counting pass (a compiled model is counted eagerly), so its stage's count, where complete;
+    - a launch between operators (even unit): a CUDA-graph replay, whose graph was captured from the same model's
+      operators, takes the precisions the other stages' operators ran in (the eager probe's); anything else (a
+      kernel launched by an extension that bypasses PyTorch's dispatcher) is unknown.
+    """
+    entries = {stage: analytic.get("stages", {}).get(stage) or {} for stage, _ in launches}
+
+    def counted(entry: dict) -> bool:
+        return entry.get("tensor_precisions") is not None and not entry.get("not_counted")
+
+    eager = {p for e in analytic.get("stages", {}).values() if e and counted(e) for p in e["tensor_precisions"]}
     seen: set[str] = set()
-    for stage in stages:
-        entry = analytic.get("stages", {}).get(stage)
-        if not entry or entry.get("not_counted") or entry.get("tensor_precisions") is None:
-            return None
-        seen |= set(entry["tensor_precisions"])
-    return sorted(seen)
+    how: dict[str, str] = {}
+    for stage, unit in dict.fromkeys(launches):
+        entry = entries[stage]
+        if (unit % 2 == 1 or unit < 0) and counted(entry):
+            seen |= set(entry["tensor_precisions"])
+            how.setdefault(stage, "its operators in the counting pass")
+        elif unit >= 0 and unit % 2 == 0 and entry.get("graph_replays") and eager:
+            seen |= eager
+            how[stage] = "it replays CUDA graphs: the precisions of the operators of the stages run eagerly"
+        else:
+            why = "not counted" if not counted(entry) else "kernels launched outside any operator"
+            return None, [f"{stage}: {why}: every precision collected"]
+    return sorted(seen), [f"{stage}: {text}" for stage, text in how.items()]
 
 
 def _known(seen: list[str] | None) -> bool:
@@ -137,9 +155,9 @@ def simt_share(analytic: dict, stages: list[str]) -> float | None:
     for stage in stages:
         entry = analytic.get("stages", {}).get(stage) or {}
         by, total = entry.get("by_precision"), entry.get("flops")
-        if by is None or not total:
+        if by is None or total is None:
             return None
-        shares.append(by.get(SIMT, 0) / total)
+        shares.append(by.get(SIMT, 0) / total if total else 0.0)  # no FLOPs (an optimizer step): no FMA-unit GEMM
     return max(shares, default=None)
 
 

@@ -19,12 +19,16 @@ STATS_REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum")
 MIN_KERNEL_NS = 100  # the shortest kernels nsys records on H100/H200 take about 1 µs
 
 
-def profile_argv(nsys: str, out_base: str | Path, program: list[str], trace: str = "cuda,nvtx") -> list[str]:
+def profile_argv(
+    nsys: str, out_base: str | Path, program: list[str], trace: str = "cuda,nvtx", capture_range: bool = False
+) -> list[str]:
     """``nsys profile`` of ``program``; writes ``out_base.nsys-rep`` and its SQLite export ``out_base.sqlite``.
 
     Kernels inside CUDA graphs are traced one by one (``--cuda-graph-trace=node``; by default nsys
     shows a replayed graph as one item and its kernels in no range). No OS-runtime tracing (it grows
-    past GBs), no CPU sampling."""
+    past GBs), no CPU sampling. ``capture_range``: trace only between the program's ``cudaProfilerStart`` and
+    ``cudaProfilerStop`` (the harness's ``--timed`` pass runs before them, unslowed)."""
+    window = ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if capture_range else []
     return [
         nsys,
         "profile",
@@ -32,6 +36,7 @@ def profile_argv(nsys: str, out_base: str | Path, program: list[str], trace: str
         "--sample=none",
         "--cpuctxsw=none",
         "--cuda-graph-trace=node",
+        *window,
         "--export=sqlite",
         "--force-overwrite=true",
         "-o",

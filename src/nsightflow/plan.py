@@ -1,16 +1,20 @@
 """One Nsight Compute capture for a whole run: which launches to profile, and in which windows.
 
-Launches inside one stage step are *identical* when the same operator call (name, tensor shapes,
-dtypes, strides, other arguments: nsightflow.probe.signature) launched the same kernel with the same
-grid, block and shared memory as its same-numbered launch; in the default decoder the layers repeat
-the same calls, so one profiled launch per class stands for the rest. A kernel, grid and block alone
-are not enough: a GEMM's K is not part of its launch configuration.
+Launches are *identical* when the same operator call (name, tensor shapes, dtypes, strides, other
+arguments: nsightflow.probe.signature) launched the same kernel with the same grid, block and shared
+memory as its same-numbered launch; in the default decoder the layers repeat the same calls, so one
+profiled launch per class stands for the rest. A kernel, grid and block alone are not enough: a GEMM's
+K is not part of its launch configuration. A call identifies its work in every step of its stage, so a
+class profiled in one sampled step is not profiled again in the next: a training loop's later iterations
+and a decode step's GEMMs cost nothing more; what changes from step to step (attention over a growing
+KV cache) is profiled in each sampled step.
 
-For a stage that runs several steps (decode), the sampled steps are profiled; the other steps are
-scaled from them launch by launch (same position in the step) when they launch the same kernels in
-the same order (the same *structure*); a structure that no sampled step has gets its first step
-profiled too. With ``mode='every_launch'`` every launch of the chosen steps is profiled instead (for
-workloads where identical calls do different work, e.g. data-dependent routing).
+For a stage that runs several steps (decode, iterations), the sampled steps are profiled; in the other
+steps a launch takes its call's counters, or, where no call identifies it (a replayed CUDA graph,
+compiled code), those of the launch at the same position in the sampled steps that launch the same
+kernels in the same order (the same *structure*); a structure that no sampled step has gets its first
+step profiled too. With ``mode='every_launch'`` every launch of the chosen steps is profiled instead
+(for workloads where identical calls do different work, e.g. data-dependent routing).
 
 Windows are stage steps of the probe pass (nsightflow.probe). A step whose probe pass launched exactly
 the kernels of its ranged pass, in the same order, gets windows around the units (operators, gaps)
@@ -29,7 +33,7 @@ from typing import Literal
 import pandas as pd
 
 from nsightflow import files
-from nsightflow.attribution import Timeline, read_timeline
+from nsightflow.attribution import Timeline, call_classes, read_timeline
 
 # config ncu.capture: one launch per class of identical launches, or every launch of the sampled steps.
 CaptureMode = Literal["representatives", "every_launch"]
@@ -136,18 +140,26 @@ def plan_capture(tl: Timeline, domain: str, sample_steps: list, mode: CaptureMod
             "launches": int(len(mine)),
         }
     windows, expected = [], []
+    # Operator calls already profiled in an earlier chosen step of the stage: the same call does the same work in
+    # every step (a training loop's iterations, a decode step's GEMMs), so a later step profiles only what is new.
+    profiled_calls: dict[str, set[str]] = {stage: set() for stage in summary}
     for stage, step in tl.ranges.sort_values("start")[["stage", "step"]].itertuples(index=False):
         if (stage, step) not in chosen:
             continue
         r = ranged[(ranged["stage"] == stage) & (ranged["step"] == step)].sort_values("seq")
         p = probe[(probe["stage"] == stage) & (probe["step"] == step)].sort_values("seq")
-        window, rows = _window(stage, int(step), r, p, mode)
+        known = profiled_calls[stage] if mode == "representatives" else set()
+        window, rows = _window(stage, int(step), r, p, mode, known)
+        if window is None:
+            summary[stage].setdefault("steps_profiled_before", []).append(int(step))
+            continue
         windows.append(window)
         seen: set[str] = set()
         for row in rows.to_dict("records"):
             row["role"] = "extra" if row["class_key"] in seen else "representative"
             seen.add(row["class_key"])
             expected.append({c: _plain(row[c]) for c in EXPECTED_COLUMNS})
+        profiled_calls[stage] |= set(rows.loc[call_classes(rows), "class_key"])
     for stage, s in summary.items():
         mine = [e for e in expected if e["stage"] == stage]
         s["profiled"] = len(mine)
@@ -155,12 +167,25 @@ def plan_capture(tl: Timeline, domain: str, sample_steps: list, mode: CaptureMod
     return CapturePlan(mode=mode, domain=domain, windows=windows, expected=expected, stages=summary)
 
 
+def chosen_pairs(plan: CapturePlan) -> set[tuple[str, int]]:
+    """The (stage, step) pairs a plan chose to measure: its sampled steps and the extra ones (launch sequences no
+    sampled step has), whether or not a step needed a window of its own."""
+    return {
+        (stage, int(step))
+        for stage, s in plan.stages.items()
+        for step in list(s.get("sampled_steps", [])) + list(s.get("extra_steps", []))
+    } | {(w.stage, w.step) for w in plan.windows}
+
+
 def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def _window(stage: str, step: int, ranged: pd.DataFrame, probe: pd.DataFrame, mode: str) -> tuple[Window, pd.DataFrame]:
-    """The window of one stage step and the launches it profiles (in launch order)."""
+def _window(
+    stage: str, step: int, ranged: pd.DataFrame, probe: pd.DataFrame, mode: str, known: set[str]
+) -> tuple[Window | None, pd.DataFrame]:
+    """The window of one stage step and the launches it profiles (in launch order); no window where every class
+    of the step is an operator call in ``known`` (profiled in an earlier step of the stage)."""
     whole = ranged.assign(unit=-1)
     if mode == "every_launch":
         return Window(stage, step, None, "every launch of the step (capture mode every_launch)"), whole
@@ -190,13 +215,19 @@ def _window(stage: str, step: int, ranged: pd.DataFrame, probe: pd.DataFrame, mo
             f"the probe pass launched other kernels than the ranged pass ({what}): the whole step is profiled",
         ), whole
     units: list[int] = []
-    covered: set[str] = set()
+    covered: set[str] = set(known)
     for cls, unit in zip(probe["class_key"], probe["unit"], strict=True):
         if cls not in covered:
             units.append(int(unit))
             covered |= set(probe.loc[probe["unit"] == unit, "class_key"])
+    if not units:
+        return None, probe.iloc[0:0]
     rows = probe[probe["unit"].isin(units)]
-    return Window(stage, step, sorted(units), f"{len(covered)} classes in {len(units)} units"), rows
+    new = rows["class_key"].nunique() - len(set(rows["class_key"]) & known)
+    why = f"{new} classes in {len(units)} units"
+    if known:
+        why += f" ({len(set(probe['class_key']) & known)} operator calls of the step profiled in an earlier step)"
+    return Window(stage, step, sorted(units), why), rows
 
 
 def check_stages(tl: Timeline) -> None:
@@ -233,6 +264,8 @@ def make_plan(
                 f"sequence(s); profiling {s['profiled']} ({s['classes']} classes) in steps {s['sampled_steps']}"
                 f" + {s['extra_steps']}\n"
             )
+            if s.get("steps_profiled_before"):
+                fh.write(f"{stage}: steps {s['steps_profiled_before']} need no window: every call profiled before\n")
         for w in plan.windows:
             fh.write(f"window {w.stage} step {w.step}: {w.why}\n")
     return plan

@@ -23,6 +23,7 @@ with errors_to_log(sm.log[0]):
         ceiling_json=sm.input.ceilings,
         ranges_export=ranges,
         ranges_plan=sm.input.get("ranges_plan"),
+        manifest_json=sm.input.manifest,
     )
     cmds = [sm.input.cmd] + ([sm.input.ranges_cmd] if ranges else [])
     records = [json.loads(open(c).read()) for c in cmds]

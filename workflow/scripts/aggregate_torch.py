@@ -22,6 +22,7 @@ with errors_to_log(sm.log[0]):
         sm.params.coverage,
         torchprof.device_kind(trace),
         sm.params.divergence,
+        manifest_json=sm.input.manifest,
     )
     write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, [], manifest))
     with open(sm.log[0], "w") as log:

@@ -3,7 +3,6 @@ measured ceilings from the same program launch, and the run's manifest."""
 
 from pathlib import Path
 
-from nsightflow import nsys
 from nsightflow.capture import timeline, tool_warnings, write_manifest
 from nsightflow.rulelog import errors_to_log
 
@@ -18,17 +17,12 @@ with errors_to_log(sm.log[0]):
         "--ceilings-out",
         sm.output.ceilings,
     ]
-    out = timeline(sm.params.nsys, program, sm.output.rep, sm.output.sqlite, sm.log[0], sm.params.timeout_s)
+    out, argv = timeline(sm.params.nsys, program, sm.output.rep, sm.output.sqlite, sm.log[0], sm.params.timeout_s)
     write_manifest(
         harness_json,
         sm.output.manifest,
         dict(sm.params.versions),
-        [
-            {
-                "what": "Timeline (nsys), analytic count and ceilings in the same launch",
-                "argv": nsys.profile_argv(sm.params.nsys, Path(sm.output.rep).with_suffix(""), program),
-            }
-        ],
+        [{"what": "Timeline (nsys), wall times, analytic count and ceilings in the same launch", "argv": argv}],
         dict(sm.params.settings),
         tool_warnings(out),
     )
