@@ -10,6 +10,9 @@ Usage: python3 scripts/benchmark.py [variant ...]. Variants:
               default run's capture collected (its capture.cmd.json): run 'default' first
   program_long, long, everything_long  the same three for the decoder at n_layers 8, decode_steps 32
   full, everything_full  'default' and 'everything' with all five tensor precisions and the SASS FLOP counts
+  program_8b, 8b  the decoder at Llama-3-8B's shape (EIGHT_B) alone and through the workflow
+  everything_8b  ncu over every launch of its prefill and first decode step, extrapolated to all 32 steps
+  train1, train4  the workflow on a training step (TRAIN) of 1 and of 4 iterations
   ncu_parts   where the ncu capture's time goes: the default plan's launches under growing metric sets
   timeline_parts  where the timeline job's time goes: the program, with the count and ceilings, under nsys
   phases      the program's phases (import, warm-up, ranged, probe, ceilings) and the preflight's parts
@@ -353,6 +356,85 @@ def _phases() -> tuple[float, int]:
     return total, 0
 
 
+def _workflow_of(workloads: list[dict], key: str) -> tuple[float, int, dict]:
+    """The workflow, cold, over ``workloads`` (config entries); launches profiled summed over their runs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wf = copy_workflow(Path(tmp))
+        cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+        cfg["workloads"] = workloads
+        (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        start = time.time()
+        _snakemake(wf, "results/report.html")
+        seconds = time.time() - start
+        keep = os.environ.get("OUT")
+        n = 0
+        for w in workloads:
+            plan = json.loads((wf / "results" / w["name"] / "plan.json").read_text())
+            n += len(plan["expected"])
+            if w["name"] == "8b":
+                LAUNCHES[key] = sum(s["launches"] for s in plan["stages"].values())
+            if keep:
+                shutil.copytree(wf / "results" / w["name"] / "logs", Path(keep) / f"logs_{key}", dirs_exist_ok=True)
+        return seconds, n, _jobs(wf)
+
+
+LAUNCHES = {}  # per workflow variant: the launches of its stages in the timeline
+
+# Llama-3-8B's shape in the built-in decoder (multi-head attention: 32 heads of 128), bf16 random weights; batch 1,
+# a 512-token prompt and 32 decode steps, eager: a launch-bound decode of about 450 launches a step.
+EIGHT_B = {
+    "batch": 1,
+    "prompt": 512,
+    "decode_steps": 32,
+    "d_model": 4096,
+    "n_layers": 32,
+    "n_heads": 32,
+    "d_ff": 14336,
+    "vocab": 128256,
+}
+
+
+def _everything_8b() -> tuple[float, int]:
+    """ncu over every launch of prefill and the first decode step of the 8B shape (decode_steps 1), with the metrics
+    the workflow collected; the cost of all 32 steps extrapolated from the per-launch cost measured here (the program
+    under ncu with nothing profiled, in the same call): about 30,000 launches would take most of an hour."""
+    if "8b" not in LAUNCHES:
+        raise SystemExit("everything_8b extrapolates to the launches of the '8b' run: run it first")
+    args = {**EIGHT_B, "decode_steps": 1}
+    metrics = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    program = [sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)]
+    with tempfile.TemporaryDirectory() as tmp:
+        idle = ncu.capture_argv(
+            shutil.which("ncu"),
+            f"{tmp}/idle",
+            program,
+            metrics=["gpu__time_duration.sum"],
+            replay_mode="kernel",
+            clock_control="none",
+            cache_control="all",
+        )
+        start = time.time()
+        subprocess.run(idle, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        base = time.time() - start
+        stages = ["prefill", "decode"]
+        argv = ncu.reference_argv(shutil.which("ncu"), f"{tmp}/all", "nsightflow", stages, metrics, program)
+        start = time.time()
+        out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+        took = time.time() - start
+    n = ncu.profiled_count(out)
+    per = (took - base) / n
+    total = LAUNCHES["8b"]
+    print(
+        f"  prefill + 1 decode step: {n} launches in {took:.1f} s; the program under ncu, nothing profiled, "
+        f"{base:.1f} s; so {per * 1e3:.1f} ms a launch; {total} launches of prefill and 32 decode steps "
+        f"extrapolated: {base + per * total:.0f} s (measured, not extrapolated: {took:.1f} s for {n})",
+        flush=True,
+    )
+    return base + per * total, total
+
+
+TRAIN = {"batch": 4, "seq": 256, "n_layers": 2, "optimizer": "adamw_fused"}
+
 # The richer metrics of earlier defaults: all five tensor precisions and the SASS (non-tensor) FLOP counts.
 FULL = {"tensor_precisions": "all", "non_tensor_flops": True}
 
@@ -374,6 +456,15 @@ VARIANTS = {
     "long": lambda: _workflow(LONG, "long"),
     "everything_long": lambda: _everything(LONG, "long"),
     "full": lambda: _workflow({}, "full", FULL),
+    "program_8b": lambda: _program(EIGHT_B),
+    "8b": lambda: _workflow_of([{"name": "8b", "callable": "nsightflow.decoder:build", "args": EIGHT_B}], "8b"),
+    "everything_8b": _everything_8b,
+    "train1": lambda: _workflow_of(
+        [{"name": "train", "callable": "nsightflow.training:build", "args": {**TRAIN, "iterations": 1}}], "train1"
+    ),
+    "train4": lambda: _workflow_of(
+        [{"name": "train", "callable": "nsightflow.training:build", "args": {**TRAIN, "iterations": 4}}], "train4"
+    ),
     "everything_full": lambda: _everything({}, "full"),
 }
 
@@ -388,7 +479,9 @@ if __name__ == "__main__":
             print("  per job (s):", {k: round(v, 1) for k, v in got[2].items()}, flush=True)
     print(f"\n{'variant':16} {'seconds':>8} {'x program':>10} {'launches':>9}")
     for name, got in rows.items():
-        alone = rows.get("program_long" if name.endswith("_long") or name == "long" else "program", (None,))[0]
+        base = "program_long" if name.endswith("_long") or name == "long" else "program"
+        base = "program_8b" if name.endswith("8b") else base
+        alone = rows.get(base, (None,))[0]
         ratio = f"{got[0] / alone:10.1f}" if alone else f"{'':>10}"
         print(f"{name:16} {got[0]:8.1f} {ratio} {got[1]:9d}")
     if "default" in rows and "everything" in rows:
@@ -397,5 +490,10 @@ if __name__ == "__main__":
         print(f"ncu over everything / workflow, {FULL}: {rows['everything_full'][0] / rows['full'][0]:.1f}x")
     if "long" in rows and "everything_long" in rows:
         print(f"ncu over everything / workflow, {LONG}: {rows['everything_long'][0] / rows['long'][0]:.1f}x")
+    if "8b" in rows and "everything_8b" in rows:
+        ratio = rows["everything_8b"][0] / rows["8b"][0]
+        print(f"ncu over everything (extrapolated) / workflow, 8B shape: {ratio:.1f}x")
+    if "train1" in rows and "train4" in rows:
+        print(f"training, 4 iterations / 1 iteration (workflow): {rows['train4'][0] / rows['train1'][0]:.2f}x")
     if "default" in rows and "deep" in rows:
         print(f"16 layers / 4 layers (workflow): {rows['deep'][0] / rows['default'][0]:.2f}x")
