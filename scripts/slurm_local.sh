@@ -47,7 +47,8 @@ StorageLoc=slurm_acct_db
 PidFile=/run/slurmdbd.pid
 LogFile=/var/log/slurm/slurmdbd.log
 EOF
-chmod 600 "$CONF/slurmdbd.conf"
+# Owned by SlurmUser, whoever owned a copy already there (slurmdbd refuses a file of another owner).
+chown root:root "$CONF/slurmdbd.conf" && chmod 600 "$CONF/slurmdbd.conf"
 
 cat >"$CONF/slurm.conf" <<EOF
 ClusterName=nsightflow

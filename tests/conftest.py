@@ -94,3 +94,34 @@ def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = 
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
     return proc
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process still runs (a zombie has ended: only its reaping is left)."""
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except FileNotFoundError:
+        return False
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test leaves a process behind: every process below the test run at its end fails the run, named."""
+    import time
+
+    from nsightflow.children import command, descendants
+
+    def left_behind() -> list[str]:
+        # multiprocessing's resource tracker serves the test process itself (torch starts it) and ends with it.
+        return [
+            f"{pid} {command(pid)[:150]}"
+            for pid in descendants()
+            if "multiprocessing.resource_tracker" not in command(pid)
+        ]
+
+    deadline = time.time() + 10  # a process being reaped right now
+    while left_behind() and time.time() < deadline:
+        time.sleep(0.5)
+    left = left_behind()
+    if left:
+        print("\nprocesses left behind by the tests:\n  " + "\n  ".join(left), file=sys.stderr)
+        session.exitstatus = 1

@@ -83,6 +83,9 @@ def _counts_without_and_with_tf32(stages: dict) -> tuple[dict, dict]:
 
 def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
     import torch
+    import torch.nn.functional as F
+
+    from nsightflow.flops import tensor_precision
 
     a16, b16, f32 = torch.randn(8, 8).to(torch.bfloat16), torch.randn(8, 8).to(torch.float16), torch.randn(8, 8)
     q = torch.randn(1, 2, 4, 8).to(torch.float16)
@@ -94,10 +97,17 @@ def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
     }
     off, on = _counts_without_and_with_tf32(stages)
     assert off["bf16 matmul, fp16 attention, bf16 add"]["tensor_precisions"] == ["bf16", "fp16"]
-    # float32 runs on tensor cores only as TF32, where torch allows it, else on the FMA units.
+    # float32 runs on tensor cores only as TF32, on a CUDA device where torch allows it, else on the FMA units: the
+    # CPU's float32 matmul is fp32 whatever torch's TF32 switches say.
     assert off["fp16 and float32 matmuls"]["tensor_precisions"] == ["fp16", "fp32"]
-    assert on["fp16 and float32 matmuls"]["tensor_precisions"] == ["fp16", "tf32"]
+    assert on["fp16 and float32 matmuls"]["tensor_precisions"] == ["fp16", "fp32"]
+    assert tensor_precision("float32", tf32=True) == "tf32" and tensor_precision("float32", tf32=False) == "fp32"
     assert off["float32 elementwise only"]["tensor_precisions"] == []
+    # A float32 convolution on the CPU, with cuDNN's allow_tf32 on (its default): fp32, not tf32.
+    x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    assert torch.backends.cudnn.allow_tf32
+    conv = harness.count_flops(harness.Workload(lambda: None, [harness.Stage("c", lambda _: F.conv2d(x, w))]))
+    assert conv["stages"]["c"]["tensor_precisions"] == ["fp32"]
 
 
 def test_mfu_precision_is_the_one_most_gemm_flops_ran_in_else_the_declared_dtype():
@@ -134,24 +144,31 @@ def test_mfu_precision_is_the_one_most_gemm_flops_ran_in_else_the_declared_dtype
     assert counted["s"]["by_precision"] == {"bf16": 128}
     under_autocast = matmul_precision(wl.dtype, counted)
     assert (under_autocast.precision, under_autocast.level) == ("bf16", "warning")
-    # A declared float32 whose GEMMs ran as TF32 divides by the TF32 peak; without TF32, by the FMA units'.
+    # A declared float32 whose GEMMs ran as TF32 (on a GPU) divides by the TF32 peak; without TF32, by the FMA units'.
     assert matmul_precision("float32", {"s": off["float32 and elementwise"]}).precision == "fp32"
-    tf32 = matmul_precision("float32", {"s": on["float32 and elementwise"]})
+    tf32 = matmul_precision("float32", {"s": {"by_precision": {"tf32": 128}}})
     assert (tf32.precision, tf32.dtype, tf32.level) == ("tf32", "float32", "info")
     # A tie goes to the declared dtype.
     tie = {"s": {"by_precision": {"bf16": 10, "fp16": 10}}}
     assert (
         matmul_precision("float16", tie).precision == "fp16" and matmul_precision("bfloat16", tie).precision == "bf16"
     )
-    # Nothing seen (CUDA-graph replays, no counting pass): the declared dtype, else float32 with a warning.
-    graphs = {"s": {"by_precision": {}}}
+    # Nothing seen (CUDA-graph replays, no counting pass): the declared dtype, else no compute peak at all (a float32
+    # peak under bf16 work would put MFU at many times 100%).
+    graphs = {"s": {"by_precision": {}, "not_counted": ["the stage replays CUDA graphs (4 replays)"]}}
     assert (matmul_precision("float16", graphs).precision, matmul_precision("float16", graphs).source) == (
         "fp16",
         "declared",
     )
-    none = matmul_precision(None, graphs)
-    assert (none.precision, none.dtype, none.source, none.level) == ("fp32", "float32", "fallback", "warning")
-    assert "saw no GEMM" in none.why and "no probe pass" in matmul_precision(None, None).why
+    for blind in (graphs, None, {"s": {"by_class": {"gemm": 10}}}):  # the last: a count without precisions
+        got = matmul_precision(None, blind)
+        assert (got.precision, got.source, got.level) == ("unknown", "unknown", "warning") and "no MFU" in got.why
+    # No GEMM at all, counted: the FMA units' float32 work.
+    none = matmul_precision(None, {"s": {"by_precision": {}, "by_class": {"gemm": 0}}})
+    assert (none.precision, none.source) == ("fp32", "fallback") and "saw no GEMM" in none.why
+    # GEMMs in integers have no FLOP peak: none is taken, even where a dtype is declared.
+    ints = matmul_precision("bfloat16", {"s": {"by_precision": {"int64": 128}}})
+    assert (ints.precision, ints.level) == ("unknown", "warning") and "int64" in ints.why
 
 
 def test_a_workload_without_a_dtype_gets_the_precision_its_matmuls_ran_in(tmp_path):

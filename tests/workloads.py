@@ -6,6 +6,7 @@ The harness imports them as ``workloads:<function>`` with this directory on PYTH
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -127,3 +128,58 @@ def pass_durations(seconds: list[float], repeats: int = 1, **_):
         time.sleep(seconds[min(passes[0], len(seconds) - 1)])
 
     return Workload(setup=setup, stages=[Stage("step", step, repeats=repeats)])
+
+
+def helper_process(marker: str, new_session: bool = False, hold_stdout: bool = False, append_to: str = "", **_):
+    """A stage that starts a helper and returns without waiting for it, as user code sometimes does: ``sleep 97``
+    (in a session of its own with ``new_session``; holding the harness's stdout with ``hold_stdout``), or a shell
+    that appends to ``append_to`` 4 s later, once per run of the stage. Each helper's pid is appended to ``marker``.
+    """
+    import subprocess
+
+    def stage(step: int) -> None:
+        if append_to:
+            argv = ["sh", "-c", f'sleep 4; echo corrupted >> "{append_to}"']
+        else:
+            argv = ["sleep", "97"]
+        out = None if hold_stdout else subprocess.DEVNULL
+        p = subprocess.Popen(argv, stdout=out, stderr=out, start_new_session=new_session)
+        with open(marker, "a") as fh:
+            fh.write(f"{p.pid}\n")
+        _matmul(step)
+
+    return Workload(setup=lambda: None, stages=[Stage("prefill", stage)])
+
+
+def chdir_away(to: str = "/tmp", **_):
+    """A stage that changes the working directory (as some user code does) before the harness writes its outputs."""
+
+    def stage(step: int) -> None:
+        os.chdir(to)
+        _matmul(step)
+
+    return Workload(setup=lambda: None, stages=[Stage("prefill", stage)])
+
+
+def int_matmuls(**_):
+    """A 16x16 int64 matmul: GEMM work in a dtype with no FLOP peak."""
+    a = torch.arange(256, dtype=torch.int64).reshape(16, 16)
+    return Workload(setup=lambda: None, stages=[Stage("mm", lambda step: a @ a)])
+
+
+def named_stages(names: list[str], **_):
+    """Stages with the given names (names that read like values: 'NA', 'nan', '1', 'True')."""
+    return Workload(setup=lambda: None, stages=[Stage(n, _matmul) for n in names])
+
+
+def chatty(megabytes: int = 40, **_):
+    """A stage that prints ``megabytes`` MB of output (a debug print left in a loop)."""
+    line = "x" * 1023 + "\n"
+
+    def stage(step: int) -> None:
+        for _ in range(megabytes * 1024):
+            sys.stdout.write(line)
+        sys.stdout.flush()
+        _matmul(step)
+
+    return Workload(setup=lambda: None, stages=[Stage("prefill", stage)])

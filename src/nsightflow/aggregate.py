@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nsightflow import attribution, metrics, ncu, ncu_csv, nsys, units
+from nsightflow.checks import check_analytic, check_bounds, check_durations, check_gemm_floor, check_streams
 from nsightflow.flops import SIMT, matmul_precision
 from nsightflow.matching import match_to_plan, search_timeline
 from nsightflow.plan import CapturePlan, chosen_pairs, expected_frame
@@ -58,9 +59,6 @@ MODE_TEXT = {
 
 
 COUNT_KEYS = ("flops", "flops_causal_adjusted", "attention_flops_full", "causal_masked_flops", "bytes_lower_bound")
-# How far a utilisation may exceed its peak before an input must be wrong: ncu's peaks are the hardware's
-# (its per-cycle rate at the clock it measured); a measured or datasheet rate is a reference, not a bound.
-TOLERANCE = {"ncu": 1.05, "other": 1.5}
 
 
 def load_analytic(path: str | Path) -> dict:
@@ -79,32 +77,6 @@ def load_analytic(path: str | Path) -> dict:
                     "(or null when it could not be made)"
                 )
     return stages
-
-
-def check_bounds(stages: pd.DataFrame, pk: metrics.Peaks) -> None:
-    """Refuse numbers no hardware can produce: negative counts, or a utilisation beyond its peak by more than
-    the tolerance (an edited or mismatched input, e.g. swapped columns of a stats export)."""
-    for _, s in stages.iterrows():
-        for col in ("flops_measured", "dram_bytes_measured", "wall_ms", "gpu_busy_ms"):
-            if np.isfinite(s.get(col, np.nan)) and s[col] < 0:
-                raise ValueError(f"stage {s['stage']!r}: {col} is {s[col]:.4g}, negative: an input is wrong")
-        for col, peak in (
-            ("mfu_busy", "compute"),
-            ("hfu_busy", "compute"),
-            ("mfu_wall", "compute"),
-            ("hfu_wall", "compute"),
-            ("dram_bw_util_busy", "dram"),
-        ):
-            v = s.get(col, np.nan)
-            source = pk.source(peak)
-            limit = TOLERANCE["ncu" if source.startswith("ncu") else "other"]
-            if np.isfinite(v) and v > limit:
-                raise ValueError(
-                    f"stage {s['stage']!r}: {col} is {v:.3g} ({v:.0%}) of the {peak} peak ({source}), beyond the "
-                    f"{limit:.2f} any device allows: an input is wrong (a stats export edited or from another run, "
-                    "counts from another capture, an analytic count of another workload); busy "
-                    f"{s['gpu_busy_ms']:.4g} ms, wall {s['wall_ms']:.4g} ms"
-                )
 
 
 def _kernel_results(raw: pd.DataFrame, export: str | Path) -> pd.DataFrame:
@@ -168,14 +140,19 @@ def aggregate_run(
     ranges_export: str | Path | None = None,
     ranges_plan: str | Path | None = None,
     manifest_json: str | Path | None = None,
+    capture_record: dict | None = None,
 ) -> RunTables:
     """Per-class, per-kernel and per-stage tables of one Nsight run, plus peaks, notes and estimates. Wall times are
-    the timed pass's in ``manifest_json`` (the program unslowed by nsys) where it has one."""
+    the timed pass's in ``manifest_json`` (the program unslowed by nsys) where it has one. The inputs are checked
+    against one another (nsightflow.checks); ``capture_record`` (capture.cmd.json) says which counters ncu collected."""
     tl = attribution.read_timeline(sqlite, domain)
     plan = CapturePlan.read(plan_json)
     raw, _ = ncu_csv.parse_raw_csv(Path(export))
     matched = match_to_plan(_kernel_results(raw, export), expected_frame(plan), Path(export).name)
+    check_durations(matched, tl.launches, str(export))
+    check_streams(tl.launches[tl.launches["pass_"] == "ranged"], str(sqlite))
     analytic = load_analytic(flops_json)
+    check_analytic(analytic, attribution.stage_table(tl), str(flops_json), tl.probe_calls)
     ceiling = json.loads(Path(ceiling_json).read_text()) if ceiling_json else None
     device = (
         next(iter(raw["device__attribute_display_name"].dropna()), None)
@@ -214,7 +191,19 @@ def aggregate_run(
         stages = with_range_totals(stages, ranges_export, ranges_plan, tl)
     notes += stage_notes(stages, analytic)
     check_bounds(stages, pk)
+    check_gemm_floor(stages, str(flops_json), every_precision_collected(capture_record))
     return RunTables(kernels, stages, pk, notes, estimates, classes, matched)
+
+
+def every_precision_collected(record: dict | None) -> bool:
+    """Whether a capture (its capture.cmd.json) collected the FLOPs of every precision its GEMMs and attentions ran
+    in: then measured GEMM FLOPs below the model's cannot be explained by a counter left out."""
+    if not record or record.get("precisions_seen") is None or not record.get("tensor_precisions"):
+        return False
+    seen = set(record["precisions_seen"])
+    return seen - {SIMT} <= set(record["tensor_precisions"]) and (
+        SIMT not in seen or bool(record.get("non_tensor_flops"))
+    )
 
 
 def program_wall(manifest_json: str | Path | None) -> tuple[dict[str, list[float]] | None, str]:
@@ -286,16 +275,19 @@ def aggregate_captures(
     tl = attribution.read_timeline(imported / "timeline.sqlite", domain, nested=True)
     if (imported / "stats" / "nvtx_sum.csv").exists():
         check_range_counts(nsys.stage_table(imported / "stats" / "nvtx_sum.csv"), tl)
+    check_streams(tl.launches[tl.launches["pass_"] == "ranged"], _user_file(imported, "timeline.sqlite"))
+    check_analytic(analytic, attribution.stage_table(tl), _user_file(imported, "analytic_flops.json"))
     origin = _origins(imported)
     matched = []
     raws = []
     unplaced = 0
     for export in exports:
-        raw, _ = ncu_csv.parse_raw_csv(export)
+        raw, _ = ncu_csv.parse_raw_csv(export, origin.get(export.name, str(export)))
         raws.append(raw)
         joined = search_timeline(
             _kernel_results(raw, export), tl.launches, tl.domain, origin.get(export.name, export.name)
         )
+        check_durations(joined.dropna(subset=["stage"]), tl.launches, origin.get(export.name, export.name))
         unplaced += int(joined["stage"].isna().sum())
         matched.append(joined.dropna(subset=["stage"]))
     results = (
@@ -318,7 +310,13 @@ def aggregate_captures(
         )
     )
     tensor = {p: results[f"flops_tensor_{p}"].sum() for p in ncu.TENSOR_FLOP_METRICS} if matched else {}
-    precision = max(tensor, key=tensor.get) if tensor and max(tensor.values()) > 0 else SIMT
+    if tensor and max(tensor.values()) > 0:
+        precision, why = max(tensor, key=tensor.get), "most tensor-pipe FLOPs"
+    elif matched:
+        precision, why = SIMT, "ncu counted no tensor-pipe FLOPs"
+    else:  # no counters: the analytic count's GEMMs say, or nothing does (then no compute peak at all)
+        chosen = matmul_precision(None, analytic or None)
+        precision, why = chosen.precision, chosen.why
     device = (
         next(
             (
@@ -338,7 +336,7 @@ def aggregate_captures(
     notes = [
         f"analysis of existing captures: stages are the ranges of NVTX domain {tl.domain!r}"
         + (f" (config nvtx_domain {domain!r} has none)" if domain and domain != tl.domain else "")
-        + f"; precision taken as {precision} (most tensor-pipe FLOPs)"
+        + f"; precision taken as {precision} ({why})"
         + (
             ""
             if analytic
@@ -386,6 +384,14 @@ def check_range_counts(stats: pd.DataFrame, tl: attribution.Timeline) -> None:
         )
 
 
+def _user_file(imported: Path, name: str) -> str:
+    """The user's file behind an imported ``timeline.sqlite`` or ``analytic_flops.json``, for errors."""
+    index = imported / "index.json"
+    found = json.loads(index.read_text()).get("recognised", {}) if index.exists() else {}
+    kinds = {"timeline.sqlite": ("sqlite", "nsys_rep"), "analytic_flops.json": ("analytic_flops",)}[name]
+    return next((found[k][0] for k in kinds if found.get(k)), str(imported / name))
+
+
 def _origins(imported: Path) -> dict[str, str]:
     """The user's file behind each imported ncu export (``000.raw.csv`` → the path given), for errors."""
     index = imported / "index.json"
@@ -397,6 +403,9 @@ def _times_only(imported: Path, analytic: dict, divergence: float, top_n, covera
     """Only nsys stats CSVs: per-thread kernel tables and wall times, no counters."""
     kernels = nsys.kernel_table(imported / "stats" / "nvtx_kern_sum.csv")
     stages = nsys.stage_table(imported / "stats" / "nvtx_sum.csv")
+    if analytic:  # the stats' ranges of other domains (libraries') are not the count's stages
+        mine = stages[stages["stage"].isin(set(analytic))]
+        check_analytic(analytic, mine if len(mine) else stages, _user_file(imported, "analytic_flops.json"))
     idle = sorted(set(stages["stage"]) - set(kernels["stage"]))
     if idle:
         raise ValueError(
@@ -451,6 +460,7 @@ def aggregate_torch(
     ceiling = json.loads(Path(ceiling_json).read_text())
     pk = metrics.ceiling_peaks(ceiling, precision)
     analytic = load_analytic(flops_json)
+    check_analytic(analytic, stages, str(flops_json))
     ranked = _ranked(kernels, top_n, coverage)
     ranked["avg_ns"] = ranked["total_ns"] / ranked["instances"]
     busy = kernels.groupby("stage", as_index=False)["total_ns"].sum().rename(columns={"total_ns": "busy_ns"})

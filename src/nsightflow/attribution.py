@@ -47,6 +47,7 @@ LAUNCH_COLUMNS = [
     "launch_ns",
     "tid",
     "graph",
+    "stream",
 ]
 
 
@@ -72,12 +73,13 @@ class Timeline:
     ids launch the same kernels in the same order, grids and sizes aside; launches at the same
     position correspond), twin (the step's probe pass launched the same sequence), kernel
     (demangled), mangled, grid, block, smem, start, end, duration_ns, launch_ns, tid (launching
-    thread), graph (ran inside a CUDA graph).
+    thread), graph (ran inside a CUDA graph), stream.
     ``ranges``: the harness's stage ranges (stage, step, range_index, start, end, tid).
     ``probe_ops``: operator ranges of the probe pass.
     ``range_counts``: instances of every range of the stages' domain, by name (any thread, push/pop and
     start/end alike), as nsys stats counts them. ``containers``: range names that only hold other ranges of
     the domain (a hand-made ``decode_all`` around ``decode_step``s): not stages, their time is their children's.
+    ``probe_calls``: operator calls per stage in the probe pass (its operator ranges, any thread).
     """
 
     launches: pd.DataFrame
@@ -88,6 +90,7 @@ class Timeline:
     domain: str
     range_counts: dict[str, int] = field(default_factory=dict)
     containers: list[str] = field(default_factory=list)
+    probe_calls: dict[str, int] = field(default_factory=dict)
 
 
 def _columns(con: sqlite3.Connection, table: str) -> set[str]:
@@ -149,11 +152,12 @@ def _harness_ranges(nvtx: pd.DataFrame, domain: str) -> pd.DataFrame:
 def _kernels(con: sqlite3.Connection) -> pd.DataFrame:
     """Every kernel with the time of the call that launched it (graph kernels: the graph launch's)."""
     cols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
-    opt = {c: c if c in cols else "NULL" for c in ("mangledName", "graphNodeId", "dynamicSharedMemory", "globalPid")}
+    names = ("mangledName", "graphNodeId", "dynamicSharedMemory", "globalPid", "streamId")
+    opt = {c: c if c in cols else "NULL" for c in names}
     k = pd.read_sql_query(
         'SELECT start, "end", correlationId, demangledName, gridX, gridY, gridZ, blockX, blockY, blockZ, '
         f"{opt['mangledName']} AS mangledName, {opt['graphNodeId']} AS graphNodeId, "
-        f"{opt['dynamicSharedMemory']} AS smem, {opt['globalPid']} AS globalPid "
+        f"{opt['dynamicSharedMemory']} AS smem, {opt['globalPid']} AS globalPid, {opt['streamId']} AS stream "
         "FROM CUPTI_ACTIVITY_KIND_KERNEL",
         con,
     )
@@ -281,6 +285,18 @@ def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = Fa
     ranges = _nested_ranges(nvtx, domain) if nested else _harness_ranges(nvtx, domain)
     probes = _harness_ranges(nvtx, probe_domain(domain))
     ops = nvtx[(nvtx["domain"] == ops_domain(domain)) & (nvtx["eventType"] == PUSH_POP)]
+    # Operator calls per stage in the probe pass, any thread (the analytic count of the same pass made as many).
+    of_call = (
+        _owner(ops["start"].to_numpy(), probes["start"].to_numpy(), probes["end"].to_numpy()) if len(probes) else []
+    )
+    probe_calls = (
+        {
+            str(k_): int(v)
+            for k_, v in pd.Series(probes["stage"].to_numpy()[of_call[of_call >= 0]]).value_counts().items()
+        }
+        if len(probes)
+        else {}
+    )
     ops = _top_level(ops).reset_index(drop=True)
 
     t = k["launch_ns"].to_numpy()
@@ -338,6 +354,7 @@ def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = Fa
         domain=domain,
         range_counts={str(k_): int(v) for k_, v in counts.items()},
         containers=containers,
+        probe_calls=probe_calls,
     )
 
 

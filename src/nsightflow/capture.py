@@ -327,7 +327,7 @@ def ncu_capture(
     if not produced.exists():
         raise ToolError(f"ncu wrote no report for {what}; log: {log}")
     text = export(ncu_bin, produced, log)
-    raw, _ = ncu_csv.parse_raw_csv(text)
+    raw, _ = ncu_csv.parse_raw_csv(text, f"the raw export of {rep.name}")
     if ranges:
         if len(raw) != expected:
             raise ToolError(f"range capture: {len(raw)} results for {expected} windows; log: {log}")
@@ -360,5 +360,5 @@ def export(ncu_bin: str, rep: str | Path, log: str | Path) -> str:
     _append(log, argv, proc.stderr + f"\n[nsightflow] exit code {proc.returncode}\n")
     if proc.returncode != 0:
         raise ToolError(f"ncu --import failed with {proc.returncode}; log: {log}")
-    ncu_csv.parse_raw_csv(proc.stdout)  # raises on an empty or malformed export
+    ncu_csv.parse_raw_csv(proc.stdout, f"the raw export of {Path(rep).name}")  # raises on a malformed export
     return proc.stdout

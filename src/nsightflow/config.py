@@ -109,20 +109,28 @@ def semantic(config: dict) -> None:
     """What the schema cannot say: dtypes, JSON-able workload arguments, a selection criterion."""
     for i, w in enumerate(config.get("workloads") or []):
         name = w.get("name", f"#{i}")
-        args = {**(w.get("args") or {}), **{k: v[0] for k, v in (w.get("sweep") or {}).items() if v}}
         try:
             json.dumps(w.get("args") or {})
         except TypeError as exc:
             raise ConfigError(
                 f"config workloads[{i}] ({name}).args: {exc}; write dates and other YAML types as quoted strings"
             ) from exc
-        dtype = args.get("dtype")
-        if dtype is not None and dtype not in DTYPES:
-            close = difflib.get_close_matches(str(dtype).lower(), DTYPES, n=1, cutoff=0.6)
-            raise ConfigError(
-                f"config workloads[{i}] ({name}).args.dtype: {dtype!r} is not a dtype nsightflow knows "
-                f"({', '.join(DTYPES)})" + (f"; did you mean {close[0]!r}?" if close else "")
-            )
+        # Every value a run will take, swept ones included, is checked here: not only the first point's.
+        dtypes = [("args.dtype", (w.get("args") or {}).get("dtype"))]
+        dtypes += [(f"sweep.dtype[{j}]", v) for j, v in enumerate((w.get("sweep") or {}).get("dtype") or [])]
+        for where, dtype in dtypes:
+            if dtype is not None and dtype not in DTYPES:
+                close = difflib.get_close_matches(str(dtype).lower(), DTYPES, n=1, cutoff=0.6)
+                raise ConfigError(
+                    f"config workloads[{i}] ({name}).{where}: {dtype!r} is not a dtype nsightflow knows "
+                    f"({', '.join(DTYPES)})" + (f"; did you mean {close[0]!r}?" if close else "")
+                )
+    from nsightflow.sweep import expand
+
+    try:  # run ids: unique, inside results/, short enough for a file system
+        expand(config.get("workloads") or [])
+    except ValueError as exc:
+        raise ConfigError(f"config workloads: {exc}") from exc
     select = config.get("select") or {}
     if "top_n" in select and "coverage" in select and select["top_n"] is None and select["coverage"] is None:
         raise ConfigError(

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nsightflow.harness import Stage, Workload
+from nsightflow.harness import Stage, Workload, require_sizes
 
 
 class RMSNorm(nn.Module):
@@ -149,6 +149,12 @@ def build(
     the first pass, a warm-up, compiles it. ``sdpa_backend``: the attention kernels SDPA may use ('flash',
     'efficient', 'cudnn', 'math'; None: torch's choice), as ``torch.nn.attention.sdpa_kernel`` sets them.
     """
+    require_sizes(
+        batch=batch, prompt=prompt, decode_steps=decode_steps, vocab=vocab, d_model=d_model, n_layers=n_layers
+    )
+    require_sizes(n_heads=n_heads, d_ff=d_ff)
+    if d_model % n_heads:
+        raise ValueError(f"d_model {d_model} is not a multiple of n_heads {n_heads}: heads split the model width")
     device = resolve_device(device)
     attention = _sdpa_context(sdpa_backend)
     if cuda_graph and not device.startswith("cuda"):

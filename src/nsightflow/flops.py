@@ -58,6 +58,7 @@ TENSOR_PRECISIONS = {
 
 
 SIMT = "fp32"  # float32 matrix work on the FMA units (without TF32): its FLOPs are SASS counts, not tensor ones
+UNKNOWN = "unknown"  # no precision can be told (or one with no FLOP peak, integers): no compute peak is taken
 
 
 def input_precisions(name: str, klass: str, args: tuple) -> list[str]:
@@ -68,10 +69,12 @@ def input_precisions(name: str, klass: str, args: tuple) -> list[str]:
     if klass not in ("gemm", "attention"):
         return []
     tensors = [a for a in args if isinstance(a, torch.Tensor)][: 2 if klass == "gemm" else 3]
+    # TF32 is a CUDA tensor-core format: torch's allow_tf32 switches say nothing about work on the CPU.
+    on_cuda = any(t.is_cuda for t in tensors)
     if "conv" in name:
-        tf32 = torch.backends.cudnn.allow_tf32
+        tf32 = on_cuda and torch.backends.cudnn.allow_tf32
     else:
-        tf32 = klass == "attention" or torch.backends.cuda.matmul.allow_tf32
+        tf32 = on_cuda and (klass == "attention" or torch.backends.cuda.matmul.allow_tf32)
     return [tensor_precision(str(t.dtype).removeprefix("torch."), tf32) for t in tensors]
 
 
@@ -92,12 +95,13 @@ PRECISION_DTYPE = {"tf32": "float32", SIMT: "float32", **{p: d for d, p in rever
 class MatmulPrecision:
     """The precision a run's MFU divides by (a peak's name) and the dtype of its matrix work; where that came
     from ('probe': the probe pass's GEMMs; 'declared': the workload's dtype, where the probe saw no GEMM;
-    'fallback': neither, float32); how the report's diagnostics should say it ('warning', 'info', or '' when
-    it is just the declared dtype); and why, in words."""
+    'fallback': no GEMM at all, float32 for the FMA units' work; 'unknown': nothing tells, or the GEMMs ran in
+    a precision with no FLOP peak, such as integers: no compute peak is taken); how the report's diagnostics
+    should say it ('warning', 'info', or '' when it is just the declared dtype); and why, in words."""
 
     precision: str
     dtype: str
-    source: Literal["probe", "declared", "fallback"]
+    source: Literal["probe", "declared", "fallback", "unknown"]
     level: Literal["warning", "info", ""]
     why: str
 
@@ -123,11 +127,35 @@ def matmul_precision(declared: str | None, stages: dict | None) -> MatmulPrecisi
         else:  # as declared, or a declared float32 multiplying as TF32
             level, why = ("" if top == mine else "info"), f"the workload declares {declared}; {why}"
         return MatmulPrecision(top, PRECISION_DTYPE[top], "probe", level, why)
+    other = sorted(p for p, n in by.items() if p not in PRECISION_DTYPE and n > 0)
+    if other:
+        why = f"the probe pass's GEMMs ran in {', '.join(other)}, which has no FLOP peak here: no MFU or HFU"
+        return MatmulPrecision(UNKNOWN, "float32", "unknown", "warning", why)
+    # No count, a stage not counted, or GEMM FLOPs counted without their precisions (an older count): blind.
+    blind = stages is None or any(
+        (rec or {}).get("not_counted")
+        or (
+            not (rec or {}).get("by_precision") and any(((rec or {}).get("by_class") or {}).get(c) for c in CLASSES[:2])
+        )
+        for rec in stages.values()
+    )
     seen = "no probe pass counted this launch" if stages is None else "the probe pass saw no GEMM FLOPs"
+    if blind and stages is not None:
+        missed = "; ".join(w for rec in stages.values() for w in ((rec or {}).get("not_counted") or []))
+        seen = (
+            f"the probe pass could not count every stage ({missed[:300]})"
+            if missed
+            else "the analytic count does not say which precision its GEMMs ran in"
+        )
     if declared is not None:
         return MatmulPrecision(mine, declared, "declared", "", f"declared by the workload ({seen})")
-    why = f"not declared by the workload, and {seen}: float32 taken; declare the workload's dtype"
-    return MatmulPrecision(SIMT, "float32", "fallback", "warning", why)
+    if blind:
+        # Nothing tells which precision the GEMMs ran in: no compute peak is taken (a float32 peak for bf16 work
+        # would put MFU at many times 100%); the ceilings are measured in float32, as a reference only.
+        why = f"not declared by the workload, and {seen}: no compute peak, so no MFU or HFU; declare its dtype"
+        return MatmulPrecision(UNKNOWN, "float32", "unknown", "warning", why)
+    why = f"not declared by the workload, and {seen}: its FLOPs run on the FMA units, float32 taken"
+    return MatmulPrecision(SIMT, "float32", "fallback", "info", why)
 
 
 def causal_kept(sq: int, sk: int) -> int:
@@ -235,6 +263,7 @@ class StageCount:
     """What the counter saw of one stage, over all its steps."""
 
     steps: int = 0
+    calls: int = 0  # operator calls dispatched (the timeline's probe pass marks as many)
     flops: int = 0
     masked: int = 0
     attention_full: int = 0
@@ -266,6 +295,7 @@ class StageCount:
             "by_class": dict(self.by_class) if ok else None,
             "bytes_lower_bound": self.bytes if ok else None,
             "repeats": self.steps,
+            "calls": self.calls,
             "by_op": dict(self.by_op),
             "tensor_precisions": sorted(self.precisions) if ok else None,
             "by_precision": dict(self.by_precision),
@@ -296,6 +326,7 @@ class Tally:
         s = self.current
         if s is None:
             return
+        s.calls += 1
         name = func.overloadpacket.__name__
         try:
             klass, flops, masked = op_flops(func, args, kwargs, out)

@@ -74,6 +74,16 @@ class Workload:
     iterations: int = 1
 
 
+def require_sizes(**sizes: object) -> None:
+    """Raise ValueError naming each size that is not a whole number of 1 or more: a zero batch, prompt or layer
+    count makes a workload of no work whose every rate is 0 or undefined, not a measurement."""
+    bad = {k: v for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1}
+    if bad:
+        raise ValueError(
+            f"sizes {', '.join(f'{k}={v!r}' for k, v in bad.items())}: each must be a whole number of 1 or more"
+        )
+
+
 def load_callable(spec: str) -> Callable[..., Workload]:
     """Import ``package.module:function``; raise WorkloadError naming the spec and the fix."""
     if ":" not in spec:
@@ -107,6 +117,12 @@ def build_workload(spec: str, args: dict) -> Workload:
             "with at least one Stage"
         )
     names = [s.name for s in workload.stages]
+    bad_names = [n for n in names if not isinstance(n, str) or not n.strip()]
+    if bad_names:
+        raise WorkloadError(
+            f"workload callable {spec!r}: stage name(s) {bad_names!r}: a stage's name is a non-empty string "
+            "(it names NVTX ranges, table rows and files)"
+        )
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise WorkloadError(
@@ -389,6 +405,10 @@ def main(argv: list[str] | None = None) -> int:
         "capture range (cudaProfilerStart) for the ranged and probe passes (nsys --capture-range=cudaProfilerApi)",
     )
     ns = parser.parse_args(argv)
+    # Outputs go where the job asked, whatever the workload does to the working directory (os.chdir).
+    for name in ("trace", "flops_out", "windows", "ceilings_out", "out"):
+        if getattr(ns, name) is not None:
+            setattr(ns, name, getattr(ns, name).resolve())
     from nsightflow.children import die_with_parent
 
     die_with_parent()  # a workload never outlives the profiler (or job) that launched it

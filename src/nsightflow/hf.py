@@ -14,7 +14,7 @@ import inspect
 import torch
 
 from nsightflow.decoder import resolve_device
-from nsightflow.harness import Stage, Workload, WorkloadError
+from nsightflow.harness import Stage, Workload, WorkloadError, require_sizes
 
 
 def _transformers():
@@ -74,6 +74,7 @@ def build(
     seed: int = 0,
 ) -> Workload:
     """Prefill of ``prompt`` random tokens, then ``decode_steps`` greedy steps with the model's own KV cache."""
+    require_sizes(batch=batch, prompt=prompt, decode_steps=decode_steps)
     device = resolve_device(device)
     net = load_model(model, config, dtype, device, attn_implementation, seed)
     gen = torch.Generator(device=device).manual_seed(seed + 1)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from nsightflow.attribution import call_classes
-from nsightflow.flops import CLASSES, op_class
+from nsightflow.flops import CLASSES, UNKNOWN, op_class
 from nsightflow.ncu import (
     BYTE_METRICS,
     PEAK_METRICS,
@@ -306,8 +306,9 @@ class Peaks:
     datasheet_source: str | None = None
 
     def to_dict(self) -> dict:
-        """As summary.json holds it (absent values left out)."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """As summary.json holds it (absent optional values left out; the device's name is kept, null where
+        nothing named it)."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "device_name"}
 
     @classmethod
     def from_dict(cls, data: dict) -> Peaks:
@@ -338,6 +339,9 @@ def peaks(results: pd.DataFrame, device_name: str | None, precision: str) -> Pea
     elif precision in sheet:
         out["compute"] = sheet[precision]
         out["compute_source"] = sheet["source"]
+    elif precision == UNKNOWN:
+        out["compute"] = np.nan
+        out["compute_source"] = "unknown: nothing tells which precision the GEMMs ran in (see Diagnostics)"
     else:
         out["compute"] = np.nan
         out["compute_source"] = f"unknown: no ncu peak for {precision} and no datasheet entry for {device_name!r}"
@@ -376,12 +380,14 @@ def ceiling_peaks(ceiling: dict, precision: str) -> Peaks:
     out = {
         "precision": precision,
         "device_name": name,
-        "compute": ceiling["matmul_flops_per_s"],
-        "compute_source": f"measured on {name}: {ceiling['method']['matmul']}",
+        "compute": ceiling["matmul_flops_per_s"] if precision != UNKNOWN else np.nan,
+        "compute_source": f"measured on {name}: {ceiling['method']['matmul']}"
+        if precision != UNKNOWN
+        else "unknown: nothing tells which precision the GEMMs ran in (see Diagnostics)",
         "dram": ceiling["copy_bytes_per_s"],
         "dram_source": f"measured on {name}: {ceiling['method']['copy']}",
     }
-    if ceiling.get("precision") != precision:
+    if ceiling.get("precision") != precision and precision != UNKNOWN:
         out["compute_source"] += f" (ceiling in {ceiling.get('precision')}, workload in {precision})"
     sheet_key = next((k for k in DATASHEET if name and k in name), None)
     if sheet_key:
@@ -395,10 +401,11 @@ def ceiling_peaks(ceiling: dict, precision: str) -> Peaks:
 
 
 def with_ceiling(pk: Peaks, ceiling: dict) -> Peaks:
-    """Add the measured ceilings to ncu/datasheet peaks, as second denominators."""
+    """Add the measured ceilings to ncu/datasheet peaks, as second denominators (no compute ceiling where the
+    precision of the work is unknown: the ceiling multiplied in float32 only as a reference)."""
     return replace(
         pk,
-        ceiling_compute=ceiling["matmul_flops_per_s"],
+        ceiling_compute=ceiling["matmul_flops_per_s"] if pk.precision != UNKNOWN else np.nan,
         ceiling_dram=ceiling["copy_bytes_per_s"],
         ceiling_source=f"measured on {ceiling.get('device_name')}: {ceiling['method']['matmul']}; "
         f"{ceiling['method']['copy']}",

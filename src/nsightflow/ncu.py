@@ -70,6 +70,22 @@ TIME_METRICS = {
     "sm_hz": "sm__cycles_elapsed.avg.per_second",
     "dram_hz": "dram__cycles_elapsed.avg.per_second",
 }
+
+
+# What each metric nsightflow reads counts, so that a column's unit can be checked against it: a relabelled or swapped
+# column (nanoseconds read as bytes) is refused, never turned into a plausible number.
+def metric_kind(metric: str) -> str:
+    """'time', 'frequency', 'bytes', 'bytes/cycle', 'count' or 'count/cycle' of one of nsightflow's metrics."""
+    if metric == TIME_METRICS["duration_ns"]:
+        return "time"
+    if metric.endswith(".per_second"):
+        return "frequency"
+    per_cycle = metric.endswith(".peak_sustained")
+    if "bytes" in metric:
+        return "bytes/cycle" if per_cycle else "bytes"
+    return "count/cycle" if per_cycle and "__sass_" in metric else "count"
+
+
 DEFAULT_METRICS = (
     list(TIME_METRICS.values())
     + list(TENSOR_FLOP_METRICS.values())

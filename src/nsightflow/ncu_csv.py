@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nsightflow.ncu import DEFAULT_METRICS
+from nsightflow.ncu import DEFAULT_METRICS, metric_kind
 
 _NVTX_ENTRY = re.compile(
     r'"(?P<domain>[^"]*?):(?P<range>[^"]*):(?P<pltype>[^:"]*):(?P<plvalue>[^:"]*):'
@@ -88,6 +88,26 @@ def _unit_exponent(unit: str) -> tuple[int, bool] | None:
     return None
 
 
+_KIND_BASES = {"time": ("second", "s", "ns"), "frequency": ("hz",), "bytes": ("byte",), "count": ("", "inst")}
+
+
+def unit_kind(unit: str) -> str | None:
+    """What an ncu unit measures ('time', 'frequency', 'bytes', 'count', or those per cycle); None if unknown.
+    Tensor-pipe FLOP counters and their peaks print no unit: a plain count."""
+    unit = unit.strip()
+    if unit.endswith("/cycle"):
+        inner = unit_kind(unit.removesuffix("/cycle"))
+        return f"{inner}/cycle" if inner in ("bytes", "count") else None
+    if unit in ("", "%"):
+        return "count"
+    for kind, bases in _KIND_BASES.items():
+        for base in bases:
+            prefix = unit[: len(unit) - len(base)] if base else unit
+            if unit.lower().endswith(base) and prefix in _PREFIX:
+                return kind
+    return None
+
+
 def unit_factor(unit: str) -> tuple[float, bool] | None:
     """(factor to SI base units, is a plain time) for an ncu unit such as 'Mbyte', 'usecond', 'Ghz', 'byte/cycle'.
 
@@ -97,30 +117,42 @@ def unit_factor(unit: str) -> tuple[float, bool] | None:
     return None if exp is None else (10.0 ** exp[0], exp[1])
 
 
-def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
+EXPORT = "export it again with: ncu --import R.ncu-rep --page raw --csv --print-units base"
+
+
+def parse_raw_csv(source: str | Path, name: str | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
     """Parse ``ncu --import R --page raw --csv`` output: (one row per result, units per column as printed).
 
     Metric columns (names with ``__``) become floats in base units (bytes, ns, hz: auto-scaled
     units such as ``Mbyte`` or ``usecond`` are converted) with thousands separators removed and
     ``n/a``/``no data`` as NaN; the NVTX push/pop column becomes ``nvtx_stack`` (every range, outermost
     first) and ``nvtx_domain``, ``nvtx_range`` and ``nvtx_payload`` of the innermost range.
+
+    Refused, naming the file (``name``, else the path), the result and the column: a unit that does not measure
+    what its metric counts (a column relabelled or swapped), a negative count, time or byte total, a result ID
+    twice. ``source``: a path, or the export's text.
     """
     text = Path(source).read_text() if isinstance(source, Path) or "\n" not in str(source) else str(source)
+    where = name or (str(source) if isinstance(source, Path) or "\n" not in str(source) else "ncu raw CSV")
     rows = list(csv.reader(io.StringIO(text)))
     rows = [r for r in rows if r and not (len(r) == 1 and r[0].startswith("=="))]
     if len(rows) < 2 or "Kernel Name" not in rows[0] or "ID" not in rows[0]:
         raise ValueError(
-            f"{source if isinstance(source, Path) else 'input'}: not an ncu raw CSV export "
-            "(expected a header with 'ID' and 'Kernel Name', then a units row); "
-            "make it with: ncu --import R.ncu-rep --page raw --csv --print-units base"
+            f"{where}: not an ncu raw CSV export (expected a header with 'ID' and 'Kernel Name', then a units "
+            "row); make it with: ncu --import R.ncu-rep --page raw --csv --print-units base"
         )
     header, units = rows[0], rows[1]
     if len(units) != len(header):
-        raise ValueError("ncu raw CSV: the units row does not match the header (truncated file?)")
+        raise ValueError(f"{where}: the units row does not match the header (truncated file?)")
     body = [r for r in rows[2:] if len(r) == len(header)]
     if len(body) != len(rows) - 2:
+        raise ValueError(f"{where}: {len(rows) - 2 - len(body)} rows have the wrong number of cells (truncated file?)")
+    ids = [r[header.index("ID")] for r in body]
+    twice = sorted({i for i in ids if ids.count(i) > 1}, key=lambda i: ids.index(i))
+    if twice:
         raise ValueError(
-            f"ncu raw CSV: {len(rows) - 2 - len(body)} rows have the wrong number of cells (truncated file?)"
+            f"{where}: result ID(s) {twice[:5]} appear more than once: rows were copied or two exports joined; "
+            f"each result counts once, so {EXPORT}"
         )
     columns = {}
     for i, col in enumerate(header):
@@ -130,15 +162,28 @@ def parse_raw_csv(source: str | Path) -> tuple[pd.DataFrame, dict[str, str]]:
             continue
         # Auto units (no --print-units base) scale per column: bring every metric to bytes, ns, hz, ...
         exp = _unit_exponent(units[i])
-        if exp is None:
-            if col in DEFAULT_METRICS:
+        if col in DEFAULT_METRICS:
+            kind, want = unit_kind(units[i]), metric_kind(col)
+            if exp is None or kind is None:
                 raise ValueError(
-                    f"ncu raw CSV: column {col!r} has unit {units[i]!r}, which nsightflow does not know; "
-                    "export with: ncu --import R.ncu-rep --page raw --csv --print-units base"
+                    f"{where}: column {col!r} has unit {units[i]!r}, which nsightflow does not know; {EXPORT}"
                 )
+            if kind != want:
+                raise ValueError(
+                    f"{where}: column {col!r} counts {want} but its unit is {units[i]!r} ({kind}): the header and "
+                    f"the units row disagree (a column relabelled or two swapped); {EXPORT}"
+                )
+        elif exp is None:
             exp = (0, False)  # a column nsightflow does not read (e.g. launch__* counts of 'cluster'): as printed
         scale = 10.0 ** (exp[0] + (9 if exp[1] else 0))  # plain times in ns
         columns[col] = [_number(v) * scale for v in cells]
+        if col in DEFAULT_METRICS:
+            bad = [(ids[k], v) for k, v in enumerate(columns[col]) if v < 0]
+            if bad:
+                raise ValueError(
+                    f"{where}: result ID {bad[0][0]}, column {col!r}: {cells[ids.index(bad[0][0])]!r} is negative; a "
+                    f"count, time or byte total cannot be ({len(bad)} such cells): the file was edited; {EXPORT}"
+                )
     nvtx_col = next((c for c in header if "Push/Pop_Range" in c), None)
     stacks = [parse_nvtx(v) for v in columns[nvtx_col]] if nvtx_col else [[] for _ in body]
     columns["nvtx_stack"] = stacks

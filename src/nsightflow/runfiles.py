@@ -39,6 +39,12 @@ class Run(TypedDict):
     commands: list[dict]
 
 
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A run's CSV table as written: stage and kernel names stay strings whatever they read like ('NA', 'nan',
+    '1', 'True'); only empty cells are missing values (pandas writes NaN as an empty cell)."""
+    return pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"stage": str, "kernel": str})
+
+
 def write_run(
     agg: RunTables,
     kernels_csv: str | Path,
@@ -77,8 +83,8 @@ def load_run(run_id: str, kernels_csv, stages_csv, summary_json, manifest_json) 
     return Run(
         **{
             "run_id": run_id,
-            "kernels": pd.read_csv(kernels_csv),
-            "stages": pd.read_csv(stages_csv),
+            "kernels": read_table(kernels_csv),
+            "stages": read_table(stages_csv),
             "peaks": Peaks.from_dict(summary["peaks"]),
             "notes": summary["notes"],
             "manifest": manifest,

@@ -6,6 +6,9 @@ import itertools
 
 from nsightflow.files import safe_name
 
+# A run id's folder names: file systems take 255 bytes a name, and files inside are named from them plus suffixes.
+MAX_PART = 200
+
 
 def _token(value) -> str:
     text = str(value).lower() if isinstance(value, bool) else str(value)
@@ -43,6 +46,13 @@ def expand(workloads: list[dict]) -> dict[str, dict]:
     for w in workloads:
         for point in points(w.get("sweep") or {}, w.get("sweep_mode", "product")):
             rid = run_id(w["name"], point)
+            long = [part for part in rid.split("/") if len(part.encode()) > MAX_PART]
+            if long:
+                raise ValueError(
+                    f"workload {w['name']!r}, sweep point {point}: the run id's folder name {long[0][:60]!r}... is "
+                    f"{len(long[0].encode())} bytes, over the {MAX_PART} a file system takes with nsightflow's "
+                    "suffixes; shorten the workload's name or the swept value"
+                )
             if any(part in ("", ".", "..") for part in rid.split("/")) or ".." in w["name"]:
                 raise ValueError(
                     f"workload {w['name']!r}, sweep point {point}: run id {rid!r} would name a folder "
@@ -60,3 +70,20 @@ def expand(workloads: list[dict]) -> dict[str, dict]:
                 "point": point,
             }
     return runs
+
+
+# Jobs one run makes, by backend (the profile, plan, capture, aggregation and page rules; see workflow/rules).
+JOBS_PER_RUN = {"nsight": 5, "torch": 3, "captures": 3}
+
+
+def size_warning(runs: int, backend: str, limit: int) -> str | None:
+    """A line for the terminal when a config's sweeps make more than ``limit`` runs (config ``sweep_warn``): a
+    thousand-point sweep quietly became 3,001 jobs."""
+    if runs <= limit:
+        return None
+    jobs = runs * JOBS_PER_RUN.get(backend, 5) + 2  # and the index page and the device's preflight
+    return (
+        f"nsightflow: the config's sweeps make {runs:,} runs, about {jobs:,} jobs on the {backend} backend (more "
+        f"than sweep_warn: {limit}); each run profiles its program. Narrow the sweep, or raise sweep_warn to "
+        "silence this."
+    )

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from nsightflow.decoder import make_model, resolve_device
-from nsightflow.harness import Stage, Workload
+from nsightflow.harness import Stage, Workload, require_sizes
 
 # The optimizers people train with, as torch implements them (each launches different kernels).
 OPTIMIZERS = {
@@ -49,6 +49,7 @@ def build(
     a plain per-parameter loop, or SGD with momentum). ``autocast``: run forward and loss under
     ``torch.autocast`` in this dtype (a float32 model trained in bf16, as mixed-precision scripts do).
     """
+    require_sizes(batch=batch, seq=seq, iterations=iterations)
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer {optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
     device = resolve_device(device)

@@ -1,5 +1,6 @@
 import json
 import re
+import sys
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -7,6 +8,7 @@ from snakemake.utils import validate
 from nsightflow import hostfacts
 from nsightflow.config import ConfigError, check, normalize
 from nsightflow.sweep import expand as expand_sweep
+from nsightflow.sweep import size_warning
 
 SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 try:
@@ -29,6 +31,8 @@ if BACKEND == "captures":
     RUNS = {captures_run_id(config["captures"]): {"name": "captures", "args": {}, "point": {}}}
 else:
     RUNS = expand_sweep(config["workloads"])
+if size_warning(len(RUNS), BACKEND, config["sweep_warn"]):
+    print(size_warning(len(RUNS), BACKEND, config["sweep_warn"]), file=sys.stderr)
 
 
 wildcard_constraints:

@@ -3,13 +3,15 @@
 import json
 
 from nsightflow.aggregate import aggregate_run, command_records, diagnose
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 from nsightflow.runfiles import write_run
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     manifest = json.loads(open(sm.input.manifest).read())
     ranges = sm.input.get("ranges")
+    cmds = [sm.input.cmd] + ([sm.input.ranges_cmd] if ranges else [])
+    records = [json.loads(open(c).read()) for c in cmds]
     agg = aggregate_run(
         sm.input.sqlite,
         sm.params.domain,
@@ -24,9 +26,8 @@ with errors_to_log(sm.log[0]):
         ranges_export=ranges,
         ranges_plan=sm.input.get("ranges_plan"),
         manifest_json=sm.input.manifest,
+        capture_record=records[0],
     )
-    cmds = [sm.input.cmd] + ([sm.input.ranges_cmd] if ranges else [])
-    records = [json.loads(open(c).read()) for c in cmds]
     write_run(
         agg,
         sm.output.kernels,

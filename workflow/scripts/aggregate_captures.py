@@ -4,11 +4,11 @@ import json
 from pathlib import Path
 
 from nsightflow.aggregate import aggregate_captures, diagnose
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 from nsightflow.runfiles import write_run
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     agg = aggregate_captures(
         sm.input.imported, sm.params.divergence, sm.params.top_n, sm.params.coverage, sm.params.domain
     )

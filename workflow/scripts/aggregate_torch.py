@@ -4,11 +4,11 @@ import json
 
 from nsightflow import torchprof
 from nsightflow.aggregate import aggregate_torch, diagnose
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 from nsightflow.runfiles import write_run
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     trace = torchprof.load_trace(sm.input.trace)
     manifest = json.loads(open(sm.input.manifest).read())
     labels = manifest.get("trace_labels", {})

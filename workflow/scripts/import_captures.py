@@ -3,10 +3,10 @@
 import json
 
 from nsightflow.imported import import_captures
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     index = import_captures(sm.params.directory, sm.output[0], sm.params.nsys, sm.params.ncu, sm.log[0])
     with open(sm.log[0], "a") as log:
         log.write(json.dumps(index, indent=2) + "\n")

@@ -1,10 +1,10 @@
 """Rules ncu_capture, ncu_ranges: one Nsight Compute run of the whole program, windowed by its plan, exported."""
 
 from nsightflow.capture import capture_counters, ncu_capture
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     ncu_capture(
         sm.params.ncu,
         sm.input.plan,

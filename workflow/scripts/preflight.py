@@ -3,10 +3,10 @@
 import json
 
 from nsightflow.preflight import PreflightError, preflight
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     with open(sm.log[0], "w") as log:
         try:
             checks = preflight(sm.params.nsys, sm.params.ncu, sm.output[0], sm.params.python, sm.wildcards.device)

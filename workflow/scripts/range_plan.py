@@ -1,10 +1,10 @@
 """Rule range_plan: one whole-step window per sampled step, for a range-replay capture."""
 
 from nsightflow.plan import range_plan
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     plan = range_plan(sm.input[0], sm.params.domain, list(sm.params.sample_steps), sm.output[0])
     with open(sm.log[0], "w") as log:
         log.write("".join(f"window {w.stage} step {w.step}\n" for w in plan.windows))

@@ -5,10 +5,10 @@ import json
 import pandas as pd
 
 from nsightflow.report import render_index, write_html
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     runs = [
         {"run_id": r, "name": n, "point": p, "stages": pd.read_csv(st), "notes": json.loads(open(su).read())["notes"]}
         for r, n, p, st, su in zip(

@@ -1,11 +1,11 @@
 """Rule run_report: one run's page (stages, kernels, roofline, peaks, commands)."""
 
 from nsightflow.report import render_run, write_html
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 from nsightflow.runfiles import load_run
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     run = load_run(sm.wildcards.run, sm.input.kernels, sm.input.stages, sm.input.summary, sm.input.manifest)
     write_html(
         sm.output[0], render_run(run, sm.params.backend, sm.params.backend_reason, sm.params.settings, sm.params.title)

@@ -4,10 +4,10 @@ measured ceilings from the same program launch, and the run's manifest."""
 from pathlib import Path
 
 from nsightflow.capture import timeline, tool_warnings, write_manifest
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     harness_json = Path(sm.output.manifest + ".harness.json")
     program = list(sm.params.program) + [
         "--out",

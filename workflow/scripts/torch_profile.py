@@ -2,10 +2,10 @@
 launch; the run's manifest."""
 
 from nsightflow.capture import torch_profile
-from nsightflow.rulelog import errors_to_log
+from nsightflow.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
-with errors_to_log(sm.log[0]):
+with rule_job(sm.log[0], sm.output):
     torch_profile(
         list(sm.params.program),
         sm.output.trace,

@@ -1,0 +1,372 @@
+"""Trust under hostile inputs and faults, on the CPU: no exit 0 with a wrong number, no process outliving its job,
+every documented mode working. Each case is a real Snakemake run (or the library function a rule calls) on real
+inputs from tests/data, edited the way a user or a fault could."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import DATA, copy_workflow, process_alive, snakemake
+
+from nsightflow import aggregate, checks, metrics, runfiles
+
+
+def _workflow(tmp_path, workloads, **overrides):
+    wf = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    cfg["workloads"] = workloads
+    for key, value in overrides.items():
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return wf, {**os.environ, "PYTHONPATH": str(wf / "tests")}
+
+
+def _gone(pid: int, within_s: float = 10) -> bool:
+    deadline = time.time() + within_s
+    while process_alive(pid) and time.time() < deadline:
+        time.sleep(0.2)
+    return not process_alive(pid)
+
+
+# --- processes a job starts end with it ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("new_session", [False, True], ids=["same-session", "own-session"])
+def test_a_helper_the_workload_leaves_running_is_killed_with_the_job(tmp_path, new_session):
+    marker = tmp_path / "helper.pid"
+    args = {"marker": str(marker), "new_session": new_session}
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:helper_process", "args": args}])
+    snakemake(wf, "--cores", "1", "results/report.html", env=env)
+    helpers = [int(x) for x in marker.read_text().split()]  # one per pass over the stage: 4 in one launch
+    assert len(helpers) == 4 and all(_gone(pid, 5) for pid in helpers), "a helper outlived its job"
+    log = (wf / "results" / "w" / "logs" / "torch_profile.log").read_text()
+    assert "left 4 process(es) running when it ended; they were killed" in log
+    assert all(f"{pid} sleep 97" in log for pid in helpers)
+
+
+def test_a_helper_holding_the_output_pipe_does_not_hold_the_job(tmp_path):
+    marker = tmp_path / "helper.pid"
+    args = {"marker": str(marker), "new_session": True, "hold_stdout": True}
+    wf, env = _workflow(
+        tmp_path, [{"name": "w", "callable": "workloads:helper_process", "args": args}], torch={"timeout_s": 60}
+    )
+    start = time.time()
+    snakemake(wf, "--cores", "1", "results/w/stages.csv", env=env)
+    took = time.time() - start
+    assert took < 50, f"the job waited {took:.0f} s on a pipe its workload's helper held"
+    assert all(_gone(int(pid), 5) for pid in marker.read_text().split())
+
+
+def test_a_helper_cannot_write_into_results_after_the_workflow(tmp_path):
+    marker = tmp_path / "helper.pid"
+    target = tmp_path / "wf" / "results" / "w" / "stages.csv"  # where _workflow puts the run
+    args = {"marker": str(marker), "new_session": True, "append_to": str(target)}
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:helper_process", "args": args}])
+    snakemake(wf, "--cores", "1", "results/report.html", env=env)
+    before = target.read_text()
+    time.sleep(6)  # the helper would have appended after 4 s
+    assert target.read_text() == before and "corrupted" not in before
+
+
+def test_a_workload_that_changes_directory_writes_its_outputs_where_the_job_asked(tmp_path):
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:chdir_away", "args": {"to": str(tmp_path)}}])
+    snakemake(wf, "--cores", "1", "results/report.html", env=env)
+    assert (wf / "results" / "w" / "manifest.json").exists() and not (tmp_path / "results").exists()
+
+
+# --- inputs that are each plausible but disagree: refused, naming the file and the fix --------------------------------
+
+V3 = DATA / "h200_v3" / "default"  # the default decoder on the H200: timeline, plan, capture, count, ceilings
+
+
+def _rows(path):
+    return list(csv.reader(path.open()))
+
+
+def _write_rows(path, rows):
+    with path.open("w", newline="") as fh:
+        csv.writer(fh, quoting=csv.QUOTE_ALL).writerows(rows)
+
+
+def _v3(tmp_path, **edits):
+    """A copy of the recorded run; ``edits``: file name -> function editing that file (a Path) in place."""
+    d = tmp_path / "run"
+    shutil.copytree(V3, d)
+    for name, edit in edits.items():
+        edit(d / name)
+    return d
+
+
+def _aggregate(d):
+    record = json.loads((d / "capture.cmd.json").read_text())
+    return aggregate.aggregate_run(
+        d / "timeline.sqlite",
+        "nsightflow",
+        d / "plan.json",
+        d / "capture.raw.csv",
+        d / "analytic_flops.json",
+        "bf16",
+        0.5,
+        10,
+        0.9,
+        ceiling_json=d / "ceilings.json",
+        manifest_json=d / "manifest.json",
+        capture_record=record,
+    )
+
+
+def _swap_columns(a, b, units=False):
+    def edit(path):
+        rows = _rows(path)
+        i, j = rows[0].index(a), rows[0].index(b)
+        rows[0][i], rows[0][j] = rows[0][j], rows[0][i]
+        if units:
+            rows[1][i], rows[1][j] = rows[1][j], rows[1][i]
+        _write_rows(path, rows)
+
+    return edit
+
+
+def test_the_recorded_run_itself_passes_every_check(tmp_path):
+    st = _aggregate(_v3(tmp_path)).stages.set_index("stage")
+    assert (st["coverage"] == 1.0).all() and st.loc["prefill", "flops_tensor_measured"] > 0
+
+
+def test_a_time_column_and_a_byte_column_swapped_are_refused(tmp_path):
+    # The header's names swapped, the units row left: nanoseconds would have been read as bytes (DRAM x0.03).
+    d = _v3(tmp_path, **{"capture.raw.csv": _swap_columns("gpu__time_duration.sum", "dram__bytes_read.sum")})
+    with pytest.raises(ValueError, match=r"capture.raw.csv: column 'gpu__time_duration.sum' counts time but its unit"):
+        _aggregate(d)
+    # Names and units swapped together: each column looks right alone; against nsys's durations of the same
+    # launches, the 'durations' are bytes.
+    d = _v3(
+        tmp_path / "b", **{"capture.raw.csv": _swap_columns("gpu__time_duration.sum", "dram__bytes_read.sum", True)}
+    )
+    with pytest.raises(checks.InconsistentInputs, match=r"capture.raw.csv: ncu's kernel durations .* the timeline's"):
+        _aggregate(d)
+
+
+def test_a_negative_counter_cell_and_a_duplicated_result_are_refused(tmp_path):
+    def negative(path):
+        rows = _rows(path)
+        col = rows[0].index("dram__bytes_read.sum")
+        rows[5][col] = "-" + rows[5][col]
+        _write_rows(path, rows)
+
+    d = _v3(tmp_path, **{"capture.raw.csv": negative})
+    rid = _rows(d / "capture.raw.csv")[5][0]
+    with pytest.raises(ValueError, match=rf"result ID {rid}, column 'dram__bytes_read.sum': .* is negative"):
+        _aggregate(d)
+
+    def duplicate(path):
+        rows = _rows(path)
+        _write_rows(path, rows + [rows[7]])
+
+    d = _v3(tmp_path / "b", **{"capture.raw.csv": duplicate})
+    with pytest.raises(ValueError, match=r"result ID\(s\) \['.+'\] appear more than once"):
+        _aggregate(d)
+
+
+def test_an_analytic_count_of_another_configuration_is_refused(tmp_path):
+    # Another run's count: 4 decode steps (h200_v2/small), where this run made 8.
+    d = _v3(tmp_path, **{"analytic_flops.json": lambda p: shutil.copy(DATA / "h200_v2/small/analytic_flops.json", p)})
+    with pytest.raises(checks.InconsistentInputs, match=r"analytic_flops.json: steps per stage .*'decode': \(4, 8\)"):
+        _aggregate(d)
+
+    # Same stages and steps, but the count of a batch twice as large: the GEMMs measured half the model's FLOPs,
+    # though every launch was counted in the one precision the operators used.
+    def doubled(path):
+        data = json.loads(path.read_text())
+        for s in data["stages"].values():
+            for key in ("flops", "flops_causal_adjusted"):
+                s[key] *= 2
+            s["by_class"] = {k: v * 2 for k, v in s["by_class"].items()}
+        path.write_text(json.dumps(data))
+
+    d = _v3(tmp_path / "b", **{"analytic_flops.json": doubled})
+    with pytest.raises(checks.InconsistentInputs, match=r"the GEMM kernels executed .* of the model's"):
+        _aggregate(d)
+
+
+def test_operator_calls_of_the_count_and_of_the_timeline_must_agree(tmp_path):
+    # The timeline's probe pass marked every operator call with an NVTX range; plain SQL counts them per stage.
+    con = sqlite3.connect(V3 / "timeline.sqlite")
+    rows = con.execute(
+        'SELECT s.value, COUNT(*) FROM NVTX_EVENTS o JOIN NVTX_EVENTS step ON o.start BETWEEN step.start AND step."end"'
+        " JOIN NVTX_EVENTS dop ON dop.eventType = 75 AND dop.text = 'nsightflow.ops' AND o.domainId = dop.domainId"
+        " JOIN NVTX_EVENTS dst ON dst.eventType = 75 AND dst.text = 'nsightflow.probe' AND step.domainId = dst.domainId"
+        " LEFT JOIN StringIds s ON s.id = step.textId WHERE o.eventType = 59 AND step.eventType = 59 GROUP BY s.value"
+    ).fetchall()
+    calls = {stage or "": n for stage, n in rows}
+    assert set(calls) == {"prefill", "decode"}
+
+    def with_calls(extra):
+        def edit(path):
+            data = json.loads(path.read_text())
+            for stage, n in calls.items():
+                data["stages"][stage]["calls"] = n + (extra if stage == "decode" else 0)
+            path.write_text(json.dumps(data))
+
+        return edit
+
+    _aggregate(_v3(tmp_path, **{"analytic_flops.json": with_calls(0)}))
+    with pytest.raises(checks.InconsistentInputs, match=rf"stage 'decode' counted {calls['decode'] + 1} operator"):
+        _aggregate(_v3(tmp_path / "b", **{"analytic_flops.json": with_calls(1)}))
+
+
+def test_kernels_of_one_stream_overlapping_in_time_are_refused(tmp_path):
+    def doubled_kernels(path):  # prefill's kernels entered twice (a merged or edited export)
+        con = sqlite3.connect(path)
+        cols = [r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
+        prefill = con.execute(
+            'SELECT MIN(start), MAX("end") FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId WHERE s.value = '
+            "'prefill' AND n.eventType = 59"
+        ).fetchone()
+        keep = ",".join(c for c in cols if c != "correlationId")
+        con.execute(
+            f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL ({keep}, correlationId) SELECT {keep}, correlationId FROM "
+            "CUPTI_ACTIVITY_KIND_KERNEL WHERE start BETWEEN ? AND ?",
+            prefill,
+        )
+        con.commit()
+        con.close()
+
+    d = _v3(tmp_path, **{"timeline.sqlite": doubled_kernels})
+    with pytest.raises(
+        checks.InconsistentInputs, match=r"timeline.sqlite: stage 'prefill', stream \d+: a kernel starts"
+    ):
+        _aggregate(d)
+
+
+def test_integer_matmuls_get_no_float_peak(tmp_path):
+    out = tmp_path / "run.json"
+    argv = [sys.executable, "-m", "nsightflow.harness", "--callable", "workloads:int_matmuls", "--mode", "flops"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    subprocess.run([*argv, "--out", str(out)], check=True, env=env, capture_output=True)
+    run = json.loads(out.read_text())
+    assert run["analytic"]["stages"]["mm"]["by_precision"] == {"int64": 2 * 16**3}
+    assert (run["precision"], run["precision_level"]) == ("unknown", "warning") and "int64" in run["precision_why"]
+    pk = metrics.ceiling_peaks(
+        {
+            "device_name": "cpu",
+            "matmul_flops_per_s": 1e9,
+            "copy_bytes_per_s": 1e9,
+            "method": {"matmul": "m", "copy": "c"},
+            "precision": "fp32",
+        },
+        "unknown",
+    )
+    assert np.isnan(pk.compute) and pk.compute_source.startswith("unknown")
+
+
+# --- the documented analysis modes ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["stats-only", "timeline-only"])
+def test_documented_analysis_modes_report(tmp_path, mode):
+    caps = tmp_path / "caps"
+    caps.mkdir()
+    if mode == "stats-only":  # nsys stats CSVs alone: times only
+        for f in (DATA / "h200_tinyllm" / "stats").glob("*.csv"):
+            shutil.copy(f, caps / f.name)
+    else:  # the SQLite export and the analytic count, no ncu results (h200_v2/default minus its export)
+        for f in ("timeline.sqlite", "analytic_flops.json"):
+            shutil.copy(DATA / "h200_v2" / "default" / f, caps / f)
+    wf = copy_workflow(tmp_path / "wf")
+    snakemake(wf, "--cores", "1", "results/report.html", "--config", f"captures={caps}")
+    run = wf / "results" / "captures" / "caps"
+    st = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert (st["wall_ms"] > 0).all() and (st["gpu_busy_ms"] > 0).all()
+    # No counters, nothing that says the GEMMs' precision: no compute peak, so no MFU (never a float32 peak
+    # under bf16 work, which put MFU at 342%).
+    assert st["mfu_busy"].isna().all()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["peaks"]["compute_source"].startswith("unknown")
+    assert "<h3>Stages</h3>" in (run / "report.html").read_text()
+
+
+# --- names and config -----------------------------------------------------------------------------------------------
+
+
+def test_stage_names_that_read_like_values_stay_names(tmp_path):
+    names = ["NA", "nan", "1", "True"]
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:named_stages", "args": {"names": names}}])
+    snakemake(wf, "--cores", "1", "results/report.html", env=env)
+    st = runfiles.read_table(wf / "results" / "w" / "stages.csv")
+    assert st["stage"].tolist() == names
+    page = (wf / "results" / "w" / "report.html").read_text()
+    assert all(f"<td class=label>{n}</td>" in page for n in names)
+
+
+@pytest.mark.parametrize(
+    "workload,message",
+    [
+        (
+            {"name": "w", "callable": "nsightflow.decoder:build", "sweep": {"dtype": ["bfloat16", "bf16"]}},
+            "workloads[0] (w).sweep.dtype[1]: 'bf16' is not a dtype",
+        ),
+        (
+            {"name": "w" * 230, "callable": "nsightflow.decoder:build"},
+            "over the 200 a file system takes",
+        ),
+    ],
+    ids=["second-swept-dtype", "long-name"],
+)
+def test_every_sweep_value_and_name_is_checked_before_any_job(tmp_path, workload, message):
+    wf, env = _workflow(tmp_path, [workload])
+    proc = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
+    assert proc.returncode != 0 and message in proc.stdout, proc.stdout[-2000:]
+    assert not (wf / "results").exists()
+
+
+def test_a_large_sweep_is_said_before_it_runs(tmp_path):
+    wl = {"name": "w", "callable": "nsightflow.decoder:build", "sweep": {"batch": list(range(1, 151))}}
+    wf, env = _workflow(tmp_path, [wl])
+    out = snakemake(wf, "-n", "--cores", "1", "results/report.html", env=env).stdout
+    assert "the config's sweeps make 150 runs, about 452 jobs on the torch backend (more than sweep_warn: 100)" in out
+
+
+@pytest.mark.parametrize("size", ["batch", "prompt", "n_layers"])
+def test_degenerate_workload_sizes_are_refused_when_built(tmp_path, size):
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "nsightflow.decoder:build", "args": {size: 0}}])
+    proc = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
+    assert proc.returncode != 0 and f"sizes {size}=0: each must be a whole number of 1 or more" in proc.stdout
+
+
+def test_a_workload_printing_40_mb_gets_a_bounded_log(tmp_path):
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "workloads:chatty", "args": {"megabytes": 40}}])
+    snakemake(wf, "--cores", "1", "results/w/stages.csv", env=env)
+    log = wf / "results" / "w" / "logs" / "torch_profile.log"
+    text = log.read_text()
+    # Four passes print 160 MB; the log keeps 4 MB of it, its start and end, and says what it left out.
+    assert log.stat().st_size < 5 << 20
+    assert "bytes of output left out here (the log keeps its start and end)" in text
+    assert text.rstrip().endswith("exited with 0")
+
+
+def test_a_failed_job_leaves_no_staging_file(tmp_path):
+    from nsightflow import files
+    from nsightflow.rulejob import rule_job
+
+    out = tmp_path / "run" / "summary.json"
+    tool = tmp_path / "run" / "timeline" / "timeline.nsys-rep"
+    with pytest.raises(OSError, match="No space left"):
+        with rule_job(tmp_path / "job.log", [out, tool]):
+            files.staging(out).write_text('{"half": ')  # a write cut short by a full disk
+            files.staging(tool).parent.mkdir(parents=True, exist_ok=True)
+            tool.with_name("timeline.tmp.nsys-rep").write_text("partial")  # the tool's own staging name
+            raise OSError(28, "No space left on device")
+    assert sorted(p.name for p in (tmp_path / "run").rglob("*") if p.is_file()) == []
+    assert "the job failed: OSError" in (tmp_path / "job.log").read_text()
