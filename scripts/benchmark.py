@@ -2,7 +2,7 @@
 ncu over every kernel of the ranged stages with the same metrics, all measured in this one run.
 
 Usage: python3 scripts/benchmark.py [variant ...]. Variants:
-  program     the workload alone (`python -m nsightflow.harness`, warm-up and ranged pass), default decoder
+  program     the workload alone (`python -m nsightflow.capture.harness`, warm-up and ranged pass), default decoder
   default     `snakemake --cores 1 results/report.html` in a fresh copy (cold: no preflight, no ceilings cached)
   deep        the same with the decoder at n_layers 16
   program16   the 16-layer workload alone
@@ -47,7 +47,7 @@ def _program(args: dict, runs: int = 3) -> tuple[float, int]:
     for _ in range(runs):
         start = time.time()
         subprocess.run(
-            [sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)],
+            [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(args)],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -114,7 +114,7 @@ def _everything(args: dict, key: str) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "all"
         metrics = ncu.resolve_metrics("default", [], precisions, non_tensor=non_tensor)
-        program = [sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)]
+        program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(args)]
         argv = ncu.reference_argv(shutil.which("ncu"), base, "nsightflow", ["prefill", "decode"], metrics, program)
         start = time.time()
         out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
@@ -123,8 +123,8 @@ def _everything(args: dict, key: str) -> tuple[float, int]:
 
 def _passes() -> tuple[float, int]:
     """Replay passes ncu needs for subsets of the default metrics (one empty kernel, so passes, not work)."""
-    from nsightflow.ncu import BYTE_METRICS, PEAK_METRICS, SASS_FLOP_METRICS, TENSOR_FLOP_METRICS, TIME_METRICS
-    from nsightflow.preflight import probe_argv
+    from nsightflow.capture.ncu import BYTE_METRICS, PEAK_METRICS, SASS_FLOP_METRICS, TENSOR_FLOP_METRICS, TIME_METRICS
+    from nsightflow.capture.preflight import probe_argv
 
     sass = [m for pairs in SASS_FLOP_METRICS.values() for m, _ in pairs]
     sets = {
@@ -158,9 +158,9 @@ def _passes() -> tuple[float, int]:
 def _timeline_parts() -> tuple[float, int]:
     """Where the timeline job's time goes: the program alone, with the analytic count and ceilings it adds,
     under nsys without and with the SQLite export (one launch each)."""
-    from nsightflow import nsys
+    from nsightflow.capture import nsys
 
-    base = [sys.executable, "-m", "nsightflow.harness", "--args", "{}"]
+    base = [sys.executable, "-m", "nsightflow.capture.harness", "--args", "{}"]
     total = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         extra = ["--flops-out", f"{tmp}/f.json", "--ceilings-out", f"{tmp}/c.json"]
@@ -185,7 +185,7 @@ def _timeline_parts() -> tuple[float, int]:
 def _ncu_parts() -> tuple[float, int]:
     """Where the ncu capture's time goes, on the default run's plan: the program under ncu with nothing
     profiled, then the planned launches with growing metric sets (one program launch each)."""
-    from nsightflow.plan import CapturePlan
+    from nsightflow.capture.plan import CapturePlan
 
     total = 0.0
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,7 +193,7 @@ def _ncu_parts() -> tuple[float, int]:
         _snakemake(wf, "results/tinyllm/plan.json")
         plan_json = wf / "results" / "tinyllm" / "plan.json"
         n = len(CapturePlan.read(plan_json).expected)
-        program = [sys.executable, "-m", "nsightflow.harness", "--args", "{}"]
+        program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", "{}"]
         bf16 = ncu.resolve_metrics("default", [], ["bf16"])
         no_sass = [m for m in bf16 if "__sass_" not in m]
         variants = {
@@ -309,18 +309,19 @@ import json, sys, time
 t0 = time.time()
 import torch
 t1 = time.time()
-from nsightflow import harness
-from nsightflow.ceilings import measure
-from nsightflow.flops import matmul_precision
+from nsightflow.capture import passes
+from nsightflow.workloads import build_workload
+from nsightflow.capture.ceilings import measure
+from nsightflow.capture.flops import matmul_precision
 t2 = time.time()
-w = harness.build_workload("nsightflow.decoder:build", {})
+w = build_workload("nsightflow.workloads.decoder:build", {})
 torch.cuda.synchronize()
 t3 = time.time()
-harness._run_pass(w, None)
+passes._run_pass(w, None)
 t4 = time.time()
-harness._run_pass(w, harness._nvtx_ranges("nsightflow"))
+passes._run_pass(w, passes._nvtx_ranges("nsightflow"))
 t5 = time.time()
-counts = harness.probe_pass(w, "nsightflow", count=True)
+counts = passes.probe_pass(w, "nsightflow", count=True)
 t6 = time.time()
 m = matmul_precision(w.dtype, counts["stages"])
 measure("cuda", m.dtype)
@@ -333,7 +334,7 @@ print(json.dumps({"import torch": t1 - t0, "import nsightflow": t2 - t1, "build 
 
 def _phases() -> tuple[float, int]:
     """Where the program's time goes (one process, each phase timed), and the preflight's parts."""
-    from nsightflow.preflight import probe_argv
+    from nsightflow.capture.preflight import probe_argv
 
     total = 0.0
     steps = {
@@ -402,7 +403,7 @@ def _everything_8b() -> tuple[float, int]:
         raise SystemExit("everything_8b extrapolates to the launches of the '8b' run: run it first")
     args = {**EIGHT_B, "decode_steps": 1}
     metrics = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
-    program = [sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)]
+    program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(args)]
     with tempfile.TemporaryDirectory() as tmp:
         idle = ncu.capture_argv(
             shutil.which("ncu"),
@@ -457,13 +458,17 @@ VARIANTS = {
     "everything_long": lambda: _everything(LONG, "long"),
     "full": lambda: _workflow({}, "full", FULL),
     "program_8b": lambda: _program(EIGHT_B),
-    "8b": lambda: _workflow_of([{"name": "8b", "callable": "nsightflow.decoder:build", "args": EIGHT_B}], "8b"),
+    "8b": lambda: _workflow_of(
+        [{"name": "8b", "callable": "nsightflow.workloads.decoder:build", "args": EIGHT_B}], "8b"
+    ),
     "everything_8b": _everything_8b,
     "train1": lambda: _workflow_of(
-        [{"name": "train", "callable": "nsightflow.training:build", "args": {**TRAIN, "iterations": 1}}], "train1"
+        [{"name": "train", "callable": "nsightflow.workloads.training:build", "args": {**TRAIN, "iterations": 1}}],
+        "train1",
     ),
     "train4": lambda: _workflow_of(
-        [{"name": "train", "callable": "nsightflow.training:build", "args": {**TRAIN, "iterations": 4}}], "train4"
+        [{"name": "train", "callable": "nsightflow.workloads.training:build", "args": {**TRAIN, "iterations": 4}}],
+        "train4",
     ),
     "everything_full": lambda: _everything({}, "full"),
 }

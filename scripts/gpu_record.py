@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from nsightflow import ncu
+from nsightflow.capture import ncu
 
 LLAMA = {
     "model_type": "llama",
@@ -67,26 +67,43 @@ QWEN_MOE = {
     "vocab_size": 2048,
 }
 TRAIN = {"batch": 2, "seq": 128, "iterations": 1}
+TRAINING, HF, DECODER = (
+    "nsightflow.workloads.training:build",
+    "nsightflow.workloads.hf:build",
+    "nsightflow.workloads.decoder:build",
+)
 DEC = {"batch": 2, "prompt": 128, "decode_steps": 2, "n_layers": 1}
 CORPUS = {
-    "llama_adamw_fused": ("nsightflow.training:build", {**TRAIN, "config": LLAMA, "optimizer": "adamw_fused"}),
-    "llama_adamw_foreach": ("nsightflow.training:build", {**TRAIN, "config": LLAMA, "optimizer": "adamw_foreach"}),
-    "llama_adamw_plain": ("nsightflow.training:build", {**TRAIN, "config": LLAMA, "optimizer": "adamw_plain"}),
-    "llama_sgd": ("nsightflow.training:build", {**TRAIN, "config": LLAMA, "optimizer": "sgd"}),
+    "llama_adamw_fused": (
+        TRAINING,
+        {**TRAIN, "config": LLAMA, "optimizer": "adamw_fused"},
+    ),
+    "llama_adamw_foreach": (
+        TRAINING,
+        {**TRAIN, "config": LLAMA, "optimizer": "adamw_foreach"},
+    ),
+    "llama_adamw_plain": (
+        TRAINING,
+        {**TRAIN, "config": LLAMA, "optimizer": "adamw_plain"},
+    ),
+    "llama_sgd": (TRAINING, {**TRAIN, "config": LLAMA, "optimizer": "sgd"}),
     "gpt2_autocast": (
-        "nsightflow.training:build",
+        TRAINING,
         {**TRAIN, "config": GPT2, "dtype": "float32", "autocast": "bfloat16", "optimizer": "adamw_fused"},
     ),
-    "mixtral_train": ("nsightflow.training:build", {**TRAIN, "config": MIXTRAL, "optimizer": "adamw_fused"}),
-    "mixtral_decode": ("nsightflow.hf:build", {"config": MIXTRAL, "batch": 1, "prompt": 64, "decode_steps": 2}),
-    "qwen_moe_train": ("nsightflow.training:build", {**TRAIN, "config": QWEN_MOE}),
-    "sdpa_flash": ("nsightflow.decoder:build", {**DEC, "sdpa_backend": "flash"}),
-    "sdpa_efficient": ("nsightflow.decoder:build", {**DEC, "sdpa_backend": "efficient"}),
-    "sdpa_cudnn": ("nsightflow.decoder:build", {**DEC, "sdpa_backend": "cudnn"}),
-    "sdpa_math": ("nsightflow.decoder:build", {**DEC, "sdpa_backend": "math"}),
-    "inductor": ("nsightflow.decoder:build", {**DEC, "compile": True}),
-    "cuda_graph": ("nsightflow.decoder:build", {**DEC, "cuda_graph": True}),
-    "decoder_train": ("nsightflow.training:build", {**TRAIN, "n_layers": 1, "optimizer": "adamw_fused"}),
+    "mixtral_train": (TRAINING, {**TRAIN, "config": MIXTRAL, "optimizer": "adamw_fused"}),
+    "mixtral_decode": (
+        HF,
+        {"config": MIXTRAL, "batch": 1, "prompt": 64, "decode_steps": 2},
+    ),
+    "qwen_moe_train": (TRAINING, {**TRAIN, "config": QWEN_MOE}),
+    "sdpa_flash": (DECODER, {**DEC, "sdpa_backend": "flash"}),
+    "sdpa_efficient": (DECODER, {**DEC, "sdpa_backend": "efficient"}),
+    "sdpa_cudnn": (DECODER, {**DEC, "sdpa_backend": "cudnn"}),
+    "sdpa_math": (DECODER, {**DEC, "sdpa_backend": "math"}),
+    "inductor": (DECODER, {**DEC, "compile": True}),
+    "cuda_graph": (DECODER, {**DEC, "cuda_graph": True}),
+    "decoder_train": (TRAINING, {**TRAIN, "n_layers": 1, "optimizer": "adamw_fused"}),
 }
 NSYS = ["nsys", "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none", "--cuda-graph-trace=node"]
 HANDMADE = [sys.executable, "scripts/handmade_capture.py"]
@@ -99,10 +116,13 @@ def spec(name: str) -> str:
 
 
 HANDMADE_PROGRAMS = {
-    "train": ("nsightflow.training:build", {**TRAIN, "config": LLAMA, "optimizer": "adamw_fused"}),
-    "moe": ("nsightflow.hf:build", {"config": MIXTRAL, "batch": 1, "prompt": 64, "decode_steps": 3}),
-    "decoder": ("nsightflow.decoder:build", {"batch": 2, "prompt": 128, "decode_steps": 4, "n_layers": 2}),
-    "launchbound": ("nsightflow.decoder:build", {"batch": 1, "prompt": 128, "decode_steps": 16, "n_layers": 16}),
+    "train": (TRAINING, {**TRAIN, "config": LLAMA, "optimizer": "adamw_fused"}),
+    "moe": (HF, {"config": MIXTRAL, "batch": 1, "prompt": 64, "decode_steps": 3}),
+    "decoder": (DECODER, {"batch": 2, "prompt": 128, "decode_steps": 4, "n_layers": 2}),
+    "launchbound": (
+        DECODER,
+        {"batch": 1, "prompt": 128, "decode_steps": 16, "n_layers": 16},
+    ),
 }
 
 

@@ -4,6 +4,7 @@
 # Usage: bash scripts/gpu_run.sh [pytest -k expression] [timeout seconds]
 set -u
 export PYTHONUNBUFFERED=1
+export NSIGHTFLOW_HOOK_DEBUG=1  # a command workload's hook says each step it sees (in the job logs)
 keep=/tmp/nsightflow-results
 rm -rf "$keep"
 mkdir -p "$keep"

@@ -24,7 +24,7 @@ import time
 import nvtx
 import torch
 
-from nsightflow.harness import load_callable
+from nsightflow.workloads.api import load_callable
 
 
 def _sync() -> None:

@@ -59,7 +59,15 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-WORKFLOW = ("Snakefile", "config", "workflow", "envs", "profiles", "tests")  # what a run of the workflow reads
+WORKFLOW = (
+    "Snakefile",
+    "config",
+    "workflow",
+    "envs",
+    "profiles",
+    "tests",
+    "examples",
+)  # what a run of the workflow reads
 
 
 def copy_workflow(dest: Path) -> Path:
@@ -108,7 +116,7 @@ def pytest_sessionfinish(session, exitstatus):
     """No test leaves a process behind: every process below the test run at its end fails the run, named."""
     import time
 
-    from nsightflow.children import command, descendants
+    from nsightflow.capture.children import command, descendants
 
     def left_behind() -> list[str]:
         # multiprocessing's resource tracker serves the test process itself (torch starts it) and ends with it.

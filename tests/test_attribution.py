@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from conftest import DATA
 
-from nsightflow import attribution
+from nsightflow.capture import attribution
+from nsightflow.errors import TimelineError
 
 D = DATA / "h200_tinyllm"
 
@@ -78,11 +79,11 @@ def test_owner_of_times_in_disjoint_windows():
 def test_bad_exports_are_named(tmp_path):
     bad = tmp_path / "t.sqlite"
     bad.write_text("not a database")
-    with pytest.raises(attribution.TimelineError, match="t.sqlite: not a readable SQLite database"):
+    with pytest.raises(TimelineError, match="t.sqlite: not a readable SQLite database"):
         attribution.read_timeline(bad, "nsightflow")
     empty = tmp_path / "e.sqlite"
     sqlite3.connect(empty).execute("CREATE TABLE x (a)").connection.commit()
-    with pytest.raises(attribution.TimelineError, match="e.sqlite: the export has no"):
+    with pytest.raises(TimelineError, match="e.sqlite: the export has no"):
         attribution.read_timeline(empty, "nsightflow")
     with pytest.raises(FileNotFoundError, match="nsys export --type sqlite"):
         attribution.read_timeline(tmp_path / "missing.sqlite", "nsightflow")

@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 from conftest import DATA
 
-from nsightflow import aggregate, attribution, flops, matching, metrics, ncu, ncu_csv, plan
+from nsightflow.analysis import aggregate, diagnostics, metrics, nsight
+from nsightflow.capture import attribution, flops, matching, ncu, ncu_csv, plan
+from nsightflow.records import CaptureRecord, Manifest
 
 V2 = DATA / "h200_v2"
 V3 = DATA / "h200_v3"  # runs whose captures collected only the FLOP counters their workloads need
@@ -20,7 +22,7 @@ def _agg(run, root=V2, **kw):
     d = root / run
     # Captures recorded before manifests named MFU's precision: these workloads declared their dtype.
     precision = flops.tensor_precision(json.loads((d / "manifest.json").read_text())["dtype"], tf32=False)
-    return aggregate.aggregate_run(
+    return nsight.aggregate_run(
         d / "timeline.sqlite",
         "nsightflow",
         d / "plan.json",
@@ -64,8 +66,8 @@ def _replanned(run):
 
 def _agg_replanned(run, tl, now, results, root=V2):
     d = root / run
-    matched = matching.match_to_plan(metrics.result_metrics(results), plan.expected_frame(now), "capture")
-    pk = aggregate._peaks(matched, tl.gpu_name, "bf16", None)
+    matched = matching.match_to_plan(ncu_csv.result_metrics(results), plan.expected_frame(now), "capture")
+    pk = aggregate.peaks_for(matched, tl.gpu_name, "bf16", None)
     analytic = aggregate.load_analytic(d / "analytic_flops.json")
     return aggregate.tables(tl, matched, plan.chosen_pairs(now), analytic, pk, 0.5, 10, 0.9)[2].set_index("stage")
 
@@ -138,7 +140,7 @@ def test_every_class_of_the_profiled_steps_is_profiled_once():
 def test_a_tampered_capture_is_refused():
     d = V2 / "default"
     raw, _ = ncu_csv.parse_raw_csv(d / "capture.raw.csv")
-    res = metrics.result_metrics(raw)
+    res = ncu_csv.result_metrics(raw)
     exp = plan.expected_frame(plan.CapturePlan.read(d / "plan.json"))
     matching.match_to_plan(res, exp, "capture")
     swapped = res.copy()
@@ -215,7 +217,7 @@ def test_unsampled_steps_are_scaled_from_the_first_and_last_of_the_same_launch_s
     tl = attribution.read_timeline(d / "timeline.sqlite", "nsightflow")
     ran = plan.CapturePlan.read(d / "plan.json")
     raw, _ = ncu_csv.parse_raw_csv(d / "capture.raw.csv")
-    matched = matching.match_to_plan(metrics.result_metrics(raw), plan.expected_frame(ran), "capture")
+    matched = matching.match_to_plan(ncu_csv.result_metrics(raw), plan.expected_frame(ran), "capture")
     ranged = tl.launches[tl.launches["pass_"] == "ranged"]
     every = metrics.stage_measured(metrics.launch_values(ranged, matched, {(w.stage, w.step) for w in ran.windows}))
     two = matched[(matched["stage"] != "decode") | matched["step"].isin([0, 7])]
@@ -237,11 +239,11 @@ def test_unsampled_steps_are_scaled_from_the_first_and_last_of_the_same_launch_s
 
 
 def test_diagnostics_are_records_that_survive_the_run_files(tmp_path):
-    from nsightflow import runfiles
+    from nsightflow.analysis import runfiles
 
     agg = _agg("default")
-    rec = {"what": "representatives", "clock_control": "none", "warnings": ["==WARNING== something ncu said"]}
-    got = aggregate.diagnose(agg, [rec], {"warnings": ["an nsys warning"]})
+    rec = CaptureRecord(what="representatives", clock_control="none", warnings=["==WARNING== something ncu said"])
+    got = diagnostics.diagnose(agg, [rec], Manifest(warnings=["an nsys warning"]))
     assert got[0] == aggregate.Diagnostic("warning", "nsys", "an nsys warning")
     assert aggregate.Diagnostic("warning", "ncu capture (representatives)", "==WARNING== something ncu said") in got
     assert any(d.level == "info" and "clocks not locked" in d.message for d in got)
@@ -250,11 +252,11 @@ def test_diagnostics_are_records_that_survive_the_run_files(tmp_path):
     assert scaled and all(isinstance(d, aggregate.Diagnostic) for d in got)
     assert not [d for d in got if d.source == "workload"]  # the decoder declared its dtype: nothing to say
     why = "not declared by the workload: 100% of the GEMM and attention FLOPs of the probe pass ran in bf16"
-    inferred = aggregate.diagnose(agg, [rec], {"precision_level": "info", "precision_why": why})
+    inferred = diagnostics.diagnose(agg, [rec], Manifest(precision_level="info", precision_why=why))
     assert aggregate.Diagnostic("info", "workload", f"MFU against the bf16 peak: {why}") in inferred
     paths = [tmp_path / n for n in ("kernels.csv", "stages.csv", "summary.json")]
     runfiles.write_run(agg, *paths, [], got)
-    (tmp_path / "manifest.json").write_text("{}")
+    Manifest(precision="bf16").write(tmp_path / "manifest.json")
     back = runfiles.load_run("r", *paths, tmp_path / "manifest.json")
     assert back["diagnostics"] == got and back["peaks"] == agg.peaks
 
@@ -304,10 +306,10 @@ def test_a_capture_without_non_tensor_flops_reports_them_as_not_collected():
     k = agg.kernels
     assert k.loc[k["flops_tensor"] == 0, "arithmetic_intensity"].isna().all()
     assert (k.loc[k["flops_tensor"] > 0, "arithmetic_intensity"] > 0).all()
-    notes = [x.message for x in aggregate.diagnose(agg, [cmd])]
+    notes = [x.message for x in diagnostics.diagnose(agg, [CaptureRecord.from_dict(cmd)])]
     assert any("not collected" in n for n in notes) and any("collected for bf16" in n for n in notes)
     # Left out by hand where a float32 GEMM ran on the FMA units: HFU is then only a lower bound, and it says so.
-    forced = aggregate.diagnose(agg, [{**cmd, "precisions_seen": ["bf16", "fp32"]}])
+    forced = diagnostics.diagnose(agg, [CaptureRecord.from_dict({**cmd, "precisions_seen": ["bf16", "fp32"]})])
     assert any(x.level == "warning" and "HFU is a lower bound" in x.message for x in forced)
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import DATA, ROOT, copy_workflow, process_alive, snakemake
 
-from nsightflow import ncu, ncu_csv, nsys
+from nsightflow.capture import ncu, ncu_csv, nsys
 
 TESTS = ROOT / "tests"
 
@@ -64,21 +64,21 @@ def test_names_with_shell_and_nvtx_characters_reach_the_tools_intact(tmp_path):
     assert "say &quot;hi&quot;; $(touch pwned)" in page
     # On the Nsight path no stage name reaches ncu's command line at all: the harness reads the plan's
     # windows (JSON) and opens them itself, so the name round-trips exactly.
-    from nsightflow.harness import _read_windows
-    from nsightflow.plan import CapturePlan, Window
+    from nsightflow.capture.harness import read_windows
+    from nsightflow.capture.plan import CapturePlan, Window
 
     plan_json = tmp_path / "plan.json"
     CapturePlan("representatives", "nsightflow", [Window(WEIRD, 1, [3, 4], "test")], []).write(plan_json)
     argv = ncu.capture_argv(
         "ncu",
         "o",
-        ["python", "-m", "nsightflow.harness", "--windows", str(plan_json)],
+        ["python", "-m", "nsightflow.capture.harness", "--windows", str(plan_json)],
         replay_mode="kernel",
         clock_control="none",
         cache_control="all",
     )
     assert not any(WEIRD in a or "pwned" in a for a in argv)
-    assert _read_windows(plan_json).plan == {(WEIRD, 1): {3, 4}}
+    assert read_windows(plan_json).plan == {(WEIRD, 1): {3, 4}}
 
 
 def test_stage_names_are_never_merged_or_renamed(tmp_path):
@@ -141,7 +141,7 @@ def test_kill_9_then_rerun_incomplete_completes_and_keeps_earlier_results(tmp_pa
     wf, env = _workflow(
         tmp_path,
         [
-            {"name": "a", "callable": "nsightflow.decoder:build", "args": tiny},
+            {"name": "a", "callable": "nsightflow.workloads.decoder:build", "args": tiny},
             {"name": "b", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 8}},
         ],
     )
@@ -175,7 +175,7 @@ def test_kill_9_then_rerun_incomplete_completes_and_keeps_earlier_results(tmp_pa
 
 
 def test_nsight_backend_without_a_gpu_fails_at_preflight_with_the_fixes(tmp_path):
-    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "nsightflow.decoder:build"}])
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "nsightflow.workloads.decoder:build"}])
     env["PATH"] = "/usr/bin:/bin"  # no nsys, no ncu, no nvidia-smi on this machine anyway
     proc = snakemake(wf, "--cores", "1", "results/report.html", "--config", "profiler=nsight", check=False, env=env)
     assert proc.returncode != 0 and "Error in rule preflight" in proc.stdout
@@ -189,7 +189,7 @@ def test_nsight_backend_without_a_gpu_fails_at_preflight_with_the_fixes(tmp_path
 
 
 def test_timeout_stops_the_program_the_tool_launched(tmp_path):
-    from nsightflow.capture import ToolError, run_tool
+    from nsightflow.capture.tools import ToolError, run_tool
 
     # A launcher (as ncu or nsys is) whose child hangs: both must be gone after the timeout.
     pidfile = tmp_path / "child.pid"
@@ -253,7 +253,7 @@ def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
 
 
 def test_a_crash_is_named_and_a_full_disk_does_not_hide_it(tmp_path):
-    from nsightflow.capture import ToolError, run_tool
+    from nsightflow.capture.tools import ToolError, run_tool
 
     crash = [sys.executable, "-c", "import os, signal; print('about to crash'); os.kill(os.getpid(), signal.SIGSEGV)"]
     with pytest.raises(ToolError, match="was killed by SIGSEGV") as err:
@@ -267,7 +267,7 @@ def test_a_crash_is_named_and_a_full_disk_does_not_hide_it(tmp_path):
 
 
 def test_harmless_library_errors_are_explained_in_the_log():
-    from nsightflow.capture import harmless_notes
+    from nsightflow.capture.tools import harmless_notes
 
     # Printed by torch 2.15's CUDA build under torch.profiler on a machine without a GPU (seen here).
     line = "ERROR:2026-11-22 09:51:28 11620:11620 DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35"

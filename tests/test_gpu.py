@@ -23,8 +23,9 @@ import pytest
 import yaml
 from conftest import ROOT, copy_workflow, snakemake
 
-from nsightflow import ncu, ncu_csv, torchprof
-from nsightflow.matching import name_key
+from nsightflow.analysis import torchprof
+from nsightflow.capture import ncu, ncu_csv
+from nsightflow.capture.matching import name_key
 
 pytestmark = pytest.mark.gpu
 
@@ -56,9 +57,11 @@ def _run(tmp_path, name, workloads=None, **changes):
     work = copy_workflow(tmp_path / name)
     env = _configure(work, **({"workloads": workloads} if workloads else {}), **changes)
     start = time.time()
-    snakemake(work, "--cores", "1", "results/report.html", env=env)
+    try:
+        snakemake(work, "--cores", "1", "results/report.html", env=env)
+    finally:
+        _keep(work, name)  # a failed run's files too: its logs say why
     seconds = time.time() - start
-    _keep(work, name)
     return work / "results", seconds
 
 
@@ -252,7 +255,7 @@ def test_stages_are_fully_covered_and_measured(run_dir):
 def small(tmp_path_factory):
     """The small decoder, representatives (first and last decode step), and its eager timeline; with the FLOPs
     outside the tensor pipes too (the default run leaves them out), so both paths meet a full capture."""
-    wl = [{"name": "small", "callable": "nsightflow.decoder:build", "args": SMALL}]
+    wl = [{"name": "small", "callable": "nsightflow.workloads.decoder:build", "args": SMALL}]
     ncu_cfg = {"sample_steps": ["first", "last"], "non_tensor_flops": True}
     results, seconds = _run(tmp_path_factory.mktemp("small"), "small", wl, ncu=ncu_cfg)
     print(f"\nsmall decoder: command to report in {seconds:.1f} s")
@@ -262,7 +265,7 @@ def small(tmp_path_factory):
 def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path):
     # The reference: ncu over every launch of both stages (per-thread NVTX is exact here: one thread).
     base = tmp_path / "full"
-    program = [sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(SMALL)]
+    program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(SMALL)]
     argv = ncu.reference_argv(
         shutil.which("ncu"), base, "nsightflow", ["prefill", "decode"], ncu.DEFAULT_METRICS, program
     )
@@ -293,7 +296,7 @@ def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path
 def test_depth_does_not_grow_the_capture(run_dir, tmp_path):
     work = copy_workflow(tmp_path / "deep")
     env = _configure(
-        work, workloads=[{"name": "deep", "callable": "nsightflow.decoder:build", "args": {"n_layers": 16}}]
+        work, workloads=[{"name": "deep", "callable": "nsightflow.workloads.decoder:build", "args": {"n_layers": 16}}]
     )
     snakemake(work, "--cores", "1", "results/deep/plan.json", env=env)
     deep = json.loads((work / "results" / "deep" / "plan.json").read_text())
@@ -311,7 +314,7 @@ def test_training_backward_gets_autograd_kernels_and_twice_the_gemm_flops(tmp_pa
     wl = [
         {
             "name": "train",
-            "callable": "nsightflow.training:build",
+            "callable": "nsightflow.workloads.training:build",
             "args": {"batch": 4, "seq": 256, "iterations": 2, "n_layers": 2},
         }
     ]
@@ -344,8 +347,8 @@ def test_training_iterations_are_measured_from_one_and_cost_no_more(tmp_path):
     measured numbers are four times those of a run of one iteration, captured separately in this test."""
     args = {"batch": 4, "seq": 256, "n_layers": 2, "optimizer": "adamw_fused"}
     wl = [
-        {"name": "one", "callable": "nsightflow.training:build", "args": {**args, "iterations": 1}},
-        {"name": "four", "callable": "nsightflow.training:build", "args": {**args, "iterations": 4}},
+        {"name": "one", "callable": "nsightflow.workloads.training:build", "args": {**args, "iterations": 1}},
+        {"name": "four", "callable": "nsightflow.workloads.training:build", "args": {**args, "iterations": 4}},
     ]
     results, seconds = _run(tmp_path, "iterations", wl)
     one = pd.read_csv(results / "one" / "stages.csv").set_index("stage")
@@ -391,16 +394,16 @@ def test_wall_time_is_the_programs_not_the_profilers(tmp_path):
     program with no profiler, four launches of each, alternating, on the same CPUs. The GPU host's launch-bound step
     time wanders by up to 2x within one process (a 16-step pass went from 20 ms to 10 ms a step halfway), so each
     side is its fastest step: noise only adds time, while what a profiler adds to every launch shows there too."""
-    from nsightflow import nsys
+    from nsightflow.capture import nsys
 
     args = {"batch": 1, "prompt": 128, "decode_steps": 16, "n_layers": 16}
-    program = [sys.executable, "-m", "nsightflow.harness", "--args", json.dumps(args)]
+    program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(args)]
     cpus = _gpu_local_cpus()
 
     def launch(i, profiled):
         out = tmp_path / f"run{i}.json"
         argv = [*program, "--out", str(out), "--timed"]
-        if profiled:  # what the timeline job runs (nsightflow.capture.timeline)
+        if profiled:  # what the timeline job runs (nsightflow.capture.tools.timeline)
             argv = nsys.profile_argv(shutil.which("nsys"), tmp_path / f"t{i}", argv, capture_range=True)
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
         got = json.loads(out.read_text())
@@ -424,7 +427,7 @@ def test_wall_time_is_the_programs_not_the_profilers(tmp_path):
 
 
 def test_cuda_graph_decode_is_attributed_and_measures_what_eager_does(small, tmp_path):
-    wl = [{"name": "graph", "callable": "nsightflow.decoder:build", "args": {**SMALL, "cuda_graph": True}}]
+    wl = [{"name": "graph", "callable": "nsightflow.workloads.decoder:build", "args": {**SMALL, "cuda_graph": True}}]
     results, seconds = _run(tmp_path, "graph", wl, ncu={"sample_steps": ["first", "last"]})
     run = results / "graph"
     sql = _sql_launches(run / "timeline" / "timeline.sqlite")
@@ -452,7 +455,7 @@ def test_cuda_graph_decode_is_attributed_and_measures_what_eager_does(small, tmp
 
 
 def test_range_results_beside_the_kernel_totals(tmp_path):
-    wl = [{"name": "ranges", "callable": "nsightflow.decoder:build", "args": SMALL}]
+    wl = [{"name": "ranges", "callable": "nsightflow.workloads.decoder:build", "args": SMALL}]
     results, seconds = _run(tmp_path, "ranges", wl, ncu={"sample_steps": ["first", "last"], "ranges": "app-range"})
     st = pd.read_csv(results / "ranges" / "stages.csv").set_index("stage")
     for stage in ("prefill", "decode"):
@@ -492,7 +495,7 @@ def test_huggingface_models_measure_their_analytic_flops(tmp_path, name, config)
     wl = [
         {
             "name": name,
-            "callable": "nsightflow.hf:build",
+            "callable": "nsightflow.workloads.hf:build",
             "args": {"config": config, "batch": 4, "prompt": 512, "decode_steps": 8},
         }
     ]
@@ -533,12 +536,12 @@ TRAIN_STEP = {"batch": 2, "seq": 128, "iterations": 1}
 REAL_PROGRAMS = [
     {
         "name": "llama_fused_adamw",
-        "callable": "nsightflow.training:build",
+        "callable": "nsightflow.workloads.training:build",
         "args": {**TRAIN_STEP, "config": SMALL_LLAMA, "optimizer": "adamw_fused"},
     },
     {
         "name": "gpt2_autocast",
-        "callable": "nsightflow.training:build",
+        "callable": "nsightflow.workloads.training:build",
         "args": {
             **TRAIN_STEP,
             "config": SMALL_GPT2,
@@ -549,7 +552,7 @@ REAL_PROGRAMS = [
     },
     {
         "name": "mixtral",
-        "callable": "nsightflow.hf:build",
+        "callable": "nsightflow.workloads.hf:build",
         "args": {"config": SMALL_MIXTRAL, "batch": 1, "prompt": 64, "decode_steps": 3},
     },
 ]
@@ -606,7 +609,7 @@ def test_every_precision_the_operators_use_is_collected(tmp_path):
 
 
 def test_compiled_decoder_on_the_gpu(small, tmp_path):
-    wl = [{"name": "compiled", "callable": "nsightflow.decoder:build", "args": {**SMALL, "compile": True}}]
+    wl = [{"name": "compiled", "callable": "nsightflow.workloads.decoder:build", "args": {**SMALL, "compile": True}}]
     results, seconds = _run(tmp_path, "compiled", wl, ncu={"sample_steps": ["first", "last"]})
     st = pd.read_csv(results / "compiled" / "stages.csv").set_index("stage")
     eager = pd.read_csv(small / "stages.csv").set_index("stage")
@@ -767,14 +770,14 @@ def test_interrupting_a_profile_stops_the_profiler_and_the_workload(tmp_path, ho
     deadline = time.time() + 30
     while os.path.exists(f"/proc/{workload}") and time.time() < deadline:
         time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", "nsightflow.harness"], capture_output=True, text=True).stdout.split()
+    left = subprocess.run(["pgrep", "-f", "nsightflow.capture.harness"], capture_output=True, text=True).stdout.split()
     print(f"{how}: workload {workload} gone: {not os.path.exists(f'/proc/{workload}')}; harness processes left: {left}")
     assert not os.path.exists(f"/proc/{workload}") and not left
     assert not (work / "results" / "w" / "timeline" / "timeline.sqlite").exists()
 
 
 def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):
-    from nsightflow.backend import gpus
+    from nsightflow.capture.backend import gpus
 
     if len(gpus()) < 2:
         pytest.skip("needs a host with at least two GPUs")
@@ -800,3 +803,54 @@ def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):
     print("timeline jobs (device, start, end):", spans)
     (da, sa, ea), (db, sb, eb) = spans["a"], spans["b"]
     assert da != db and sa < eb and sb < ea  # distinct devices, overlapping in time
+
+
+NVTX_PROGRAM = {"batch": 4, "prompt": 256, "hidden": 1024, "layers": 4, "steps": 4}
+
+
+def _program_argv(python):
+    a = NVTX_PROGRAM
+    return [python, "examples/nvtx_program.py"] + [
+        x for k in ("batch", "prompt", "hidden", "layers", "steps") for x in (f"--{k}", str(a[k]))
+    ]
+
+
+def test_a_command_with_its_own_nvtx_ranges_matches_a_full_capture_of_them(tmp_path):
+    # A program with no nsightflow import, one config entry; the reference: ncu over every launch of its ranges.
+    command = {"name": "nvtx_command", "command": _program_argv(sys.executable), "domain": "LLM"}
+    results, cmd_s = _run(tmp_path, "command", workloads=[command])
+    run = results / "nvtx_command"
+    base = tmp_path / "full"
+    argv = ncu.reference_argv(
+        shutil.which("ncu"), base, "LLM", ["prefill", "decode"], ncu.DEFAULT_METRICS, _program_argv(sys.executable)
+    )
+    subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
+    full, _ = ncu_csv.parse_raw_csv(text)
+    truth = _cell_sums(full, full["nvtx_range"])
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    launches = pd.read_csv(run / "kernels.csv").groupby("stage")["instances"].sum()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["stage_domain"] == "LLM" and [s["steps"] for s in manifest["stages"]] == [1, 4]
+    for stage in ("prefill", "decode"):
+        f, d, t = truth[stage]
+        mt, md = stages.loc[stage, "flops_tensor_measured"], stages.loc[stage, "dram_bytes_measured"]
+        n_full = int((full["nvtx_range"] == stage).sum())
+        print(
+            f"command {stage}: tensor FLOPs {mt:.6g} vs full {t:.6g} ({mt / t - 1:+.3%}); DRAM {md:.6g} vs full "
+            f"{d:.6g} ({md / d - 1:+.3%}); launches {launches[stage]} vs {n_full} in the full capture; profiled "
+            f"{stages.loc[stage, 'profiled_launches']:.0f}; coverage {stages.loc[stage, 'coverage']:.3f}"
+        )
+        assert abs(mt / t - 1) < 0.01 and abs(md / d - 1) < 0.01
+        assert launches[stage] == n_full and stages.loc[stage, "coverage"] == 1
+    # Analytic FLOPs from the model's shapes: 2 linear layers of hidden x 4 hidden per block.
+    a = NVTX_PROGRAM
+    per_token = 2 * 2 * a["hidden"] * 4 * a["hidden"] * a["layers"]
+    assert stages.loc["prefill", "flops_analytic"] == per_token * a["batch"] * a["prompt"]
+    assert stages.loc["decode", "flops_analytic"] == per_token * a["batch"] * a["steps"]
+    # The same program as a callable, through the same workflow: the command's cost against it.
+    twin = {"name": "nvtx_callable", "callable": "workloads:nvtx_program", "args": NVTX_PROGRAM}
+    _, callable_s = _run(tmp_path, "callable", workloads=[twin])
+    print(
+        f"command workflow {cmd_s:.1f} s, the same program as a callable {callable_s:.1f} s: {cmd_s / callable_s:.2f}x"
+    )

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nsightflow import harness
-from nsightflow.probe import WHOLE, Windows
+from nsightflow.capture import passes
+from nsightflow.capture.probe import WHOLE, Windows
+from nsightflow.workloads import api
 
 SMALL = dict(
     batch=2,
@@ -38,15 +39,15 @@ def _attention(sq, sk, b=2, h=4, hd=16, n=2):
 
 
 def test_flops_match_the_model_arithmetic():
-    out = harness.count_flops(harness.build_workload("nsightflow.decoder:build", SMALL))["stages"]
+    out = passes.count_flops(api.build_workload("nsightflow.workloads.decoder:build", SMALL)).stages
     pre, dec = out["prefill"], out["decode"]
-    assert pre["flops"] == _matmuls(16) + _attention(16, 16)
+    assert pre.flops == _matmuls(16) + _attention(16, 16)
     # Causal prefill: query i sees keys 0..i, so 16·17/2 of the 16·16 score pairs are computed.
-    assert pre["flops_causal_adjusted"] == _matmuls(16) + _attention(16, 16) * (16 * 17 // 2) // (16 * 16)
-    assert pre["by_class"] == {"gemm": _matmuls(16), "attention": _attention(16, 16), "other": 0}
+    assert pre.flops_causal_adjusted == _matmuls(16) + _attention(16, 16) * (16 * 17 // 2) // (16 * 16)
+    assert pre.by_class == {"gemm": _matmuls(16), "attention": _attention(16, 16), "other": 0}
     # Decode step s: one query against the prompt and s + 1 cached tokens; nothing is masked.
-    assert dec["flops"] == sum(_matmuls(1) + _attention(1, 16 + s + 1) for s in range(3))
-    assert dec["causal_masked_flops"] == 0 and dec["repeats"] == 3 and dec["not_counted"] == []
+    assert dec.flops == sum(_matmuls(1) + _attention(1, 16 + s + 1) for s in range(3))
+    assert dec.causal_masked_flops == 0 and dec.repeats == 3 and dec.not_counted == []
 
 
 def test_grouped_query_attention_counts_the_query_heads():
@@ -58,24 +59,31 @@ def test_grouped_query_attention_counts_the_query_heads():
     def step(_):
         torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
 
-    got = harness.count_flops(harness.Workload(setup=lambda: None, stages=[harness.Stage("a", step)]))["stages"]["a"]
+    got = passes.count_flops(api.Workload(setup=lambda: None, stages=[api.Stage("a", step)])).stages["a"]
     full = 2 * 2 * 8 * 5 * 7 * (16 + 16)
     kept = sum(min(i + 1, 7) for i in range(5))  # top-left causal mask, 5 queries over 7 keys
-    assert got["not_counted"] == [] and got["attention_flops_full"] == full
-    assert got["flops_causal_adjusted"] == full * kept // (5 * 7)
+    assert got.not_counted == [] and got.attention_flops_full == full
+    assert got.flops_causal_adjusted == full * kept // (5 * 7)
+
+
+def _stages(entries: dict) -> dict:
+    """Analytic stage records (nsightflow.records.StageCount) from the fields of analytic_flops.json's stages."""
+    from nsightflow.records import AnalyticCounts
+
+    return AnalyticCounts.from_dict({"stages": entries}).stages
 
 
 def _counts_without_and_with_tf32(stages: dict) -> tuple[dict, dict]:
     """The probe pass's per-stage counts of ``stages`` (name -> fn(step)), with TF32 disallowed, then allowed."""
     import torch
 
-    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage(n, fn) for n, fn in stages.items()])
+    wl = api.Workload(setup=lambda: None, stages=[api.Stage(n, fn) for n, fn in stages.items()])
     previous = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = False
-        off = harness.count_flops(wl)["stages"]
+        off = passes.count_flops(wl).stages
         torch.backends.cuda.matmul.allow_tf32 = True
-        on = harness.count_flops(wl)["stages"]
+        on = passes.count_flops(wl).stages
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     return off, on
@@ -85,7 +93,7 @@ def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
     import torch
     import torch.nn.functional as F
 
-    from nsightflow.flops import tensor_precision
+    from nsightflow.capture.flops import tensor_precision
 
     a16, b16, f32 = torch.randn(8, 8).to(torch.bfloat16), torch.randn(8, 8).to(torch.float16), torch.randn(8, 8)
     q = torch.randn(1, 2, 4, 8).to(torch.float16)
@@ -96,24 +104,24 @@ def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
         "float32 elementwise only": lambda _: f32 * f32,
     }
     off, on = _counts_without_and_with_tf32(stages)
-    assert off["bf16 matmul, fp16 attention, bf16 add"]["tensor_precisions"] == ["bf16", "fp16"]
+    assert off["bf16 matmul, fp16 attention, bf16 add"].tensor_precisions == ["bf16", "fp16"]
     # float32 runs on tensor cores only as TF32, on a CUDA device where torch allows it, else on the FMA units: the
     # CPU's float32 matmul is fp32 whatever torch's TF32 switches say.
-    assert off["fp16 and float32 matmuls"]["tensor_precisions"] == ["fp16", "fp32"]
-    assert on["fp16 and float32 matmuls"]["tensor_precisions"] == ["fp16", "fp32"]
+    assert off["fp16 and float32 matmuls"].tensor_precisions == ["fp16", "fp32"]
+    assert on["fp16 and float32 matmuls"].tensor_precisions == ["fp16", "fp32"]
     assert tensor_precision("float32", tf32=True) == "tf32" and tensor_precision("float32", tf32=False) == "fp32"
-    assert off["float32 elementwise only"]["tensor_precisions"] == []
+    assert off["float32 elementwise only"].tensor_precisions == []
     # A float32 convolution on the CPU, with cuDNN's allow_tf32 on (its default): fp32, not tf32.
     x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
     assert torch.backends.cudnn.allow_tf32
-    conv = harness.count_flops(harness.Workload(lambda: None, [harness.Stage("c", lambda _: F.conv2d(x, w))]))
-    assert conv["stages"]["c"]["tensor_precisions"] == ["fp32"]
+    conv = passes.count_flops(api.Workload(lambda: None, [api.Stage("c", lambda _: F.conv2d(x, w))]))
+    assert conv.stages["c"].tensor_precisions == ["fp32"]
 
 
 def test_mfu_precision_is_the_one_most_gemm_flops_ran_in_else_the_declared_dtype():
     import torch
 
-    from nsightflow.flops import matmul_precision
+    from nsightflow.capture.flops import matmul_precision
 
     a16, h16, f32 = torch.randn(8, 8).to(torch.bfloat16), torch.randn(4, 4).to(torch.float16), torch.randn(4, 4)
     stages = {
@@ -122,8 +130,8 @@ def test_mfu_precision_is_the_one_most_gemm_flops_ran_in_else_the_declared_dtype
     }
     off, on = _counts_without_and_with_tf32(stages)
     # FLOPs per precision from the shapes: 2·8³ in bf16, 2·4³ in fp16, 2·4³ in float32.
-    assert off["mostly bf16"]["by_precision"] == {"bf16": 1024, "fp16": 128}
-    assert off["float32 and elementwise"]["by_precision"] == {"fp32": 128}
+    assert off["mostly bf16"].by_precision == {"bf16": 1024, "fp16": 128}
+    assert off["float32 and elementwise"].by_precision == {"fp32": 128}
     got = matmul_precision(None, off)
     assert (got.precision, got.dtype, got.source, got.level) == ("bf16", "bfloat16", "probe", "info")
     assert "not declared" in got.why and "80% of the GEMM" in got.why
@@ -139,41 +147,41 @@ def test_mfu_precision_is_the_one_most_gemm_flops_ran_in_else_the_declared_dtype
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return f32 @ f32
 
-    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage("s", autocast)], dtype="float32")
-    counted = harness.count_flops(wl)["stages"]
-    assert counted["s"]["by_precision"] == {"bf16": 128}
+    wl = api.Workload(setup=lambda: None, stages=[api.Stage("s", autocast)], dtype="float32")
+    counted = passes.count_flops(wl).stages
+    assert counted["s"].by_precision == {"bf16": 128}
     under_autocast = matmul_precision(wl.dtype, counted)
     assert (under_autocast.precision, under_autocast.level) == ("bf16", "warning")
     # A declared float32 whose GEMMs ran as TF32 (on a GPU) divides by the TF32 peak; without TF32, by the FMA units'.
     assert matmul_precision("float32", {"s": off["float32 and elementwise"]}).precision == "fp32"
-    tf32 = matmul_precision("float32", {"s": {"by_precision": {"tf32": 128}}})
+    tf32 = matmul_precision("float32", _stages({"s": {"by_precision": {"tf32": 128}}}))
     assert (tf32.precision, tf32.dtype, tf32.level) == ("tf32", "float32", "info")
     # A tie goes to the declared dtype.
-    tie = {"s": {"by_precision": {"bf16": 10, "fp16": 10}}}
+    tie = _stages({"s": {"by_precision": {"bf16": 10, "fp16": 10}}})
     assert (
         matmul_precision("float16", tie).precision == "fp16" and matmul_precision("bfloat16", tie).precision == "bf16"
     )
     # Nothing seen (CUDA-graph replays, no counting pass): the declared dtype, else no compute peak at all (a float32
     # peak under bf16 work would put MFU at many times 100%).
-    graphs = {"s": {"by_precision": {}, "not_counted": ["the stage replays CUDA graphs (4 replays)"]}}
+    graphs = _stages({"s": {"by_precision": {}, "not_counted": ["the stage replays CUDA graphs (4 replays)"]}})
     assert (matmul_precision("float16", graphs).precision, matmul_precision("float16", graphs).source) == (
         "fp16",
         "declared",
     )
-    for blind in (graphs, None, {"s": {"by_class": {"gemm": 10}}}):  # the last: a count without precisions
+    for blind in (graphs, None, _stages({"s": {"by_class": {"gemm": 10}}})):  # the last: a count without precisions
         got = matmul_precision(None, blind)
         assert (got.precision, got.source, got.level) == ("unknown", "unknown", "warning") and "no MFU" in got.why
     # No GEMM at all, counted: the FMA units' float32 work.
-    none = matmul_precision(None, {"s": {"by_precision": {}, "by_class": {"gemm": 0}}})
+    none = matmul_precision(None, _stages({"s": {"by_precision": {}, "by_class": {"gemm": 0}}}))
     assert (none.precision, none.source) == ("fp32", "fallback") and "saw no GEMM" in none.why
     # GEMMs in integers have no FLOP peak: none is taken, even where a dtype is declared.
-    ints = matmul_precision("bfloat16", {"s": {"by_precision": {"int64": 128}}})
+    ints = matmul_precision("bfloat16", _stages({"s": {"by_precision": {"int64": 128}}}))
     assert (ints.precision, ints.level) == ("unknown", "warning") and "int64" in ints.why
 
 
 def test_a_workload_without_a_dtype_gets_the_precision_its_matmuls_ran_in(tmp_path):
     out, flops, ceil = tmp_path / "run.json", tmp_path / "flops.json", tmp_path / "ceil.json"
-    argv = [sys.executable, "-m", "nsightflow.harness", "--callable", "workloads:gpu_matmuls"]
+    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:gpu_matmuls"]
     argv += ["--args", json.dumps({"device": "cpu", "n": 32, "repeats": 2}), "--out", str(out)]
     argv += ["--flops-out", str(flops), "--ceilings-out", str(ceil)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
@@ -189,22 +197,23 @@ def test_a_workload_without_a_dtype_gets_the_precision_its_matmuls_ran_in(tmp_pa
 
 _PROBE_WITHOUT_DYNAMO = """
 import json, sys
-from nsightflow import harness
-w = harness.build_workload("nsightflow.decoder:build", json.loads(sys.argv[1]))
-harness.run_profiled(w)
-plain = harness.probe_pass(w, "nsightflow", count=True)["stages"]
+from nsightflow.capture import passes
+from nsightflow.workloads import api
+w = api.build_workload("nsightflow.workloads.decoder:build", json.loads(sys.argv[1]))
+passes.run_profiled(w)
+plain = passes.probe_pass(w, "nsightflow", count=True).stages
 loaded_by_probe = "torch._dynamo" in sys.modules
 import torch._dynamo  # as a process that compiles has it: the probe keeps torch's dynamo guard there
-from nsightflow.probe import OpProbe, op_probe
+from nsightflow.capture.probe import OpProbe, op_probe
 guarded = op_probe(None, None, None)
-again = harness.probe_pass(w, "nsightflow", count=True)["stages"]
+again = passes.probe_pass(w, "nsightflow", count=True).stages
 from torch.utils._python_dispatch import TorchDispatchMode
 def raw(self, func, types, args=(), kwargs=None):
     return func(*args, **(kwargs or {}))
 Plain = type("Plain", (TorchDispatchMode,), {"__torch_dispatch__": raw})  # how torch treats any mode
 print(json.dumps({"loaded_by_probe": loaded_by_probe, "torch_guards_modes": Plain.__torch_dispatch__ is not raw,
                   "guarded": type(guarded).__torch_dispatch__ is not OpProbe.__torch_dispatch__,
-                  "same_counts": plain == again, "flops": plain["prefill"]["flops"]}))
+                  "same_counts": plain == again, "flops": plain["prefill"].flops}))
 """
 
 
@@ -234,28 +243,28 @@ def test_training_backward_counts_twice_the_forward_gemms():
         dtype="float32",
         device="cpu",
     )
-    out = harness.count_flops(harness.build_workload("nsightflow.training:build", args))["stages"]
+    out = passes.count_flops(api.build_workload("nsightflow.workloads.training:build", args)).stages
     # Two iterations of: 2 layers over all 16 positions, then logits for every position (training).
     fwd_gemm = 2 * (2 * 2 * 2 * 16 * (64 * 3 * 64 + 64 * 64 + 64 * 2 * 96 + 96 * 64) + 2 * 2 * 16 * 64 * 512)
-    assert out["forward"]["by_class"]["gemm"] == fwd_gemm
-    assert out["backward"]["by_class"]["gemm"] == 2 * fwd_gemm  # dX and dW of every matmul
-    assert out["backward"]["by_class"]["attention"] == 2 * out["forward"]["by_class"]["attention"]
-    assert out["optimizer"]["flops"] == 0 and out["forward"]["repeats"] == 2
+    assert out["forward"].by_class["gemm"] == fwd_gemm
+    assert out["backward"].by_class["gemm"] == 2 * fwd_gemm  # dX and dW of every matmul
+    assert out["backward"].by_class["attention"] == 2 * out["forward"].by_class["attention"]
+    assert out["optimizer"].flops == 0 and out["forward"].repeats == 2
 
 
 def test_steps_run_iteration_major():
     order = []
-    wl = harness.Workload(
+    wl = api.Workload(
         setup=lambda: None,
         iterations=2,
         stages=[
-            harness.Stage("f", lambda s: order.append(("f", s))),
-            harness.Stage("b", lambda s: order.append(("b", s)), repeats=2),
+            api.Stage("f", lambda s: order.append(("f", s))),
+            api.Stage("b", lambda s: order.append(("b", s)), repeats=2),
         ],
     )
-    harness.run_profiled(wl, warmup=0)
+    passes.run_profiled(wl, warmup=0)
     assert order == [("f", 0), ("b", 0), ("b", 1), ("f", 1), ("b", 2), ("b", 3)]
-    assert harness.step_counts(wl) == {"f": 2, "b": 4}
+    assert api.step_counts(wl) == {"f": 2, "b": 4}
 
 
 def test_probe_opens_windows_around_the_planned_units():
@@ -270,11 +279,11 @@ def test_probe_opens_windows_around_the_planned_units():
         events.append("op1")
         a * 2  # operator 2
 
-    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage("s", step, repeats=3)])
+    wl = api.Workload(setup=lambda: None, stages=[api.Stage("s", step, repeats=3)])
     win = Windows(
         {("s", 1): {3, 4}, ("s", 2): WHOLE}, start=lambda: events.append("start"), stop=lambda: events.append("stop")
     )
-    harness.probe_pass(wl, None, count=False, windows=win)
+    passes.probe_pass(wl, None, count=False, windows=win)
     # Step 0 is not planned: no window. Step 1: operator 1 (unit 3) and the gap after it (unit 4).
     # Step 2: the whole step in one window.
     assert events == ["op0", "op1", "op0", "start", "op1", "stop", "start", "op0", "op1", "stop"]
@@ -286,7 +295,7 @@ def test_harness_cli_profile_mode_writes_manifest_counts_and_ceilings(tmp_path):
         [
             sys.executable,
             "-m",
-            "nsightflow.harness",
+            "nsightflow.capture.harness",
             "--args",
             json.dumps(SMALL),
             "--out",
@@ -319,18 +328,18 @@ def test_harness_cli_profile_mode_writes_manifest_counts_and_ceilings(tmp_path):
     [
         ("no_colon", "package.module:function"),
         ("no_such_module_xyz:build", "importing module"),
-        ("nsightflow.decoder:nope", "no attribute"),
-        ("json:dumps", "not a nsightflow.harness.Workload"),
+        ("nsightflow.workloads.decoder:nope", "no attribute"),
+        ("json:dumps", "not a nsightflow.workloads.Workload"),
     ],
 )
 def test_bad_callables_are_named(spec, needle):
-    with pytest.raises(harness.WorkloadError, match=needle):
-        harness.build_workload(spec, {"obj": 1} if spec == "json:dumps" else {})
+    with pytest.raises(api.WorkloadError, match=needle):
+        api.build_workload(spec, {"obj": 1} if spec == "json:dumps" else {})
 
 
 def test_cli_reports_bad_callable_without_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "nsightflow.harness", "--callable", "no_such_module_xyz:f"],
+        [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "no_such_module_xyz:f"],
         capture_output=True,
         text=True,
     )
@@ -352,9 +361,9 @@ def test_a_failing_formula_is_named_and_never_stops_the_workload(monkeypatch):
         torch.randn(4, 8) @ torch.randn(8, 2)
         ran.append(1)
 
-    got = harness.count_flops(harness.Workload(setup=lambda: None, stages=[harness.Stage("s", step)]))["stages"]["s"]
-    assert ran == [1] and got["flops"] is None
-    assert "mm: AssertionError('shapes are incompatible')" in got["not_counted"][0]
+    got = passes.count_flops(api.Workload(setup=lambda: None, stages=[api.Stage("s", step)])).stages["s"]
+    assert ran == [1] and got.flops is None
+    assert "mm: AssertionError('shapes are incompatible')" in got.not_counted[0]
 
 
 def test_bytes_lower_bound_counts_each_tensor_once():
@@ -368,11 +377,11 @@ def test_bytes_lower_bound_counts_each_tensor_once():
         a.t()  # a view: moves nothing
         torch.nn.functional.embedding(idx, table)  # reads 3 rows of 16 and 3 int64 indices, writes 3x16
 
-    wl = harness.Workload(setup=lambda: None, stages=[harness.Stage("s", step, repeats=2)])
-    got = harness.count_flops(wl)["stages"]["s"]
+    wl = api.Workload(setup=lambda: None, stages=[api.Stage("s", step, repeats=2)])
+    got = passes.count_flops(wl).stages["s"]
     per_step = 4 * (8 * 16 + 16 * 4 + 8 * 4) + (4 * 3 * 16 + 8 * 3 + 4 * 3 * 16)
-    assert got["bytes_lower_bound"] == 2 * per_step
-    assert got["flops"] == 2 * 2 * 8 * 16 * 4
+    assert got.bytes_lower_bound == 2 * per_step
+    assert got.flops == 2 * 2 * 8 * 16 * 4
 
 
 @pytest.mark.parametrize(
@@ -387,19 +396,19 @@ def test_workloads_that_cannot_be_reported_truthfully_are_refused(monkeypatch, s
     import types
 
     mod = types.ModuleType("bad_workloads")
-    mod.build = lambda: harness.Workload(
-        setup=lambda: None, iterations=iterations, stages=[harness.Stage(n, lambda s: None, r) for n, r in stages]
+    mod.build = lambda: api.Workload(
+        setup=lambda: None, iterations=iterations, stages=[api.Stage(n, lambda s: None, r) for n, r in stages]
     )
     monkeypatch.setitem(sys.modules, "bad_workloads", mod)
-    with pytest.raises(harness.WorkloadError, match=re.escape(needle)):
-        harness.build_workload("bad_workloads:build", {})
+    with pytest.raises(api.WorkloadError, match=re.escape(needle)):
+        api.build_workload("bad_workloads:build", {})
 
 
 def test_timed_pass_runs_after_the_warm_up_and_before_the_ranged_pass(tmp_path):
     # Each run of the step sleeps for the time its position says: warm-up 0.0 s, timed pass 0.2 s, ranged pass 0.0 s
     # (tests/workloads.py: pass_durations); the record's program times must be the timed pass's.
     out = tmp_path / "run.json"
-    argv = [sys.executable, "-m", "nsightflow.harness", "--callable", "workloads:pass_durations", "--timed"]
+    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:pass_durations", "--timed"]
     argv += ["--args", json.dumps({"seconds": [0.0, 0.2, 0.0], "repeats": 2}), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -414,7 +423,7 @@ def test_a_grouped_gemm_call_is_never_the_same_as_another(monkeypatch):
     # mixture of experts' tokens per expert) set its groups' sizes, so each of its calls is its own class.
     import torch
 
-    from nsightflow import probe
+    from nsightflow.capture import probe
 
     seen = []
     real = probe.signature

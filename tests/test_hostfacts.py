@@ -3,7 +3,7 @@
 import json
 import platform
 
-from nsightflow import hostfacts
+from nsightflow.capture import hostfacts
 
 
 def _config(**over):

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import DATA, copy_workflow, snakemake
 
-from nsightflow import aggregate, imported
+from nsightflow.analysis import captures, imported
 
 F = DATA / "h200_tinyllm_filtered"
 
@@ -30,7 +30,7 @@ def _copy(tmp_path, sqlite=True):
 def _analyse(caps, tmp_path):
     out = tmp_path / "imported"
     imported.import_captures(caps, out)
-    return aggregate.aggregate_captures(out, 0.5)
+    return captures.aggregate_captures(out, 0.5)
 
 
 def _rows(path):

@@ -1,7 +1,6 @@
 """FLOPs, bytes, peaks and stage MFU from real captures, against sums taken straight from the CSVs."""
 
 import csv
-import json
 import statistics
 
 import numpy as np
@@ -9,7 +8,8 @@ import pandas as pd
 import pytest
 from conftest import DATA
 
-from nsightflow import aggregate, attribution, matching, metrics, ncu_csv, plan
+from nsightflow.analysis import aggregate, diagnostics, metrics, peaks
+from nsightflow.capture import attribution, matching, ncu_csv, plan
 
 D = DATA / "h200_tinyllm"
 
@@ -36,7 +36,7 @@ def _all_flops(path):
 
 def test_result_flops_follow_the_counting_rules():
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
-    res = metrics.result_metrics(raw)
+    res = ncu_csv.result_metrics(raw)
     p = D / "prefill.raw.csv"
     tensor = sum(_cells(p, "sm__ops_path_tensor_src_bf16_dst_fp32.sum"))
     fp32 = (
@@ -52,14 +52,14 @@ def test_result_flops_follow_the_counting_rules():
 
 def test_peaks_come_from_the_capture_with_their_source():
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
-    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bf16")
+    pk = peaks.peaks(ncu_csv.result_metrics(raw), "NVIDIA H200", "bf16")
     clock = statistics.median(_cells(D / "prefill.raw.csv", "sm__cycles_elapsed.avg.per_second"))
     assert pk.compute == pytest.approx(540672 * clock)  # dense hgmma rate, not the sparse aggregate
     assert "sparsity_off" in pk.compute_source
     dram_clock = statistics.median(_cells(D / "prefill.raw.csv", "dram__cycles_elapsed.avg.per_second"))
     assert pk.dram == pytest.approx(1504 * dram_clock)
     assert pk.datasheet_compute == 989.4e12
-    fallback = metrics.peaks(metrics.result_metrics(raw).assign(bf16_dense_per_cycle=0.0), "NVIDIA H200", "bf16")
+    fallback = peaks.peaks(ncu_csv.result_metrics(raw).assign(bf16_dense_per_cycle=0.0), "NVIDIA H200", "bf16")
     assert fallback.compute == 989.4e12 and "datasheet" in fallback.compute_source
 
 
@@ -70,7 +70,7 @@ def _matched(folder, captures, sample_steps):
     parts, start = [], 0
     for cap in captures:
         raw, _ = ncu_csv.parse_raw_csv(folder / f"{cap}.raw.csv")
-        res = metrics.result_metrics(raw)
+        res = ncu_csv.result_metrics(raw)
         parts.append(matching.match_to_plan(res, exp.iloc[start : start + len(res)], cap))
         start += len(res)
     assert start == len(exp)
@@ -81,7 +81,7 @@ def test_results_are_joined_to_the_plan_by_order_grid_block_and_name():
     tl, matched = _matched(D, ["prefill", "decode.step3"], [3])
     assert len(matched) == 128 + 136 and set(matched["step"]) == {0, 3}
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
-    res = metrics.result_metrics(raw)
+    res = ncu_csv.result_metrics(raw)
     exp = plan.expected_frame(plan.plan_capture(tl, "nsightflow", [3], "every_launch")).iloc[:128]
     broken = exp.copy()
     broken.loc[5, "grid"] = "(1, 1, 1)"
@@ -97,9 +97,9 @@ def test_results_are_joined_to_the_plan_by_order_grid_block_and_name():
 
 def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     tl, matched = _matched(D, ["prefill", "decode.step3"], [3])
-    model = json.loads((D / "analytic_flops.json").read_text())["stages"]
+    model = aggregate.load_analytic(D / "analytic_flops.json")
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
-    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bf16")
+    pk = peaks.peaks(ncu_csv.result_metrics(raw), "NVIDIA H200", "bf16")
     windowed = set(zip(matched["stage"], matched["step"], strict=True))
     classes, kernels, st = aggregate.tables(tl, matched, windowed, model, pk, 0.5, 10, 0.9)
     st = st.set_index("stage")
@@ -117,7 +117,7 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     # HFU: the FLOPs the GPU executed; MFU: the model's FLOPs (causal-adjusted); both on timeline time.
     assert st.loc["prefill", "hfu_busy"] == pytest.approx(pre_flops / (busy * pk.compute), rel=1e-9)
     assert st.loc["prefill", "mfu_busy"] == pytest.approx(
-        model["prefill"]["flops_causal_adjusted"] / (busy * pk.compute), rel=1e-9
+        model["prefill"].flops_causal_adjusted / (busy * pk.compute), rel=1e-9
     )
     # Decode: every step launches the same classes, so scaling step 3 to all launches is 8 x step 3.
     dec_flops = _all_flops(D / "decode.step3.raw.csv")
@@ -128,11 +128,11 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     nvjet = classes[(classes["stage"] == "decode") & (classes["kernel"] == "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT")]
     assert len(nvjet) == 2 and nvjet["flops_per_launch"].nunique() == 2
     # Decode's 4-token steps run on padded tensor-core tiles: executed FLOPs far above the model's, explained.
-    ratio = 8 * dec_flops / model["decode"]["flops"]
+    ratio = 8 * dec_flops / model["decode"].flops
     assert st.loc["decode", "executed_over_model"] == pytest.approx(ratio, rel=1e-9) and ratio > 3
     assert any(
         n.startswith("decode: the GPU executed 3.56x the model's FLOPs")
-        for n in aggregate.stage_notes(st.reset_index())
+        for n in diagnostics.stage_notes(st.reset_index())
     )
     # Prefill measured within 5% of the analytic count once causal attention is accounted for.
     assert abs(st.loc["prefill", "flops_measured"] / st.loc["prefill", "flops_analytic_causal"] - 1) < 0.05
@@ -146,7 +146,7 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
 def test_a_missing_cell_is_never_a_zero():
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
     raw.loc[3, "sm__ops_path_tensor_src_bf16_dst_fp32.sum"] = np.nan  # as an 'n/a' cell parses
-    res = metrics.result_metrics(raw)
+    res = ncu_csv.result_metrics(raw)
     assert np.isnan(res.loc[3, "flops"]) and np.isfinite(res.loc[4, "flops"])
     tl, matched = _matched(D, ["prefill", "decode.step3"], [3])
     bad = matched.copy()
@@ -169,7 +169,7 @@ def test_range_exports_are_not_joined_per_kernel(tmp_path):
         csv.writer(fh, quoting=csv.QUOTE_ALL).writerows([[r[i] for i in keep] for r in rows])
     raw, _ = ncu_csv.parse_raw_csv(export)
     with pytest.raises(ValueError, match="one result per range"):
-        aggregate._kernel_results(raw, export)
+        aggregate.kernel_results(raw, export)
 
 
 def test_filtered_run_counts_only_the_captured_classes():
@@ -180,11 +180,11 @@ def test_filtered_run_counts_only_the_captured_classes():
     parts = []
     for cap in caps:
         raw, _ = ncu_csv.parse_raw_csv(F / f"{cap}.raw.csv")
-        parts.append(matching.search_timeline(metrics.result_metrics(raw), tl.launches, "nsightflow", cap))
+        parts.append(matching.search_timeline(ncu_csv.result_metrics(raw), tl.launches, "nsightflow", cap))
     matched = pd.concat(parts, ignore_index=True)
     raw, _ = ncu_csv.parse_raw_csv(F / "prefill.raw.csv")
-    pk = metrics.peaks(metrics.result_metrics(raw), "NVIDIA H200", "bf16")
-    model = json.loads((F / "analytic_flops.json").read_text())["stages"]
+    pk = peaks.peaks(ncu_csv.result_metrics(raw), "NVIDIA H200", "bf16")
+    model = aggregate.load_analytic(F / "analytic_flops.json")
     _, _, st = aggregate.tables(
         tl, matched, {("prefill", 0), ("decode", 0), ("decode", 3), ("decode", 7)}, model, pk, 0.5, 10, 0.9
     )

@@ -6,7 +6,8 @@ import io
 import pytest
 from conftest import DATA
 
-from nsightflow import ncu, ncu_csv
+from nsightflow.capture import ncu, ncu_csv
+from nsightflow.records import AnalyticCounts
 
 D = DATA / "h200_tinyllm"
 
@@ -124,16 +125,22 @@ def test_capture_argv_windows_the_whole_program():
 
 
 def test_flop_counters_follow_the_operators_the_probe_saw():
-    analytic = {
-        "stages": {
-            "prefill": {"tensor_precisions": ["bf16"], "not_counted": []},
-            "decode": {"tensor_precisions": ["bf16", "tf32"], "not_counted": []},
-            "graph": {"tensor_precisions": None, "not_counted": ["the stage replays CUDA graphs"], "graph_replays": 4},
-            "failed": {"tensor_precisions": None, "not_counted": ["a FLOP formula failed"]},
-            "int": {"tensor_precisions": ["int8"], "not_counted": []},
-            "simt": {"tensor_precisions": ["fp32"], "not_counted": []},
+    analytic = AnalyticCounts.from_dict(
+        {
+            "stages": {
+                "prefill": {"tensor_precisions": ["bf16"], "not_counted": []},
+                "decode": {"tensor_precisions": ["bf16", "tf32"], "not_counted": []},
+                "graph": {
+                    "tensor_precisions": None,
+                    "not_counted": ["the stage replays CUDA graphs"],
+                    "graph_replays": 4,
+                },
+                "failed": {"tensor_precisions": None, "not_counted": ["a FLOP formula failed"]},
+                "int": {"tensor_precisions": ["int8"], "not_counted": []},
+                "simt": {"tensor_precisions": ["fp32"], "not_counted": []},
+            }
         }
-    }
+    )
 
     def seen(*launches):
         return ncu.seen_precisions(analytic, list(launches))[0]
@@ -164,16 +171,20 @@ def test_flop_counters_follow_the_operators_the_probe_saw():
     assert ncu.non_tensor_flops(True, ["bf16"]) is True and ncu.non_tensor_flops(False, None) is False
     # ... for a material share of a stage's FLOPs: a Llama's float32 rotary matmul (16,384 of 1.15e11) is not
     llama = {"stages": {"prefill": {"flops": 1.15e11, "by_precision": {"bf16": 1.15e11 - 16384, "fp32": 16384}}}}
-    share = ncu.simt_share(llama, ["prefill"])
+    share = ncu.simt_share(AnalyticCounts.from_dict(llama), ["prefill"])
     assert share == pytest.approx(16384 / 1.15e11)
     assert ncu.non_tensor_flops("auto", ["bf16", "fp32"], share) is False
     head = {"stages": {"a": {"flops": 1e9, "by_precision": {"fp32": 1e7}}, "b": {"flops": 1e9, "by_precision": {}}}}
-    assert ncu.simt_share(head, ["a", "b"]) == pytest.approx(0.01)  # the largest stage share decides
+    assert ncu.simt_share(AnalyticCounts.from_dict(head), ["a", "b"]) == pytest.approx(
+        0.01
+    )  # the largest stage share decides
     assert ncu.non_tensor_flops("auto", ["bf16", "fp32"], 0.01) is True
-    assert ncu.simt_share({"stages": {"a": {"flops": 1e9}}}, ["a"]) is None  # not said: counts as material
+    assert (
+        ncu.simt_share(AnalyticCounts.from_dict({"stages": {"a": {"flops": 1e9}}}), ["a"]) is None
+    )  # not said: counts as material
     # A stage without analytic FLOPs (an optimizer step: elementwise work only) runs no FMA-unit GEMM.
     train = {"stages": {**llama["stages"], "optimizer": {"flops": 0, "by_precision": {}}}}
-    assert ncu.simt_share(train, ["prefill", "optimizer"]) == pytest.approx(16384 / 1.15e11)
+    assert ncu.simt_share(AnalyticCounts.from_dict(train), ["prefill", "optimizer"]) == pytest.approx(16384 / 1.15e11)
     bf16 = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     assert [m for m in bf16 if m.startswith("sm__ops_path_tensor_src")] == ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
     others = {ncu.TENSOR_FLOP_METRICS[p] for p in ncu.ALL_PRECISIONS if p != "bf16"}

@@ -4,7 +4,7 @@ import csv
 
 from conftest import DATA
 
-from nsightflow import nsys
+from nsightflow.capture import nsys
 
 D = DATA / "h200_tinyllm"
 

@@ -5,8 +5,8 @@ import json
 import pytest
 from conftest import DATA
 
-from nsightflow import attribution, plan
-from nsightflow.plan import make_plan
+from nsightflow.capture import attribution, plan
+from nsightflow.capture.plan import make_plan
 
 D = DATA / "h200_tinyllm"
 

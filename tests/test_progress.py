@@ -5,9 +5,9 @@ import sys
 
 from conftest import DATA
 
-from nsightflow import children
-from nsightflow.plan import CapturePlan
-from nsightflow.progress import LaunchProgress
+from nsightflow.capture import children
+from nsightflow.capture.plan import CapturePlan
+from nsightflow.capture.progress import LaunchProgress
 
 
 def test_progress_follows_the_plan_while_the_child_runs():

@@ -20,7 +20,8 @@ import pytest
 import yaml
 from conftest import DATA, copy_workflow, process_alive, snakemake
 
-from nsightflow import aggregate, checks, metrics, runfiles
+from nsightflow.analysis import checks, nsight, peaks, runfiles
+from nsightflow.records import CaptureRecord, Ceilings
 
 
 def _workflow(tmp_path, workloads, **overrides):
@@ -110,8 +111,8 @@ def _v3(tmp_path, **edits):
 
 
 def _aggregate(d):
-    record = json.loads((d / "capture.cmd.json").read_text())
-    return aggregate.aggregate_run(
+    record = CaptureRecord.read(d / "capture.cmd.json")
+    return nsight.aggregate_run(
         d / "timeline.sqlite",
         "nsightflow",
         d / "plan.json",
@@ -252,20 +253,30 @@ def test_kernels_of_one_stream_overlapping_in_time_are_refused(tmp_path):
 
 def test_integer_matmuls_get_no_float_peak(tmp_path):
     out = tmp_path / "run.json"
-    argv = [sys.executable, "-m", "nsightflow.harness", "--callable", "workloads:int_matmuls", "--mode", "flops"]
+    argv = [
+        sys.executable,
+        "-m",
+        "nsightflow.capture.harness",
+        "--callable",
+        "workloads:int_matmuls",
+        "--mode",
+        "flops",
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     subprocess.run([*argv, "--out", str(out)], check=True, env=env, capture_output=True)
     run = json.loads(out.read_text())
     assert run["analytic"]["stages"]["mm"]["by_precision"] == {"int64": 2 * 16**3}
     assert (run["precision"], run["precision_level"]) == ("unknown", "warning") and "int64" in run["precision_why"]
-    pk = metrics.ceiling_peaks(
-        {
-            "device_name": "cpu",
-            "matmul_flops_per_s": 1e9,
-            "copy_bytes_per_s": 1e9,
-            "method": {"matmul": "m", "copy": "c"},
-            "precision": "fp32",
-        },
+    pk = peaks.ceiling_peaks(
+        Ceilings(
+            device="cpu",
+            dtype="float32",
+            device_name="cpu",
+            matmul_flops_per_s=1e9,
+            copy_bytes_per_s=1e9,
+            method={"matmul": "m", "copy": "c"},
+            precision="fp32",
+        ),
         "unknown",
     )
     assert np.isnan(pk.compute) and pk.compute_source.startswith("unknown")
@@ -314,11 +325,11 @@ def test_stage_names_that_read_like_values_stay_names(tmp_path):
     "workload,message",
     [
         (
-            {"name": "w", "callable": "nsightflow.decoder:build", "sweep": {"dtype": ["bfloat16", "bf16"]}},
+            {"name": "w", "callable": "nsightflow.workloads.decoder:build", "sweep": {"dtype": ["bfloat16", "bf16"]}},
             "workloads[0] (w).sweep.dtype[1]: 'bf16' is not a dtype",
         ),
         (
-            {"name": "w" * 230, "callable": "nsightflow.decoder:build"},
+            {"name": "w" * 230, "callable": "nsightflow.workloads.decoder:build"},
             "over the 200 a file system takes",
         ),
     ],
@@ -332,7 +343,7 @@ def test_every_sweep_value_and_name_is_checked_before_any_job(tmp_path, workload
 
 
 def test_a_large_sweep_is_said_before_it_runs(tmp_path):
-    wl = {"name": "w", "callable": "nsightflow.decoder:build", "sweep": {"batch": list(range(1, 151))}}
+    wl = {"name": "w", "callable": "nsightflow.workloads.decoder:build", "sweep": {"batch": list(range(1, 151))}}
     wf, env = _workflow(tmp_path, [wl])
     out = snakemake(wf, "-n", "--cores", "1", "results/report.html", env=env).stdout
     assert "the config's sweeps make 150 runs, about 452 jobs on the torch backend (more than sweep_warn: 100)" in out
@@ -340,7 +351,7 @@ def test_a_large_sweep_is_said_before_it_runs(tmp_path):
 
 @pytest.mark.parametrize("size", ["batch", "prompt", "n_layers"])
 def test_degenerate_workload_sizes_are_refused_when_built(tmp_path, size):
-    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "nsightflow.decoder:build", "args": {size: 0}}])
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "nsightflow.workloads.decoder:build", "args": {size: 0}}])
     proc = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
     assert proc.returncode != 0 and f"sizes {size}=0: each must be a whole number of 1 or more" in proc.stdout
 
@@ -358,7 +369,7 @@ def test_a_workload_printing_40_mb_gets_a_bounded_log(tmp_path):
 
 def test_a_failed_job_leaves_no_staging_file(tmp_path):
     from nsightflow import files
-    from nsightflow.rulejob import rule_job
+    from nsightflow.rules.rulejob import rule_job
 
     out = tmp_path / "run" / "summary.json"
     tool = tmp_path / "run" / "timeline" / "timeline.nsys-rep"

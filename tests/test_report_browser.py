@@ -17,7 +17,7 @@ pytestmark = pytest.mark.browser
 
 SWEEP = {
     "name": "tinyllm",
-    "callable": "nsightflow.decoder:build",
+    "callable": "nsightflow.workloads.decoder:build",
     "args": dict(
         batch=2,
         prompt=32,

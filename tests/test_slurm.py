@@ -50,7 +50,7 @@ echo "Version 2025.2.1.0 (stand-in: profiles nothing)"
 def _workflow(tmp_path: Path, stand_ins: bool) -> tuple[Path, dict]:
     wf = copy_workflow(tmp_path / "wf")
     cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
-    cfg["workloads"] = [{"name": "tiny", "callable": "nsightflow.decoder:build", "args": SMALL}]
+    cfg["workloads"] = [{"name": "tiny", "callable": "nsightflow.workloads.decoder:build", "args": SMALL}]
     (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NSIGHTFLOW_", "SLURM_", "SBATCH_"))}
     if stand_ins:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import copy_workflow, snakemake
 
-from nsightflow.sweep import expand, points, run_id
+from nsightflow.rules.sweep import expand, points, run_id
 
 TINY = {
     "vocab": 256,
@@ -81,11 +81,11 @@ def swept(tmp_path_factory):
     cfg["workloads"] = [
         {
             "name": "tiny",
-            "callable": "nsightflow.decoder:build",
+            "callable": "nsightflow.workloads.decoder:build",
             "args": TINY,
             "sweep": {"batch": [1, 2], "prompt": [8, 16]},
         },
-        {"name": "other", "callable": "nsightflow.decoder:build", "args": {**TINY, "batch": 1, "prompt": 8}},
+        {"name": "other", "callable": "nsightflow.workloads.decoder:build", "args": {**TINY, "batch": 1, "prompt": 8}},
     ]
     _write(wf, cfg)
     snakemake(wf, "--cores", "2", "results/report.html")
@@ -185,7 +185,7 @@ def test_the_same_python_under_another_name_reruns_nothing(swept):
     import sys
     from pathlib import Path
 
-    from nsightflow.capture import canonical_python
+    from nsightflow.capture.harness import canonical_python
 
     exe = Path(sys.executable)
     aliases = [

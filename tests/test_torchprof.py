@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from nsightflow import backend, torchprof
+from nsightflow.analysis import torchprof
+from nsightflow.capture import backend
 
 SMALL = dict(
     batch=2,
@@ -29,7 +30,7 @@ def trace(tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "nsightflow.harness",
+            "nsightflow.capture.harness",
             "--mode",
             "torch",
             "--trace",
@@ -44,7 +45,7 @@ def trace(tmp_path_factory):
     return json.loads((d / "trace.json").read_text())
 
 
-# The harness labels each stage's range by its index and name (nsightflow.harness.trace_label).
+# The harness labels each stage's range by its index and name (nsightflow.capture.passes.trace_label).
 LABELS = {"0 prefill": "prefill", "1 decode": "decode"}
 
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from conftest import DATA, copy_workflow, snakemake
 
-from nsightflow import report
-from nsightflow.metrics import Peaks
+from nsightflow.analysis.peaks import Peaks
+from nsightflow.report import pages
 
 
 @pytest.mark.parametrize("extra", [[], ["--config", "profiler=nsight"], ["--config", f"captures={DATA}"]])
@@ -84,7 +84,7 @@ def test_report_escapes_kernel_names():
     )
     stages = pd.DataFrame([{"stage": "prefill", "wall_ms": 1.0}])
     pk = Peaks(precision="bf16", device_name=None, compute=1e15, compute_source="test", dram=4e12, dram_source="test")
-    html = report.render_run(
+    html = pages.render_run(
         {"run_id": "r<1>", "kernels": kernels, "stages": stages, "peaks": pk, "notes": []}, "nsight", "", {}
     )
     assert "void k&lt;(int)4, a&amp;b&gt;(T1)" in html and "<(int)4" not in html
@@ -115,7 +115,7 @@ def test_command_line_overrides_arrive_typed(tmp_path):
         "ncu={sample_steps: [first], timeout_s: 60}",
     ).stdout
     assert "Building DAG of jobs" in out and "not of type" not in out
-    from nsightflow.config import coerce
+    from nsightflow.rules.config import coerce
 
     schema = yaml.safe_load((wf / "workflow" / "schemas" / "config.schema.yaml").read_text())
     got = coerce(

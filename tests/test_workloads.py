@@ -60,22 +60,22 @@ def runs(tmp_path_factory):
     cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
     cfg["profiler"] = "torch"
     cfg["workloads"] = [
-        {"name": "llama", "callable": "nsightflow.hf:build", "args": {**HF, "config": LLAMA}},
-        {"name": "qwen2", "callable": "nsightflow.hf:build", "args": {**HF, "config": QWEN2}},
+        {"name": "llama", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": LLAMA}},
+        {"name": "qwen2", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": QWEN2}},
         {
             "name": "train",
-            "callable": "nsightflow.training:build",
+            "callable": "nsightflow.workloads.training:build",
             "args": {**TINY, "batch": 2, "seq": 16, "iterations": 2},
         },
         {
             "name": "compiled",
-            "callable": "nsightflow.decoder:build",
+            "callable": "nsightflow.workloads.decoder:build",
             "args": {**TINY, "batch": 2, "prompt": 16, "decode_steps": 2, "compile": True},
         },
         {"name": "averse", "callable": "workloads:mode_averse"},
         {
             "name": "hftrain",
-            "callable": "nsightflow.training:build",
+            "callable": "nsightflow.workloads.training:build",
             "args": {"config": LLAMA, "batch": 2, "seq": 16, "iterations": 2, "dtype": "float32", "device": "cpu"},
         },
     ]
@@ -162,16 +162,44 @@ def test_a_failed_count_never_removes_a_measured_number(runs):
 def test_a_checkpoint_directory_is_a_workload(tmp_path):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from nsightflow import harness
+    from nsightflow.capture import passes
+    from nsightflow.workloads import api
 
     cfg = dict(LLAMA)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg.pop("model_type"), **cfg))
     model.save_pretrained(tmp_path / "ckpt")
-    wl = harness.build_workload("nsightflow.hf:build", {**HF, "model": str(tmp_path / "ckpt")})
-    got = harness.count_flops(wl)["stages"]["prefill"]
+    wl = api.build_workload("nsightflow.workloads.hf:build", {**HF, "model": str(tmp_path / "ckpt")})
+    got = passes.count_flops(wl).stages["prefill"]
     gemm, rotary, _ = hf_flops(LLAMA, 2, 16, 0)
-    assert got["by_class"]["gemm"] in (gemm, gemm + rotary)
-    with pytest.raises(harness.WorkloadError, match="no HuggingFace checkpoint could be loaded from"):
-        harness.build_workload("nsightflow.hf:build", {**HF, "model": str(tmp_path / "nowhere")})
-    with pytest.raises(harness.WorkloadError, match="either `model`"):
-        harness.build_workload("nsightflow.hf:build", HF)
+    assert got.by_class["gemm"] in (gemm, gemm + rotary)
+    with pytest.raises(api.WorkloadError, match="no HuggingFace checkpoint could be loaded from"):
+        api.build_workload("nsightflow.workloads.hf:build", {**HF, "model": str(tmp_path / "nowhere")})
+    with pytest.raises(api.WorkloadError, match="either `model`"):
+        api.build_workload("nsightflow.workloads.hf:build", HF)
+
+
+def test_the_readmes_own_workload_example_runs(tmp_path):
+    """The README's `mypackage/profiling.py`, as written there, counted by the probe pass on this machine."""
+    import re
+
+    from conftest import ROOT
+
+    from nsightflow.capture import passes
+    from nsightflow.workloads import api
+
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"`mypackage/profiling.py`:\n\n```python\n(.*?)```", text, re.S).group(1)
+    (tmp_path / "mypackage").mkdir()
+    (tmp_path / "mypackage" / "__init__.py").write_text("")
+    (tmp_path / "mypackage" / "profiling.py").write_text(code)
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        wl = api.build_workload("mypackage.profiling:build", {"size": 6})
+        got = passes.count_flops(wl).stages["forward"]
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mypackage.profiling", None)
+        sys.modules.pop("mypackage", None)
+    assert got.repeats == 4 and got.by_class["gemm"] == 4 * 2 * 64 * 64 * 64  # four 64x64 by 64x64 matmuls

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from nsightflow.harness import Stage, Workload
+from nsightflow.workloads import Stage, Workload
 
 WEIRD = 'say "hi"; $(touch pwned) `id`\nnext@line/part with spaces'
 
@@ -183,3 +183,28 @@ def chatty(megabytes: int = 40, **_):
         _matmul(step)
 
     return Workload(setup=lambda: None, stages=[Stage("prefill", stage)])
+
+
+def nvtx_program(batch: int = 2, prompt: int = 64, hidden: int = 256, layers: int = 2, steps: int = 4, **_):
+    """examples/nvtx_program.py as a callable: the same model, prefill and decode steps (its cost compared with the
+    command's)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import nvtx_program as program
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    torch.manual_seed(0)
+    model = program.build(hidden, layers, device, dtype)
+    x = torch.randn(batch, prompt, hidden, device=device, dtype=dtype)
+    state: dict = {}
+
+    @torch.no_grad()
+    def prefill(_: int) -> None:
+        state["token"] = model(x)[:, -1:, :]
+
+    @torch.no_grad()
+    def decode(_: int) -> None:
+        state["token"] = model(state["token"])
+
+    stages = [Stage("prefill", prefill), Stage("decode", decode, repeats=steps)]
+    return Workload(setup=state.clear, stages=stages, device=device, dtype=str(dtype).removeprefix("torch."))

@@ -10,6 +10,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 
 def staging(path: str | Path) -> Path:
@@ -32,7 +33,7 @@ def write_text(path: str | Path, text: str) -> None:
     publish(tmp, path)
 
 
-def write_json(path: str | Path, data, indent: int = 2) -> None:
+def write_json(path: str | Path, data: Any, indent: int = 2) -> None:
     """Write ``data`` as JSON to ``path`` atomically (values JSON cannot hold are written as strings)."""
     write_text(path, json.dumps(data, indent=indent, default=str))
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from nsightflow import hostfacts
-from nsightflow.config import ConfigError, check, normalize
-from nsightflow.sweep import expand as expand_sweep
-from nsightflow.sweep import size_warning
+from nsightflow.capture import hostfacts
+from nsightflow.rules.config import ConfigError, check, normalize
+from nsightflow.rules.sweep import expand as expand_sweep
+from nsightflow.rules.sweep import size_warning
 
 SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 try:
@@ -18,7 +18,7 @@ except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 validate(config, schema="../schemas/config.schema.yaml")  # fills in the defaults
 
-# Decided once per invocation and shared with every job, wherever a scheduler runs it (nsightflow.hostfacts).
+# Decided once per invocation and shared with every job, wherever a scheduler runs it (nsightflow.capture.hostfacts).
 FACTS = hostfacts.shared(config)
 BACKEND, BACKEND_REASON, DEVICE = FACTS.backend, FACTS.reason, FACTS.device
 # Versions of what produces the numbers: as params of the rules they shape, an upgrade reruns them.
@@ -26,7 +26,7 @@ TOOL_VERSIONS = FACTS.versions
 # What profiling jobs ask a scheduler for (a GPU only where the profile needs one).
 GPU_JOBS = int(FACTS.gpu_jobs)
 if BACKEND == "captures":
-    from nsightflow.imported import captures_run_id
+    from nsightflow.analysis.imported import captures_run_id
 
     RUNS = {captures_run_id(config["captures"]): {"name": "captures", "args": {}, "point": {}}}
 else:
@@ -44,13 +44,34 @@ def run_spec(wildcards):
     return RUNS[wildcards.run]
 
 
-def program(wildcards):
-    """argv of the workload under the harness (the program nsys, ncu and torch.profiler launch)."""
-    from nsightflow.capture import harness_argv
+def harness_call(wildcards):
+    """The workload's launch (nsightflow.capture.harness.HarnessCall's fields, or a command's:
+    nsightflow.capture.command.CommandCall's): what the profilers run; the interpreter's path canonical, so that
+    the same Python under another name reruns nothing."""
+    from nsightflow.capture.harness import canonical_python
 
     spec = run_spec(wildcards)
-    return harness_argv(
-        spec["callable"], spec["args"], config["nvtx_domain"], config["warmup"], config["tools"]["python"]
+    if "command" in spec:
+        return _canonical(
+            {
+                "command": spec["command"],
+                "args": spec["args"],
+                "env": spec.get("env") or {},
+                "cwd": spec.get("cwd"),
+                "domain": spec.get("domain"),
+                "stages": spec.get("stages"),
+                "mirror": config["nvtx_domain"],
+                "dtype": spec["args"].get("dtype"),
+            }
+        )
+    return _canonical(
+        {
+            "spec": spec["callable"],
+            "args": spec["args"],
+            "domain": config["nvtx_domain"],
+            "warmup": config["warmup"],
+            "python": canonical_python(config["tools"]["python"] or sys.executable),
+        }
     )
 
 

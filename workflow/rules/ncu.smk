@@ -7,6 +7,7 @@ rule ncu_capture:
     input:
         plan="results/{run}/plan.json",
         flops="results/{run}/analytic_flops.json",
+        manifest="results/{run}/manifest.json",
         preflight=f"results/preflight/{DEVICE}.json",
     output:
         rep="results/{run}/ncu/capture.ncu-rep",
@@ -22,7 +23,7 @@ rule ncu_capture:
         mem_mb=MEM_MB["profile"],
     params:
         versions=TOOL_VERSIONS,
-        program=program,
+        harness=harness_call,
         ncu=config["tools"]["ncu"],
         metrics=config["ncu"]["metrics"],
         extra_metrics=config["ncu"]["extra_metrics"],
@@ -58,6 +59,7 @@ use rule ncu_capture as ncu_ranges with:
     input:
         plan="results/{run}/ranges.plan.json",
         flops="results/{run}/analytic_flops.json",
+        manifest="results/{run}/manifest.json",
         preflight=f"results/preflight/{DEVICE}.json",
     output:
         rep="results/{run}/ncu/ranges.ncu-rep",
@@ -67,7 +69,7 @@ use rule ncu_capture as ncu_ranges with:
         "results/{run}/logs/ncu_ranges.log",
     params:
         versions=TOOL_VERSIONS,
-        program=program,
+        harness=harness_call,
         ncu=config["tools"]["ncu"],
         metrics=config["ncu"]["metrics"],
         extra_metrics=config["ncu"]["extra_metrics"],

@@ -23,7 +23,7 @@ rule timeline:
     params:
         versions=TOOL_VERSIONS,
         settings=capture_settings,
-        program=program,
+        harness=harness_call,
         nsys=config["tools"]["nsys"],
         timeout_s=config["nsys"]["timeout_s"],
     script:

@@ -20,7 +20,7 @@ rule torch_profile:
     params:
         versions=TOOL_VERSIONS,
         settings=capture_settings,
-        program=program,
+        harness=harness_call,
         timeout_s=config["torch"]["timeout_s"],
     script:
         "../scripts/torch_profile.py"

@@ -1,24 +1,23 @@
 """Rule aggregate: per-kernel and per-stage tables of one run."""
 
-import json
-
-from nsightflow.aggregate import aggregate_run, command_records, diagnose
-from nsightflow.rulejob import rule_job
-from nsightflow.runfiles import write_run
+from nsightflow.analysis.diagnostics import command_records, diagnose
+from nsightflow.analysis.nsight import aggregate_run
+from nsightflow.analysis.runfiles import write_run
+from nsightflow.records import CaptureRecord, Manifest
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
-    manifest = json.loads(open(sm.input.manifest).read())
+    manifest = Manifest.read(sm.input.manifest)
     ranges = sm.input.get("ranges")
-    cmds = [sm.input.cmd] + ([sm.input.ranges_cmd] if ranges else [])
-    records = [json.loads(open(c).read()) for c in cmds]
+    records = [CaptureRecord.read(c) for c in [sm.input.cmd] + ([sm.input.ranges_cmd] if ranges else [])]
     agg = aggregate_run(
         sm.input.sqlite,
         sm.params.domain,
         sm.input.plan,
         sm.input.export,
         sm.input.flops,
-        manifest["precision"],
+        manifest.precision,
         sm.params.divergence,
         sm.params.top_n,
         sm.params.coverage,
@@ -33,7 +32,7 @@ with rule_job(sm.log[0], sm.output):
         sm.output.kernels,
         sm.output.stages,
         sm.output.summary,
-        command_records(cmds, sm.params.ncu),
+        command_records(records, sm.params.ncu),
         diagnose(agg, records, manifest),
     )
     with open(sm.log[0], "w") as log:

@@ -3,9 +3,11 @@
 import json
 from pathlib import Path
 
-from nsightflow.aggregate import aggregate_captures, diagnose
-from nsightflow.rulejob import rule_job
-from nsightflow.runfiles import write_run
+from nsightflow.analysis.captures import aggregate_captures
+from nsightflow.analysis.diagnostics import diagnose
+from nsightflow.analysis.runfiles import write_run
+from nsightflow.records import Manifest
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
@@ -14,6 +16,6 @@ with rule_job(sm.log[0], sm.output):
     )
     write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, []))
     index = json.loads((Path(sm.input.imported) / "index.json").read_text())
-    Path(sm.output.manifest).write_text(json.dumps({"captures": index, "versions": {}, "commands": []}, indent=2))
+    Manifest(precision=agg.peaks.precision, captures=index).write(sm.output.manifest)
     with open(sm.log[0], "w") as log:
         log.write(agg.stages.to_string() + "\n" + "\n".join(agg.notes) + "\n")

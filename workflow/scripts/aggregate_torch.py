@@ -1,23 +1,23 @@
 """Rule aggregate_torch: kernel/operator and stage tables of one run from its torch.profiler trace."""
 
-import json
-
-from nsightflow import torchprof
-from nsightflow.aggregate import aggregate_torch, diagnose
-from nsightflow.rulejob import rule_job
-from nsightflow.runfiles import write_run
+from nsightflow.analysis import torchprof
+from nsightflow.analysis.diagnostics import diagnose
+from nsightflow.analysis.runfiles import write_run
+from nsightflow.analysis.torch_backend import aggregate_torch
+from nsightflow.records import Manifest
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
     trace = torchprof.load_trace(sm.input.trace)
-    manifest = json.loads(open(sm.input.manifest).read())
-    labels = manifest.get("trace_labels", {})
+    manifest = Manifest.read(sm.input.manifest)
+    labels = manifest.trace_labels
     agg = aggregate_torch(
         torchprof.kernel_table(trace, labels),
         torchprof.stage_table(trace, labels),
         sm.input.flops,
         sm.input.ceilings,
-        manifest["precision"],
+        manifest.precision,
         sm.params.top_n,
         sm.params.coverage,
         torchprof.device_kind(trace),

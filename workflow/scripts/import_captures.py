@@ -2,8 +2,8 @@
 
 import json
 
-from nsightflow.imported import import_captures
-from nsightflow.rulejob import rule_job
+from nsightflow.analysis.imported import import_captures
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):

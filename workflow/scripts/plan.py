@@ -1,7 +1,7 @@
 """Rule plan: attribute the timeline by time window and plan the run's one ncu capture."""
 
-from nsightflow.plan import make_plan
-from nsightflow.rulejob import rule_job
+from nsightflow.capture.plan import make_plan
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):

@@ -2,8 +2,8 @@
 
 import json
 
-from nsightflow.preflight import PreflightError, preflight
-from nsightflow.rulejob import rule_job
+from nsightflow.capture.preflight import PreflightError, preflight
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):

@@ -1,7 +1,7 @@
 """Rule range_plan: one whole-step window per sampled step, for a range-replay capture."""
 
-from nsightflow.plan import range_plan
-from nsightflow.rulejob import rule_job
+from nsightflow.capture.plan import range_plan
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):

@@ -2,15 +2,14 @@
 
 import json
 
-import pandas as pd
-
-from nsightflow.report import render_index, write_html
-from nsightflow.rulejob import rule_job
+from nsightflow.analysis.runfiles import read_table
+from nsightflow.report.pages import render_index, write_html
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
     runs = [
-        {"run_id": r, "name": n, "point": p, "stages": pd.read_csv(st), "notes": json.loads(open(su).read())["notes"]}
+        {"run_id": r, "name": n, "point": p, "stages": read_table(st), "notes": json.loads(open(su).read())["notes"]}
         for r, n, p, st, su in zip(
             sm.params.runs, sm.params.names, sm.params.points, sm.input.stages, sm.input.summaries, strict=True
         )

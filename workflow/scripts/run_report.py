@@ -1,8 +1,8 @@
 """Rule run_report: one run's page (stages, kernels, roofline, peaks, commands)."""
 
-from nsightflow.report import render_run, write_html
-from nsightflow.rulejob import rule_job
-from nsightflow.runfiles import load_run
+from nsightflow.analysis.runfiles import load_run
+from nsightflow.report.pages import render_run, write_html
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):

@@ -1,13 +1,13 @@
 """Rule torch_profile: the workload under torch.profiler → Chrome trace; analytic count and ceilings in the same
 launch; the run's manifest."""
 
-from nsightflow.capture import torch_profile
-from nsightflow.rulejob import rule_job
+from nsightflow.capture.command import profile_torch
+from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
-    torch_profile(
-        list(sm.params.program),
+    profile_torch(
+        dict(sm.params.harness),
         sm.output.trace,
         sm.output.manifest,
         sm.output.flops,

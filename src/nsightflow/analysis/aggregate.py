@@ -1,0 +1,108 @@
+"""The shared core of every backend's aggregation: a run's tables have the same shapes whatever produced them: a
+kernel table (per stage and kernel), a stage table (per stage: times, FLOPs, bytes, MFU, HFU, bandwidth), peaks,
+notes and diagnostics (:class:`RunTables`). The backends: nsightflow.analysis.nsight (nsys and ncu),
+nsightflow.analysis.torch_backend (torch.profiler), nsightflow.analysis.captures (captures made elsewhere); what a
+reader must know of the numbers: nsightflow.analysis.diagnostics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+from nsightflow.analysis import metrics
+from nsightflow.analysis.peaks import Peaks, with_ceiling
+from nsightflow.analysis.peaks import peaks as device_peaks
+from nsightflow.analysis.selection import select_kernels
+from nsightflow.capture import attribution, ncu_csv
+from nsightflow.errors import InputError
+from nsightflow.records import AnalyticCounts, Ceilings, Manifest, StageCount
+
+# A stage whose counters cover less of its GPU time than this is called partly measured (a warning, lower bounds).
+FULL_COVERAGE = 0.999
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One line of a run page's Diagnostics: made where the fact is known, never parsed back from prose."""
+
+    level: Literal["warning", "estimate", "info"]
+    source: str  # the stage, the tool or "peaks"
+    message: str
+
+
+@dataclass
+class RunTables:
+    """One run's aggregation, whatever the backend: what runfiles.write_run writes and diagnose reads."""
+
+    kernels: pd.DataFrame  # per (stage, kernel or operator)
+    stages: pd.DataFrame  # per stage
+    peaks: Peaks  # compute and bandwidth peaks with their sources
+    notes: list[str]  # what a reader must know to read the numbers
+    estimates: list[Diagnostic] = field(default_factory=list)  # numbers derived rather than measured
+    classes: pd.DataFrame = field(default_factory=pd.DataFrame)  # per class of identical launches (nsight)
+    results: pd.DataFrame = field(default_factory=pd.DataFrame)  # ncu results joined to launches (nsight)
+
+
+def load_analytic(path: str | Path) -> dict[str, StageCount]:
+    """The per-stage analytic counts of ``analytic_flops.json`` (nsightflow.records.AnalyticCounts, checked)."""
+    return AnalyticCounts.read(path).stages
+
+
+def kernel_results(raw: pd.DataFrame, export: str | Path) -> pd.DataFrame:
+    """Per-result metrics of one export; a per-range export (range replay) cannot be joined per kernel."""
+    if "Grid Size" not in raw.columns:
+        raise InputError(
+            f"{export}: one result per range (range or app-range replay), not per kernel: give it as "
+            "a range capture (ncu.ranges), or capture with replay mode 'kernel'"
+        )
+    return ncu_csv.result_metrics(raw)
+
+
+def ranked(kernels: pd.DataFrame, top_n: int | None, coverage: float | None) -> pd.DataFrame:
+    """Every kernel ranked by time within its stage, the top-N selection (the report's focus) marked."""
+    ranked = select_kernels(kernels, None, 1.0)
+    chosen = select_kernels(kernels, top_n, coverage) if (top_n or coverage) else ranked.iloc[0:0]
+    key = ["stage", "kernel"]
+    ranked["selected"] = ranked.set_index(key).index.isin(chosen.set_index(key).index)
+    return ranked
+
+
+def peaks_for(results: pd.DataFrame, device: str | None, precision: str, ceiling: Ceilings | None) -> Peaks:
+    pk = device_peaks(results, device, precision)
+    return with_ceiling(pk, ceiling) if ceiling is not None and ceiling.measured else pk
+
+
+def tables(
+    tl: attribution.Timeline,
+    matched: pd.DataFrame,
+    chosen: set[tuple[str, int]],
+    analytic: dict,
+    pk: Peaks,
+    divergence: float,
+    top_n: int | None,
+    coverage: float | None,
+    by_call: bool = True,
+    program_wall: tuple[dict[str, list[float]] | None, str] = (None, ""),
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(classes, kernels, stages) of a run whose ncu results are joined to its timeline; ``chosen``: the
+    (stage, step) pairs the capture measured; ``by_call``: see nsightflow.analysis.metrics.launch_values;
+    ``program_wall``: the timed pass's step times and the file they come from
+    (nsightflow.analysis.metrics.with_program_wall)."""
+    values = metrics.launch_values(tl.launches[tl.launches["pass_"] == "ranged"], matched, chosen, by_call)
+    classes = metrics.class_summary(values)
+    kernels = ranked(metrics.kernel_summary(classes, tl.ranges, pk), top_n, coverage)
+    walls = metrics.with_program_wall(attribution.stage_table(tl), *program_wall)
+    stages = metrics.stage_summary(walls, metrics.stage_measured(values), analytic, pk, divergence)
+    stages = metrics.with_kernel_counts(stages, kernels)
+    return classes, kernels, stages
+
+
+def program_wall(manifest_json: str | Path | None) -> tuple[dict[str, list[float]] | None, str]:
+    """The timed pass's step times in a run's manifest (None where it has none: an older run), and its path."""
+    if manifest_json is None:
+        return None, ""
+    return Manifest.read(manifest_json).program_wall_s, str(manifest_json)

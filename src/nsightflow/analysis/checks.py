@@ -1,0 +1,150 @@
+"""Consistency checks where a run's inputs meet: each input alone can look plausible (a relabelled column, an
+analytic count of another configuration, an edited timeline), so they are checked against one another.
+
+A check that fails raises :class:`InconsistentInputs`, naming the file, the row or stage, and the fix: a number
+built on inconsistent inputs is never published, and never silently adjusted. Checks of a single file's own
+content (units, signs, duplicates, parse errors) live with their readers (nsightflow.capture.ncu_csv,
+nsightflow.capture.nsys).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nsightflow.analysis.peaks import Peaks
+from nsightflow.errors import InconsistentInputs
+from nsightflow.records import StageCount
+
+# How far a utilisation may exceed its peak before an input must be wrong: ncu's peaks are the hardware's
+# (its per-cycle rate at the clock it measured); a measured or datasheet rate is a reference, not a bound.
+TOLERANCE = {"ncu": 1.05, "other": 1.5}
+
+
+def check_bounds(stages: pd.DataFrame, pk: Peaks) -> None:
+    """Refuse numbers no hardware can produce: negative counts, or a utilisation beyond its peak by more than
+    the tolerance (an edited or mismatched input, e.g. swapped columns of a stats export)."""
+    for _, s in stages.iterrows():
+        for col in ("flops_measured", "dram_bytes_measured", "wall_ms", "gpu_busy_ms"):
+            if np.isfinite(s.get(col, np.nan)) and s[col] < 0:
+                raise InconsistentInputs(f"stage {s['stage']!r}: {col} is {s[col]:.4g}, negative: an input is wrong")
+        for col, peak in (
+            ("mfu_busy", "compute"),
+            ("hfu_busy", "compute"),
+            ("mfu_wall", "compute"),
+            ("hfu_wall", "compute"),
+            ("dram_bw_util_busy", "dram"),
+        ):
+            v = s.get(col, np.nan)
+            source = pk.source(peak)
+            limit = TOLERANCE["ncu" if source.startswith("ncu") else "other"]
+            if np.isfinite(v) and v > limit:
+                raise InconsistentInputs(
+                    f"stage {s['stage']!r}: {col} is {v:.3g} ({v:.0%}) of the {peak} peak ({source}), beyond the "
+                    f"{limit:.2f} any device allows: an input is wrong (a stats export edited or from another run, "
+                    "counts from another capture, an analytic count of another workload); busy "
+                    f"{s['gpu_busy_ms']:.4g} ms, wall {s['wall_ms']:.4g} ms"
+                )
+
+
+# ncu's kernel durations against nsys's for the same launches, median over a capture: 1.03-1.85 in the H200
+# fixtures (ncu replays each kernel after flushing the caches, at its own clocks); a column of another metric
+# read as durations (bytes, counts) is off by orders of magnitude.
+DURATION_RATIO = (0.25, 4.0)
+
+
+def check_durations(results: pd.DataFrame, launches: pd.DataFrame, source: str) -> None:
+    """ncu's duration of each result against the timeline's durations of the launches of its class (same stage and
+    step): over the capture, their median ratio must be near 1, or the export does not describe these launches."""
+    if results.empty or "duration_ns" not in results or results["duration_ns"].isna().all():
+        return
+    med = launches.groupby(["stage", "step", "class_key"])["duration_ns"].median()
+    ref = med.reindex(pd.MultiIndex.from_frame(results[["stage", "step", "class_key"]])).to_numpy(dtype=float)
+    ratio = results["duration_ns"].to_numpy(dtype=float) / np.where(ref > 0, ref, np.nan)
+    ratio = ratio[np.isfinite(ratio)]
+    if not len(ratio):
+        return
+    m = float(np.median(ratio))
+    lo, hi = DURATION_RATIO
+    if not lo <= m <= hi:
+        raise InconsistentInputs(
+            f"{source}: ncu's kernel durations (gpu__time_duration.sum) are {m:.3g}x the timeline's durations of the "
+            f"same launches (median over {len(ratio)} results; {lo}-{hi}x is expected): the export does not describe "
+            "this timeline's launches (a column relabelled, or an export of another run); export both from one run"
+        )
+
+
+def check_analytic(
+    analytic: dict[str, StageCount], stages: pd.DataFrame, source: str, probe_calls: dict[str, int] | None = None
+) -> None:
+    """An analytic count (analytic_flops.json) must describe the run it sits beside: the same stages, each with as
+    many steps as the run's ranges, and (``probe_calls``: operator calls per stage in the timeline's probe pass,
+    nsight backend) as many operator calls."""
+    if not analytic:
+        return
+    steps = dict(zip(stages["stage"].astype(str), stages["range_instances"].astype(int), strict=True))
+    counted = {str(s): c.repeats for s, c in analytic.items()}
+    if set(counted) != set(steps):
+        raise InconsistentInputs(
+            f"{source}: counts stages {sorted(counted)}, the run has stages {sorted(steps)}: it is the analytic count "
+            "of another workload; use the analytic_flops.json made with this run's timeline"
+        )
+    differ = {s: (counted[s], steps[s]) for s in steps if counted[s] > 0 and counted[s] != steps[s]}
+    if differ:
+        raise InconsistentInputs(
+            f"{source}: steps per stage (analytic count, run) {differ}: it is the analytic count of another "
+            "configuration; use the analytic_flops.json made with this run's timeline"
+        )
+    for stage, calls in (probe_calls or {}).items():
+        want = analytic[stage].calls if stage in analytic else None
+        if want is not None and want != calls:
+            raise InconsistentInputs(
+                f"{source}: stage {stage!r} counted {want} operator calls, the timeline's probe pass made {calls}: "
+                "they come from different runs; make the timeline and the count in one launch (the timeline rule)"
+            )
+
+
+# Measured GEMM FLOPs under this share of the model's, with every stage launch counted and every precision the
+# operators ran in collected, cannot come from the same run: a GEMM executes at least its 2·M·N·K.
+GEMM_FLOOR = 0.9
+
+
+def check_gemm_floor(stages: pd.DataFrame, source: str, all_collected: bool) -> None:
+    """Refuse a stage whose measured GEMM FLOPs fall well below the model's where nothing can explain it (full
+    coverage, every precision the operators used collected): the analytic count describes another workload."""
+    if not all_collected:
+        return
+    for _, s in stages.iterrows():
+        # Launches with no operator call (compiled code, graph replays) may be GEMMs too: their FLOPs count here.
+        got = s.get("flops_measured_gemm", np.nan) + np.nan_to_num(s.get("flops_measured_unattributed", 0.0))
+        model = s.get("flops_analytic_gemm", np.nan)
+        full = s.get("coverage", np.nan) >= 0.999
+        if full and np.isfinite(got) and np.isfinite(model) and model > 0 and got < GEMM_FLOOR * model:
+            raise InconsistentInputs(
+                f"{source}: stage {s['stage']!r}: the GEMM kernels executed {got:.4g} FLOPs, {got / model:.1%} of the "
+                f"model's {model:.4g}, though every launch was counted in every precision its operators used: the "
+                "analytic count describes another workload or configuration; use the one made with this run"
+            )
+
+
+def check_streams(launches: pd.DataFrame, source: str) -> None:
+    """Kernels of one stream run one after another (a dependent launch may start a little before the previous one
+    ends, Hopper's programmatic dependent launch; the H200 fixtures overlap by 160 ns at most): a kernel starting
+    more than half of its predecessor's duration, and over 2 µs, before that one ends means records were
+    duplicated or two timelines merged. Refused."""
+    if launches.empty or "stream" not in launches:
+        return
+    for stream, g in launches.sort_values("start").groupby("stream", sort=False):
+        start, end = g["start"].to_numpy(), g["end"].to_numpy()
+        if len(start) < 2:
+            continue
+        last_end = np.maximum.accumulate(end)[:-1]
+        overlap = last_end - start[1:]
+        bad = np.flatnonzero((overlap > 2000) & (overlap > 0.5 * (end[:-1] - start[:-1])))
+        if len(bad):
+            i = bad[0] + 1
+            raise InconsistentInputs(
+                f"{source}: stage {g['stage'].iloc[i]!r}, stream {stream}: a kernel starts {overlap[i - 1] / 1e3:.4g} "
+                f"µs before the previous one on its stream ends ({len(bad)} such kernels), though a stream runs one "
+                "kernel at a time: records were duplicated or timelines merged; export it again from the .nsys-rep"
+            )

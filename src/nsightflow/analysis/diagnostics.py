@@ -1,0 +1,228 @@
+"""What a reader must know to read a run's numbers: notes (each stage's coverage, wall time against busy time,
+FLOP differences with their structural reasons) and the diagnostics of a run page (tool warnings, clock state,
+estimates, precisions collected), as typed records made where the facts are known."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from nsightflow import units
+from nsightflow.analysis.aggregate import FULL_COVERAGE, Diagnostic, RunTables
+from nsightflow.capture import ncu
+from nsightflow.capture.flops import SIMT
+from nsightflow.records import CaptureRecord, Manifest, StageCount
+
+MODE_TEXT = {
+    "representatives": "one profiled launch per class of identical launches (the same operator call, by shapes "
+    "and arguments, launching the same kernel with the same grid, block and shared memory); a call profiled in "
+    "one step stands for the same call in every step of its stage, and launches no call identifies (CUDA-graph "
+    "replays, compiled code) are profiled in each sampled step and stand for the launch at the same position "
+    "in the other steps",
+    "every_launch": "every launch of the sampled steps profiled, each class's mean scaled by its launches in the "
+    "timeline",
+}
+
+
+def wall_note(program: dict | None, profiler: str) -> str:
+    """What the wall times on the page are."""
+    if program:
+        return (
+            "wall times are the program's own: every step timed after the warm-up with no NVTX range and no profiler "
+            f"collecting; the same steps under {profiler} ('wall under profiler') took longer, since the profiler adds "
+            "time to every launch; busy times are the GPU's, which the profiler does not slow."
+        )
+    return (
+        f"wall times are those of the ranges under {profiler}, which adds time to every launch: a launch-bound "
+        "stage runs faster without it."
+    )
+
+
+def stage_notes(ssum: pd.DataFrame, analytic: dict[str, StageCount] | None = None) -> list[str]:
+    """Per stage: what the counters did not cover, wall time far above busy time, FLOP differences, and
+    analytic counts that could not be made."""
+    notes = []
+    for _, s in ssum.iterrows():
+        if np.isfinite(s["coverage"]) and s["coverage"] < FULL_COVERAGE:
+            notes.append(
+                f"{s['stage']}: FLOPs and bytes are counted for {s['coverage']:.1%} of the stage's GPU time; "
+                "the rest is not measured, so its HFU and bandwidth are lower bounds."
+            )
+        if s["diverges"]:
+            notes.append(
+                f"{s['stage']}: busy time is {s['busy_over_wall']:.0%} of the range's wall time: the device "
+                "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
+                "measures the program, MFU on busy time the kernels."
+            )
+        over = [
+            f"{label} {s[col]:.0%}"
+            for col, label in (
+                ("mfu_busy", "MFU"),
+                ("hfu_busy", "HFU"),
+                ("dram_bw_util_busy", "DRAM bandwidth utilisation"),
+                ("bw_util_busy_model", "bandwidth utilisation"),
+            )
+            if col in s and np.isfinite(s[col]) and s[col] > 1
+        ]
+        if over:
+            notes.append(
+                f"{s['stage']}: {', '.join(over)} on busy time exceed the peak they divide by: that peak is "
+                "a measured rate (or a datasheet's), not a proven bound, and this stage ran faster."
+            )
+        for why in (analytic or {}).get(s["stage"], StageCount()).not_counted:
+            notes.append(f"{s['stage']}: no analytic FLOPs (so no MFU): {why}.")
+        notes += flop_notes(s)
+        if "flops_tensor_ranges" in s and np.isfinite(s["flops_tensor_ranges"]):
+            notes.append(
+                f"{s['stage']}: range replay counted {s['flops_tensor_ranges']:.4g} tensor FLOPs and "
+                f"{s['dram_bytes_ranges']:.4g} DRAM bytes; per-kernel results give "
+                f"{s['flops_tensor_measured']:.4g} and {s['dram_bytes_measured']:.4g} (a range keeps data in "
+                "L2 from one kernel to the next; kernel replay flushes the caches before each kernel)."
+            )
+    return notes
+
+
+def flop_notes(s: pd.Series) -> list[str]:
+    """Explain where a stage's measured (executed) FLOPs and its model FLOPs differ for a structural reason."""
+    a, c, m, r = s["flops_analytic"], s["flops_analytic_causal"], s["flops_measured"], s["executed_over_model"]
+    notes = []
+    if np.isfinite(a) and np.isfinite(c) and a != c:
+        measured = (
+            f"; ncu measured {units.si(m, 'FLOP')} executed"
+            if np.isfinite(m)
+            else " (no hardware counters on this backend to compare with)"
+        )
+        notes.append(
+            f"{s['stage']}: causal attention computes only the unmasked part: model FLOPs "
+            f"{units.si(c, 'FLOP')} ({units.si(a, 'FLOP')} with attention in full){measured}."
+        )
+    if np.isfinite(r) and r > 1.2:
+        notes.append(
+            f"{s['stage']}: the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU). Tensor-core "
+            "instructions work on fixed tiles (Hopper wgmma: 64 rows, N of 8 or more; flash-attention "
+            "kernels: blocks of 16-128 queries and keys), so a small dimension such as the few tokens of "
+            "a decode step is padded and the padding is counted; the kernel table's FLOPs per launch "
+            "show which kernels do it."
+        )
+    elif np.isfinite(r) and r < 0.8 and s["coverage"] >= FULL_COVERAGE:
+        notes.append(
+            f"{s['stage']}: ncu counted {r:.2f}x the model's FLOPs although every kernel was captured: "
+            "part of the work runs on pipes the default metrics do not count (e.g. integer or FP8 "
+            "without its metric), or the analytic count over-counts an operator."
+        )
+    return notes
+
+
+def command_records(records: list[CaptureRecord], ncu_bin: str) -> list[dict]:
+    """The ncu capture and export commands behind a run's numbers, from the capture rule's records."""
+    out = []
+    for rec in sorted(records, key=lambda r: r.report):
+        out.append({"what": f"ncu capture ({rec.what}, replay mode {rec.replay_mode})", "argv": rec.argv})
+        out.append({"what": "export", "argv": ncu.export_argv(ncu_bin, rec.report)})
+    return out
+
+
+GEMM_SHORTFALL = 0.99  # measured GEMM FLOPs under this share of the model's: some were not counted
+
+
+def diagnose(agg: RunTables, records: list[CaptureRecord], manifest: Manifest | None = None) -> list[Diagnostic]:
+    """The report's diagnostics: tool warnings, clock state, coverage and every number that is estimated
+    rather than measured."""
+    out = [Diagnostic("warning", "nsys", w) for w in (manifest.warnings if manifest else [])]
+    if manifest is not None and manifest.precision_level in ("warning", "info"):  # decided with the precision
+        level: Literal["warning", "info"] = "warning" if manifest.precision_level == "warning" else "info"
+        text = f"MFU against the {agg.peaks.precision} peak: {manifest.precision_why}"
+        out.append(Diagnostic(level, "workload", text))
+    for rec in records:
+        src = f"ncu capture ({rec.what})"
+        out += [Diagnostic("warning", src, w) for w in rec.warnings]
+        if rec.tensor_precisions and set(rec.tensor_precisions) != set(ncu.ALL_PRECISIONS):
+            out.append(
+                Diagnostic(
+                    "info",
+                    src,
+                    f"tensor FLOPs collected for {', '.join(rec.tensor_precisions)}: the precisions of every "
+                    "GEMM and attention operator the workload ran (config ncu.tensor_precisions: all collects "
+                    "every one)" + "".join(f"; {how}" for how in rec.precisions_how if "graph" in how),
+                )
+            )
+        if rec.non_tensor_flops is False:
+            seen = rec.precisions_seen
+            on_tensor_cores = seen is not None and SIMT not in seen
+            out.append(
+                Diagnostic(
+                    "info" if on_tensor_cores else "warning",
+                    src,
+                    "FLOPs outside the tensor pipes not collected"
+                    + (
+                        " (elementwise kernels' work: every GEMM and attention ran on tensor cores)"
+                        if on_tensor_cores
+                        else (
+                            " although GEMMs or attentions ran on the FMA units for "
+                            f"{(rec.simt_share or 0) * 100:.2g}% of a stage's analytic FLOPs at most (below the 0.5% "
+                            "that pays for the counts): HFU is a lower "
+                            "bound by about that share"
+                        )
+                        if rec.simt_share is not None
+                        else " although GEMMs or attentions may run outside the tensor cores: HFU is a lower bound"
+                    )
+                    + "; HFU, executed / model and kernel rates use the tensor pipes' FLOPs; 'FLOPs (ncu)' shows — "
+                    "(config ncu.non_tensor_flops: true collects them, at about 0.3 s per profiled launch)",
+                )
+            )
+    clocks = {rec.clock_control for rec in records}
+    if "none" in clocks:
+        out.append(
+            Diagnostic(
+                "info",
+                "ncu",
+                "clocks not locked (clock_control none): the GPU ran at its own clocks; "
+                "counts do not depend on clocks, and times come from the nsys timeline",
+            )
+        )
+    if "base" in clocks:
+        out.append(
+            Diagnostic(
+                "info",
+                "ncu",
+                "clocks locked to base by ncu (clock_control base): ncu durations are "
+                "slower than a normal run; times come from the nsys timeline",
+            )
+        )
+    for key in ("compute", "dram"):
+        src = agg.peaks.source(key)
+        if not src.startswith(("ncu", "measured")):
+            out.append(Diagnostic("estimate", "peaks", f"{key} peak not measured: {src}"))
+    for _, st in agg.stages.iterrows():
+        cov = st.get("coverage")
+        if cov is not None and np.isfinite(cov) and cov < FULL_COVERAGE:
+            out.append(
+                Diagnostic(
+                    "warning",
+                    st["stage"],
+                    f"counters cover {cov:.1%} of the stage's GPU time; FLOPs "
+                    "and bytes of the rest are not measured (HFU and bandwidth are lower bounds)",
+                )
+            )
+        got, model = st.get("flops_measured_gemm", np.nan), st.get("flops_analytic_gemm", np.nan)
+        if np.isfinite(got) and np.isfinite(model) and got < GEMM_SHORTFALL * model:
+            out.append(
+                Diagnostic(
+                    "warning",
+                    st["stage"],
+                    f"the GEMM kernels measured {got:.4g} FLOPs, fewer than the model's {model:.4g} (a GEMM "
+                    "executes at least its 2·M·N·K): tensor work in a precision ncu did not collect? Set "
+                    "ncu.tensor_precisions: all",
+                )
+            )
+        if np.isfinite(st.get("bytes_analytic", np.nan)):
+            out.append(
+                Diagnostic(
+                    "estimate",
+                    st["stage"],
+                    "bytes touched by operators are a lower bound computed from tensor sizes, not a measurement",
+                )
+            )
+    return out + agg.estimates

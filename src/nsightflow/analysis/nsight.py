@@ -1,0 +1,135 @@
+"""The Nsight backend's aggregation: the attributed nsys timeline, the ncu capture joined to its plan, the analytic
+count and the measured ceilings, checked against one another (nsightflow.analysis.checks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from nsightflow.analysis import metrics
+from nsightflow.analysis.aggregate import (
+    Diagnostic,
+    RunTables,
+    kernel_results,
+    load_analytic,
+    peaks_for,
+    program_wall,
+    tables,
+)
+from nsightflow.analysis.checks import check_analytic, check_bounds, check_durations, check_gemm_floor, check_streams
+from nsightflow.analysis.diagnostics import MODE_TEXT, stage_notes, wall_note
+from nsightflow.capture import attribution, ncu_csv
+from nsightflow.capture.flops import SIMT
+from nsightflow.capture.matching import match_to_plan
+from nsightflow.capture.plan import CapturePlan, chosen_pairs, expected_frame
+from nsightflow.errors import InputError
+from nsightflow.records import CaptureRecord, Ceilings
+
+
+def aggregate_run(
+    sqlite: str | Path,
+    domain: str,
+    plan_json: str | Path,
+    export: str | Path,
+    flops_json: str | Path,
+    precision: str,
+    divergence: float,
+    top_n: int | None = None,
+    coverage: float | None = None,
+    ceiling_json: str | Path | None = None,
+    ranges_export: str | Path | None = None,
+    ranges_plan: str | Path | None = None,
+    manifest_json: str | Path | None = None,
+    capture_record: CaptureRecord | None = None,
+) -> RunTables:
+    """Per-class, per-kernel and per-stage tables of one Nsight run, plus peaks, notes and estimates. Wall times are
+    the timed pass's in ``manifest_json`` (the program unslowed by nsys) where it has one. The inputs are checked
+    against one another (nsightflow.analysis.checks); ``capture_record`` (capture.cmd.json) says which counters ncu
+    collected."""
+    tl = attribution.read_timeline(sqlite, domain)
+    plan = CapturePlan.read(plan_json)
+    raw, _ = ncu_csv.parse_raw_csv(Path(export))
+    matched = match_to_plan(kernel_results(raw, export), expected_frame(plan), Path(export).name)
+    check_durations(matched, tl.launches, str(export))
+    check_streams(tl.launches[tl.launches["pass_"] == "ranged"], str(sqlite))
+    analytic = load_analytic(flops_json)
+    check_analytic(analytic, attribution.stage_table(tl), str(flops_json), tl.probe_calls)
+    ceiling = Ceilings.read(ceiling_json) if ceiling_json else None
+    device = (
+        next(iter(raw["device__attribute_display_name"].dropna()), None)
+        if "device__attribute_display_name" in raw.columns
+        else None
+    )
+    pk = peaks_for(matched, device or tl.gpu_name, precision, ceiling)
+    wall = program_wall(manifest_json)
+    classes, kernels, stages = tables(
+        tl, matched, chosen_pairs(plan), analytic, pk, divergence, top_n, coverage, plan.mode == "representatives", wall
+    )
+    notes = [f"capture: {MODE_TEXT[plan.mode]}.", wall_note(wall[0], "nsys")]
+    estimates = []
+    for stage, s in plan.stages.items():
+        text = f"{s['profiled']} of {s['launches']} launches profiled ({s['classes']} classes of identical launches)"
+        if s["steps"] > 1:
+            before = s.get("steps_profiled_before", [])
+            text += (
+                f", in steps {s['sampled_steps']} of {s['steps']}"
+                + (f" and {s['extra_steps']} (launch sequences no sampled step has)" if s["extra_steps"] else "")
+                + (
+                    f"; step(s) {before} launched only calls profiled in an earlier step, so none of theirs was"
+                    if before
+                    else ""
+                )
+                + "; the other steps scaled launch by launch from the same calls, or from the sampled steps' launch "
+                "at the same position"
+            )
+        notes.append(f"{stage}: {text}.")
+        if s["profiled"] < s["launches"]:
+            estimates.append(Diagnostic("estimate", stage, text))
+    whole = [w for w in plan.windows if w.units is None and plan.mode == "representatives"]
+    for w in whole:
+        notes.append(f"{w.stage} step {w.step}: {w.why}.")
+    if ranges_export and ranges_plan:
+        stages = with_range_totals(stages, ranges_export, ranges_plan, tl)
+    notes += stage_notes(stages, analytic)
+    check_bounds(stages, pk)
+    check_gemm_floor(stages, str(flops_json), every_precision_collected(capture_record))
+    return RunTables(kernels, stages, pk, notes, estimates, classes, matched)
+
+
+def every_precision_collected(record: CaptureRecord | None) -> bool:
+    """Whether a capture collected the FLOPs of every precision its GEMMs and attentions ran in: then measured GEMM
+    FLOPs below the model's cannot be explained by a counter left out."""
+    if record is None or record.precisions_seen is None or not record.tensor_precisions:
+        return False
+    seen = set(record.precisions_seen)
+    return seen - {SIMT} <= set(record.tensor_precisions) and (SIMT not in seen or bool(record.non_tensor_flops))
+
+
+def range_results(export: str | Path, plan_json: str | Path) -> pd.DataFrame:
+    """One row per range window of a range-replay capture: stage, step and the window's counter totals."""
+    raw, _ = ncu_csv.parse_raw_csv(Path(export))
+    plan = CapturePlan.read(plan_json)
+    if len(raw) != len(plan.windows):
+        raise InputError(f"{export}: {len(raw)} range results, the range plan has {len(plan.windows)} windows")
+    res = ncu_csv.result_metrics(raw).sort_values("ncu_id").reset_index(drop=True)
+    res["stage"] = [w.stage for w in plan.windows]
+    res["step"] = [w.step for w in plan.windows]
+    return res
+
+
+def with_range_totals(
+    stages: pd.DataFrame, export: str | Path, plan_json: str | Path, tl: attribution.Timeline
+) -> pd.DataFrame:
+    """Stage totals from range replay (mean over the sampled step windows × the stage's steps) beside the
+    per-kernel totals: tensor FLOPs and DRAM bytes (range replay cannot count SASS instructions)."""
+    res = range_results(export, plan_json)
+    n = tl.ranges.groupby("stage").size()
+    per = res.groupby("stage").agg(
+        tensor=("flops_tensor", metrics._mean_strict), dram=("dram_bytes", metrics._mean_strict)
+    )
+    out = stages.copy()
+    out["flops_tensor_ranges"] = [per.loc[s, "tensor"] * n[s] if s in per.index else np.nan for s in out["stage"]]
+    out["dram_bytes_ranges"] = [per.loc[s, "dram"] * n[s] if s in per.index else np.nan for s in out["stage"]]
+    return out

@@ -1,0 +1,106 @@
+"""What a run produces for the report, in one place: ``kernels.csv``, ``stages.csv``, ``summary.json``
+(written by the aggregate rules) and the run as the report reads it back (with ``manifest.json``).
+
+Every backend (nsight, torch, captures) writes the same files, so the report never asks which one ran:
+- ``kernels.csv``: one row per (stage, kernel or operator): rank, top-N flag, launches, launches per step,
+  classes and profiled launches (nsight), busy ns from the timeline, share of the stage, and where
+  counters exist FLOPs, DRAM/L2/L1 bytes per launch, intensity, achieved rate and utilisations.
+- ``stages.csv``: one row per stage: ranges, wall and busy ms, coverage, FLOPs (ncu: in all and by the class
+  of the operator that launched each kernel; model: in all and by class), MFU and
+  HFU on wall and busy time, DRAM bytes and bandwidth utilisation, the same against measured ceilings.
+- ``summary.json``: peaks (with their sources), notes, diagnostics, profiler commands.
+Every column, with its header, format and meaning: nsightflow.columns.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import TypedDict
+
+import pandas as pd
+
+from nsightflow import columns, files
+from nsightflow.analysis.aggregate import Diagnostic, RunTables
+from nsightflow.analysis.peaks import Peaks
+from nsightflow.records import Manifest
+
+
+class Run(TypedDict):
+    """One run as the report reads it."""
+
+    run_id: str
+    kernels: pd.DataFrame
+    stages: pd.DataFrame
+    peaks: Peaks
+    notes: list[str]
+    manifest: Manifest
+    diagnostics: list[Diagnostic]
+    commands: list[dict]
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A run's CSV table as written: stage and kernel names stay strings whatever they read like ('NA', 'nan',
+    '1', 'True'); only empty cells are missing values (pandas writes NaN as an empty cell)."""
+    return pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"stage": str, "kernel": str})
+
+
+def in_order(table: str, df: pd.DataFrame) -> pd.DataFrame:
+    """``df``'s columns in the registry's order (nsightflow.columns); a column the registry lacks is a programming
+    error: every column a reader sees has a header, a format and a definition."""
+    unknown = [c for c in df.columns if c not in columns.names(table)]
+    if unknown:
+        raise AssertionError(f"{table}.csv: column(s) {unknown} are not in nsightflow.columns; register them")
+    return df[[c for c in columns.names(table) if c in df.columns]]
+
+
+def write_run(
+    agg: RunTables,
+    kernels_csv: str | Path,
+    stages_csv: str | Path,
+    summary_json: str | Path,
+    commands: list[dict],
+    diagnostics: list[Diagnostic],
+) -> None:
+    """The run's tables as CSV (for pandas and diffs) and its peaks, notes, diagnostics and commands as JSON.
+
+    Each file is written beside its target and moved into place, so a killed job leaves none half-written.
+    """
+    for table, df, path in (("kernels", agg.kernels, kernels_csv), ("stages", agg.stages, stages_csv)):
+        tmp = files.staging(path)
+        in_order(table, df).to_csv(tmp, index=False)
+        files.publish(tmp, path)
+    files.write_text(
+        summary_json,
+        json.dumps(
+            {
+                "peaks": agg.peaks.to_dict(),
+                "notes": agg.notes,
+                "commands": commands,
+                "diagnostics": [asdict(d) for d in diagnostics],
+            },
+            indent=2,
+            default=float,
+        ),
+    )
+
+
+def load_run(
+    run_id: str, kernels_csv: str | Path, stages_csv: str | Path, summary_json: str | Path, manifest_json: str | Path
+) -> Run:
+    """A run as the report wants it, from the files its backend wrote."""
+    summary = json.loads(Path(summary_json).read_text())
+    manifest = Manifest.read(manifest_json)
+    return Run(
+        **{
+            "run_id": run_id,
+            "kernels": read_table(kernels_csv),
+            "stages": read_table(stages_csv),
+            "peaks": Peaks.from_dict(summary["peaks"]),
+            "notes": summary["notes"],
+            "manifest": manifest,
+            "diagnostics": [Diagnostic(**d) for d in summary.get("diagnostics", [])],
+            "commands": list(manifest.commands) + list(summary.get("commands", [])),
+        }
+    )

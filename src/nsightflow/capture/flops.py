@@ -1,0 +1,362 @@
+"""Analytic FLOPs and bytes of each operator, tallied per stage.
+
+Why not ``FlopCounterMode`` itself: it decomposes operators it has no formula for (which changes the
+kernels that run), its attention formulas assert on grouped-query shapes, and which attention ops it
+knows differs between torch versions. Here attention is counted from shapes by this module (any number
+of key/value heads, the causal mask, every SDPA backend, forward and backward), the other matmul-like
+operators by torch's own formula registry, and every other operator counts zero FLOPs. A formula that
+raises is recorded as "not counted" for its stage; it never stops the workload.
+
+Model FLOPs are what the model's maths needs: a causal attention's masked half is subtracted in
+``flops_causal_adjusted``; ``flops`` counts attention in full, as FlopCounterMode does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nsightflow.records import AnalyticCounts, StageCount
+
+GEMM_OPS = {
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "_scaled_mm",
+    "convolution",
+    "_convolution",
+    "convolution_backward",
+    "cudnn_convolution",
+    "convolution_overrideable",
+    "_slow_conv2d_forward",
+}
+# SDPA operators (any backend) and the layout of their query/key/value: (b, h, s, d) for the
+# _scaled_dot_product_* family, (b, s, h, d) for the lower-level kernels called directly.
+ATTENTION_FORWARD = {
+    "_scaled_dot_product_flash_attention": "bhsd",
+    "_scaled_dot_product_flash_attention_for_cpu": "bhsd",
+    "_scaled_dot_product_efficient_attention": "bhsd",
+    "_scaled_dot_product_cudnn_attention": "bhsd",
+    "_scaled_dot_product_fused_attention_overrideable": "bhsd",
+    "_flash_attention_forward": "bshd",
+    "_efficient_attention_forward": "bshd",
+}
+ATTENTION_BACKWARD = {f"{name}_backward": layout for name, layout in ATTENTION_FORWARD.items()}
+GATHER_OPS = {"embedding", "index_select", "gather", "take", "index", "embedding_bag"}
+CLASSES = ("gemm", "attention", "other")
+# The tensor-core precision of a GEMM's or attention's inputs (the names of nsightflow.capture.ncu's FLOP counters);
+# float32 runs on tensor cores only as TF32, where torch allows it, else on the FMA units ('fp32'). Any other
+# dtype is kept by its name.
+TENSOR_PRECISIONS = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "float64": "fp64_tensor",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "float8_e4m3fnuz": "fp8",
+    "float8_e5m2fnuz": "fp8",
+}
+
+
+SIMT = "fp32"  # float32 matrix work on the FMA units (without TF32): its FLOPs are SASS counts, not tensor ones
+UNKNOWN = "unknown"  # no precision can be told (or one with no FLOP peak, integers): no compute peak is taken
+
+
+def input_precisions(name: str, klass: str, args: tuple) -> list[str]:
+    """The precision of each input of a GEMM (two operands) or an attention (query, key, value), in order:
+    tensor-core ones, or 'fp32' for float32 where TF32 is not allowed; empty for other operators."""
+    import torch
+
+    if klass not in ("gemm", "attention"):
+        return []
+    tensors = [a for a in args if isinstance(a, torch.Tensor)][: 2 if klass == "gemm" else 3]
+    # TF32 is a CUDA tensor-core format: torch's allow_tf32 switches say nothing about work on the CPU.
+    on_cuda = any(t.is_cuda for t in tensors)
+    if "conv" in name:
+        tf32 = on_cuda and torch.backends.cudnn.allow_tf32
+    else:
+        tf32 = on_cuda and (klass == "attention" or torch.backends.cuda.matmul.allow_tf32)
+    return [tensor_precision(str(t.dtype).removeprefix("torch."), tf32) for t in tensors]
+
+
+def tensor_precision(dtype: str, tf32: bool) -> str:
+    """The precision matrix work on inputs of ``dtype`` runs in: a tensor-core one, TF32 for float32 where
+    allowed, else 'fp32' (the FMA units); any other dtype keeps its name."""
+    if dtype == "float32":
+        return "tf32" if tf32 else SIMT
+    return TENSOR_PRECISIONS.get(dtype, dtype)
+
+
+# The dtype a precision's matrix work takes as input (the measured ceiling multiplies in it): TENSOR_PRECISIONS
+# inverted (fp8: its first dtype, float8_e4m3fn), and float32 for TF32 and the FMA units.
+PRECISION_DTYPE = {"tf32": "float32", SIMT: "float32", **{p: d for d, p in reversed(TENSOR_PRECISIONS.items())}}
+
+
+@dataclass(frozen=True)
+class MatmulPrecision:
+    """The precision a run's MFU divides by (a peak's name) and the dtype of its matrix work; where that came
+    from ('probe': the probe pass's GEMMs; 'declared': the workload's dtype, where the probe saw no GEMM;
+    'fallback': no GEMM at all, float32 for the FMA units' work; 'unknown': nothing tells, or the GEMMs ran in
+    a precision with no FLOP peak, such as integers: no compute peak is taken); how the report's diagnostics
+    should say it ('warning', 'info', or '' when it is just the declared dtype); and why, in words."""
+
+    precision: str
+    dtype: str
+    source: Literal["probe", "declared", "fallback", "unknown"]
+    level: Literal["warning", "info", ""]
+    why: str
+
+
+def matmul_precision(declared: str | None, stages: dict[str, StageCount] | None) -> MatmulPrecision:
+    """The precision of a workload's matrix work, as it ran: that of most GEMM and attention FLOPs in the probe
+    pass (``stages``: the analytic count's, nsightflow.records; a tie goes to the declared dtype),
+    else the declared dtype's, else float32. A model declared float32 that multiplies under autocast in bf16
+    is measured against the bf16 peak: the declared dtype's would put MFU above 100%."""
+    by: dict[str, float] = {}
+    for rec in (stages or {}).values():
+        for p, n in (rec.by_precision or {}).items():
+            by[p] = by.get(p, 0) + n
+    mine = tensor_precision(declared, tf32=False) if declared else None
+    known = {p: n for p, n in by.items() if p in PRECISION_DTYPE and n > 0}
+    if known:
+        top = max(known, key=lambda p: (known[p], p == mine))
+        why = f"{known[top] / sum(by.values()):.0%} of the GEMM and attention FLOPs of the probe pass ran in {top}"
+        level: Literal["warning", "info", ""]
+        if declared is None:
+            level, why = "info", "not declared by the workload: " + why
+        elif PRECISION_DTYPE[top] != declared:
+            level, why = "warning", f"the workload declares {declared}, but {why}"
+        else:  # as declared, or a declared float32 multiplying as TF32
+            level, why = ("" if top == mine else "info"), f"the workload declares {declared}; {why}"
+        return MatmulPrecision(top, PRECISION_DTYPE[top], "probe", level, why)
+    other = sorted(p for p, n in by.items() if p not in PRECISION_DTYPE and n > 0)
+    if other:
+        why = f"the probe pass's GEMMs ran in {', '.join(other)}, which has no FLOP peak here: no MFU or HFU"
+        return MatmulPrecision(UNKNOWN, "float32", "unknown", "warning", why)
+    # No count, a stage not counted, or GEMM FLOPs counted without their precisions (an older count): blind.
+    blind = stages is None or any(
+        rec.not_counted or (not rec.by_precision and any((rec.by_class or {}).get(c) for c in CLASSES[:2]))
+        for rec in stages.values()
+    )
+    seen = "no probe pass counted this launch" if stages is None else "the probe pass saw no GEMM FLOPs"
+    if blind and stages is not None:
+        missed = "; ".join(w for rec in stages.values() for w in rec.not_counted)
+        seen = (
+            f"the probe pass could not count every stage ({missed[:300]})"
+            if missed
+            else "the analytic count does not say which precision its GEMMs ran in"
+        )
+    if declared is not None:
+        return MatmulPrecision(mine or declared, declared, "declared", "", f"declared by the workload ({seen})")
+    if blind:
+        # Nothing tells which precision the GEMMs ran in: no compute peak is taken (a float32 peak for bf16 work
+        # would put MFU at many times 100%); the ceilings are measured in float32, as a reference only.
+        why = f"not declared by the workload, and {seen}: no compute peak, so no MFU or HFU; declare its dtype"
+        return MatmulPrecision(UNKNOWN, "float32", "unknown", "warning", why)
+    why = f"not declared by the workload, and {seen}: its FLOPs run on the FMA units, float32 taken"
+    return MatmulPrecision(SIMT, "float32", "fallback", "info", why)
+
+
+def causal_kept(sq: int, sk: int) -> int:
+    """(query, key) pairs a causal mask keeps: query i sees keys 0..i (torch's top-left alignment)."""
+    if sq <= sk:
+        return sq * (sq + 1) // 2
+    return sk * (sk + 1) // 2 + (sq - sk) * sk
+
+
+def _named_args(func: Any, args: tuple, kwargs: dict) -> dict:
+    """Arguments of an aten call by schema name (positions differ between operators and versions)."""
+    names = [a.name for a in func._schema.arguments]
+    out = dict(zip(names, args, strict=False))
+    out.update(kwargs)
+    return out
+
+
+def attention_flops(name: str, func: Any, args: tuple, kwargs: dict) -> tuple[int, int]:
+    """(FLOPs in full, FLOPs the causal mask removes) of one SDPA call, from its shapes.
+
+    Forward: Q·Kᵀ and P·V, 2·b·hq·sq·sk·(d + dv). Backward: dV, dP, dQ, dK, twice the forward
+    (the score recomputation of flash kernels is an implementation detail, not model work).
+    Grouped-query and multi-query attention use the query heads: each query head does its own products.
+    """
+    a = _named_args(func, args, kwargs)
+    layout = ATTENTION_FORWARD.get(name) or ATTENTION_BACKWARD[name]
+    q, k, v = a["query"], a["key"], a["value"]
+    if layout == "bhsd":
+        b, hq, sq, d = q.shape
+        sk, dv = k.shape[-2], v.shape[-1]
+    else:
+        b, sq, hq, d = q.shape
+        sk, dv = k.shape[1], v.shape[-1]
+    full = 2 * b * hq * sq * sk * (d + dv)
+    if name in ATTENTION_BACKWARD:
+        full *= 2
+    causal = bool(a.get("is_causal", False)) or a.get("custom_mask_type", 0) == 1
+    masked = full - full * causal_kept(sq, sk) // (sq * sk) if causal else 0
+    return int(full), int(masked)
+
+
+def op_class(name: str) -> str:
+    """The class of an operator (its aten overload packet's name): gemm, attention or other. The analytic
+    count and the measured FLOPs (through the operator that launched each kernel) use the same classes."""
+    if name in ATTENTION_FORWARD or name in ATTENTION_BACKWARD:
+        return "attention"
+    return "gemm" if name in GEMM_OPS else "other"
+
+
+def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[str, int, int]:
+    """(class, FLOPs, FLOPs masked by causality) of one operator; raises when its formula fails."""
+    from torch.utils.flop_counter import flop_registry
+
+    name = func.overloadpacket.__name__
+    klass = op_class(name)
+    if klass == "attention":
+        full, masked = attention_flops(name, func, args, kwargs)
+        return klass, full, masked
+    formula = flop_registry.get(func.overloadpacket)
+    if formula is None:
+        return "other", 0, 0
+    return klass, int(formula(*args, **kwargs, out_val=out)), 0
+
+
+def moved_bytes(inputs: list, output: Any, gathers: bool = False) -> int:
+    """Bytes an operator touches: each distinct input tensor once, plus new outputs.
+
+    Outputs that alias an input (views, in-place results) add nothing; a lookup (``gathers``)
+    reads only as many table bytes as it returns. Re-reads are not counted, so this is a lower
+    bound on what the operators must touch; DRAM traffic itself can be lower when an
+    intermediate stays in cache.
+    """
+    import torch
+
+    def tensors(x: Any) -> Iterator[torch.Tensor]:
+        if isinstance(x, torch.Tensor):
+            yield x
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                yield from tensors(y)
+
+    seen: set[tuple[int, Any]] = set()
+    total = 0
+    ins = list(tensors(inputs))
+    outs = list(tensors(output))
+    if gathers and ins and outs:
+        table = ins[0]
+        seen.add((table.untyped_storage().data_ptr(), table.storage_offset()))
+        total += min(table.numel() * table.element_size(), sum(t.numel() * t.element_size() for t in outs))
+    in_storage = {t.untyped_storage().data_ptr() for t in ins if t.device.type != "meta"}
+    for t in ins:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        if key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+    for t in outs:
+        if t.untyped_storage().data_ptr() in in_storage:
+            continue  # a view or an in-place result: its bytes were counted as an input
+        total += t.numel() * t.element_size()
+    return total
+
+
+@dataclass
+class StageTally:
+    """What the counter sees of one stage, over all its steps, as it goes (its record: nsightflow.records)."""
+
+    steps: int = 0
+    calls: int = 0  # operator calls dispatched (the timeline's probe pass marks as many)
+    flops: int = 0
+    masked: int = 0
+    attention_full: int = 0
+    bytes: int = 0
+    by_class: dict = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
+    by_op: dict = field(default_factory=dict)
+    failures: dict = field(default_factory=dict)  # op -> first error
+    graph_replays: int = 0
+    stopped: str = ""  # why the counting pass stopped, if it did
+    precisions: set = field(default_factory=set)  # tensor-core precisions of its GEMMs and attentions
+    by_precision: dict = field(default_factory=dict)  # their FLOPs, by the precision of the first input
+
+    def record(self) -> StageCount:
+        """The stage's entry in analytic_flops.json; FLOPs are None when part of the work was not counted."""
+        why = [self.stopped] if self.stopped else []
+        if self.failures:
+            why.append("a FLOP formula failed for " + "; ".join(f"{op}: {err}" for op, err in self.failures.items()))
+        if self.graph_replays:
+            why.append(
+                f"the stage replays CUDA graphs ({self.graph_replays} replays): the operators inside a graph "
+                "run without passing through PyTorch's dispatcher, so they cannot be counted"
+            )
+        ok = not why
+        return StageCount(
+            flops=self.flops if ok else None,
+            flops_causal_adjusted=self.flops - self.masked if ok else None,
+            attention_flops_full=self.attention_full if ok else None,
+            causal_masked_flops=self.masked if ok else None,
+            by_class=dict(self.by_class) if ok else None,
+            bytes_lower_bound=self.bytes if ok else None,
+            repeats=self.steps,
+            calls=self.calls,
+            by_op=dict(self.by_op),
+            tensor_precisions=sorted(self.precisions) if ok else None,
+            by_precision=dict(self.by_precision),
+            graph_replays=self.graph_replays,
+            not_counted=why,
+        )
+
+
+class Tally:
+    """FLOPs and bytes per stage, fed one operator at a time by the probe pass."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, StageTally] = {}
+        self.current: StageTally | None = None
+
+    def begin(self, stage: str) -> None:
+        self.current = self.stages.setdefault(stage, StageTally())
+        self.current.steps += 1
+
+    def end(self) -> None:
+        self.current = None
+
+    def graph_replay(self) -> None:
+        if self.current is not None:
+            self.current.graph_replays += 1
+
+    def add(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        s = self.current
+        if s is None:
+            return
+        s.calls += 1
+        name = func.overloadpacket.__name__
+        try:
+            klass, flops, masked = op_flops(func, args, kwargs, out)
+        except Exception as exc:  # a formula that cannot handle these shapes: say so, keep running
+            s.failures.setdefault(name, repr(exc)[:300])
+            return
+        inputs = input_precisions(name, klass, args)
+        s.precisions |= set(inputs)
+        if inputs and flops:
+            s.by_precision[inputs[0]] = s.by_precision.get(inputs[0], 0) + flops
+        s.flops += flops
+        s.masked += masked
+        s.by_class[klass] += flops
+        if klass == "attention":
+            s.attention_full += flops
+        if flops:
+            s.by_op[f"aten.{name}"] = s.by_op.get(f"aten.{name}", 0) + flops
+        if not getattr(func, "is_view", False):  # views move no data
+            s.bytes += moved_bytes(list(args) + list(kwargs.values()), out, gathers=name in GATHER_OPS)
+
+    def failed(self, stages: list[str], why: str) -> None:
+        """The counting pass stopped: every stage's count is missing, with the reason."""
+        for name in stages:
+            self.stages.setdefault(name, StageTally()).stopped = why[:500]
+
+    def result(self) -> AnalyticCounts:
+        return AnalyticCounts(
+            stages={name: s.record() for name, s in self.stages.items()},
+            method="operators seen by a TorchDispatchMode in a pass outside the measured ranges: attention "
+            "from shapes (nsightflow.capture.flops), matmul-like operators from torch.utils.flop_counter's "
+            "formulas, other operators 0 FLOPs; bytes: each operator's tensors touched once",
+        )

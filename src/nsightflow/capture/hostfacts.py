@@ -1,0 +1,88 @@
+"""What one Snakemake invocation decides about the machine: backend, device name, tool versions.
+
+They shape the DAG (which rules exist), file names (``results/preflight/<device>.json``) and the
+params that rerun jobs, so every job must see the same answer wherever it runs. On a cluster the
+Slurm executor re-reads the Snakefile on each compute node: a login node without a GPU and a GPU node
+would decide differently. The first reading decides and puts the facts in the environment; Slurm's
+``sbatch --export=ALL`` (what the executor submits with) carries them to every job, which reuses them.
+The host probes (nvidia-smi, ``nsys/ncu --version``) therefore run once per invocation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from nsightflow.capture.backend import device_label, gpus, resolve, slug, tool_versions
+
+ENV = "NSIGHTFLOW_HOST_FACTS"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """The invocation's decisions, with where and from what they were made."""
+
+    backend: Literal["nsight", "torch", "captures"]
+    reason: str  # why that backend, in words
+    device: str  # folder-safe device name (preflight results are cached under it)
+    gpu_jobs: bool  # whether profiling jobs need a GPU (what they request from a scheduler)
+    versions: dict = field(default_factory=dict)
+    decided_on: str = ""  # host name of the machine that decided
+    request: dict = field(default_factory=dict)  # the config values the decision was made from
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def request_of(config: dict) -> dict:
+    """The config values the facts depend on: a job whose config differs from these must not reuse them."""
+    tools = config["tools"]
+    return {
+        "profiler": config["profiler"],
+        "captures": config.get("captures"),
+        "device": config.get("device"),
+        "nsys": tools["nsys"],
+        "ncu": tools["ncu"],
+    }
+
+
+def decide(config: dict) -> HostFacts:
+    """Probe this host and decide (config ``profiler``, ``device``, ``tools``, ``captures``)."""
+    req = request_of(config)
+    local_gpus = [] if req["captures"] else gpus()
+    backend, reason = resolve(req["profiler"], req["nsys"], req["ncu"], req["captures"], local_gpus)
+    if backend == "captures":
+        device = "none"
+    elif req["device"]:
+        device = slug(req["device"])
+    else:
+        device = device_label(backend, local_gpus)
+    gpu_jobs = backend == "nsight" or (backend == "torch" and (bool(local_gpus) or bool(req["device"])))
+    return HostFacts(
+        backend=backend,
+        reason=reason,
+        device=device,
+        gpu_jobs=gpu_jobs,
+        versions=tool_versions(backend, req["nsys"], req["ncu"]),
+        decided_on=platform.node(),
+        request=req,
+    )
+
+
+def shared(config: dict, environ: os._Environ | dict = os.environ) -> HostFacts:
+    """The facts of this invocation: those in ``environ`` when a submitting host decided them for the
+    same config, else decided here and put into ``environ`` for the jobs this process starts."""
+    text = environ.get(ENV)
+    if text:
+        try:
+            facts = HostFacts(**json.loads(text))
+        except (TypeError, ValueError):
+            facts = None
+        if facts is not None and facts.request == request_of(config):
+            return facts
+    facts = decide(config)
+    environ[ENV] = facts.to_json()
+    return facts

@@ -1,0 +1,159 @@
+"""Nsight Systems: command lines, and the timeline's tables as DataFrames.
+
+The nsight path reads the SQLite export (nsightflow.capture.attribution: attribution by time window, across
+threads and CUDA graphs). The stats CSV readers here serve analysis of captures made elsewhere that
+come without a SQLite export:
+- ``kernel_table``: GPU time and instances per (NVTX stage, kernel), from ``nvtx_kern_sum`` (nsys
+  attributes per thread: a backward stage's autograd kernels are not in it);
+- ``stage_table``: wall time and instances per NVTX range, from ``nvtx_sum``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+
+from nsightflow.errors import InputError
+
+STATS_REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum")
+MIN_KERNEL_NS = 100  # the shortest kernels nsys records on H100/H200 take about 1 µs
+
+
+def profile_argv(
+    nsys: str, out_base: str | Path, program: list[str], trace: str = "cuda,nvtx", capture_range: bool = False
+) -> list[str]:
+    """``nsys profile`` of ``program``; writes ``out_base.nsys-rep`` and its SQLite export ``out_base.sqlite``.
+
+    Kernels inside CUDA graphs are traced one by one (``--cuda-graph-trace=node``; by default nsys
+    shows a replayed graph as one item and its kernels in no range). No OS-runtime tracing (it grows
+    past GBs), no CPU sampling. ``capture_range``: trace only between the program's ``cudaProfilerStart`` and
+    ``cudaProfilerStop`` (the harness's ``--timed`` pass runs before them, unslowed)."""
+    window = ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if capture_range else []
+    return [
+        nsys,
+        "profile",
+        f"--trace={trace}",
+        "--sample=none",
+        "--cpuctxsw=none",
+        "--cuda-graph-trace=node",
+        *window,
+        "--export=sqlite",
+        "--force-overwrite=true",
+        "-o",
+        str(out_base),
+        *program,
+    ]
+
+
+def stats_argv(nsys: str, rep: str | Path, out_prefix: str | Path) -> list[str]:
+    """``nsys stats`` writing ``PREFIX_<report>.csv`` per report and ``<rep>.sqlite`` beside the report."""
+    argv = [nsys, "stats"]
+    for report in STATS_REPORTS:
+        argv += ["--report", report]
+    return argv + ["--format", "csv", "--force-export=true", "--force-overwrite=true", "-o", str(out_prefix), str(rep)]
+
+
+def split_range(label: str) -> tuple[str, str]:
+    """``'domain:name'`` as nsys stats prints a range → (domain, name); ``''`` domain for the default one."""
+    label = "" if pd.isna(label) else str(label)
+    if ":" in label:
+        domain, name = label.split(":", 1)
+        return domain, name
+    return "", label
+
+
+def _read_csv(path: str | Path, required: list[str], what: str, numeric: list[str]) -> pd.DataFrame:
+    """A stats CSV with its columns checked and its ``numeric`` columns parsed strictly: a cell that is not a
+    number is an error naming the file, row and column (never a NaN that a sum would drop, or a zero)."""
+    path = Path(path)
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError as exc:
+        raise InputError(f"{path}: empty file; expected the {what} CSV from nsys stats") from exc
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise InputError(
+            f"{path}: not a readable CSV ({exc}); export it again with: nsys stats --report {what} "
+            "--format csv -o PREFIX REPORT.nsys-rep"
+        ) from exc
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise InputError(
+            f"{path}: not an nsys stats {what} CSV: missing columns {missing} (found {list(df.columns)}). "
+            f"Export it with: nsys stats --report {what} --format csv -o PREFIX REPORT.nsys-rep"
+        )
+    for col in numeric:
+        values = pd.to_numeric(df[col].str.replace(",", "", regex=False), errors="coerce")
+        bad = values.isna() | (values < 0)
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            raise InputError(
+                f"{path}: row {row + 2}, column {col!r}: {df.loc[row, col]!r} is not a count or time "
+                f"(a cut or edited {what} export?); export it again"
+            )
+        df[col] = values
+    return df
+
+
+def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
+    """GPU time per (stage, kernel) for kernels launched inside NVTX ranges.
+
+    Columns: domain, stage, kernel, instances, total_ns, range_instances,
+    launches_per_range (instances / range instances: for decode, launches per step).
+    """
+    df = _read_csv(
+        nvtx_kern_sum,
+        ["NVTX Range", "NVTX Inst", "Kern Inst", "Total Time (ns)", "Kernel Name"],
+        "nvtx_kern_sum",
+        ["NVTX Inst", "Kern Inst", "Total Time (ns)"],
+    )
+    df = df[df["NVTX Range"].notna() & (df["NVTX Range"].astype(str) != "")]
+    parts = df["NVTX Range"].map(split_range)
+    out = pd.DataFrame(
+        {
+            "domain": [p[0] for p in parts],
+            "stage": [p[1] for p in parts],
+            "kernel": df["Kernel Name"].astype(str).values,
+            "instances": df["Kern Inst"].astype("int64").values,
+            "total_ns": df["Total Time (ns)"].astype("float64").values,
+            "range_instances": df["NVTX Inst"].astype("int64").values,
+        }
+    )
+    per_launch = out["total_ns"] / out["instances"].where(out["instances"] > 0)
+    if (per_launch < MIN_KERNEL_NS).any():
+        i = int(per_launch.idxmin())
+        raise InputError(
+            f"{nvtx_kern_sum}: row {i + 2}: {out.loc[i, 'kernel'][:60]} took {per_launch[i]:.3g} ns per "
+            f"launch; no GPU kernel completes in under {MIN_KERNEL_NS} ns (columns swapped, or an edited "
+            "export?); export it again"
+        )
+    out = out.groupby(["domain", "stage", "kernel"], as_index=False).agg(
+        instances=("instances", "sum"), total_ns=("total_ns", "sum"), range_instances=("range_instances", "max")
+    )
+    out["launches_per_range"] = out["instances"] / out["range_instances"]
+    return out.sort_values(["stage", "total_ns"], ascending=[True, False], ignore_index=True)
+
+
+def stage_table(nvtx_sum: str | Path) -> pd.DataFrame:
+    """Wall time per NVTX range: columns domain, stage, range_instances, wall_ns (total over instances)."""
+    df = _read_csv(nvtx_sum, ["Total Time (ns)", "Instances", "Range"], "nvtx_sum", ["Total Time (ns)", "Instances"])
+    parts = df["Range"].map(split_range)
+    return pd.DataFrame(
+        {
+            "domain": [p[0] for p in parts],
+            "stage": [p[1] for p in parts],
+            "range_instances": df["Instances"].astype("int64").values,
+            "wall_ns": df["Total Time (ns)"].astype("float64").values,
+        }
+    )
+
+
+def gpu_name(sqlite_path: str | Path) -> str | None:
+    """The profiled GPU's name from the SQLite export, if recorded."""
+    with sqlite3.connect(f"file:{Path(sqlite_path)}?mode=ro", uri=True) as con:
+        try:
+            row = con.execute("SELECT name FROM TARGET_INFO_GPU LIMIT 1").fetchone()
+        except sqlite3.Error:
+            return None
+    return row[0] if row else None

@@ -1,0 +1,206 @@
+"""The passes of a workload's one launch: warm-up, the timed pass (the program's own wall times), the ranged pass
+(every step in its NVTX range, synchronized before the range ends), the probe pass (operators numbered, marked,
+counted, or windowed for ncu: nsightflow.capture.probe), and the torch.profiler pass. nsightflow.capture.harness
+runs them as a program."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nsightflow import files
+from nsightflow.domains import DEFAULT_DOMAIN, probe_domain
+from nsightflow.records import AnalyticCounts
+from nsightflow.workloads.api import Stage, Workload, WorkloadError, steps
+
+if TYPE_CHECKING:
+    from nsightflow.capture.flops import Tally
+    from nsightflow.capture.probe import Windows
+
+
+def _sync(device: str) -> None:
+    """Wait for the GPU, so a range's wall time covers its kernels. Done whenever CUDA is in use, even
+    if the workload declared another device or never synchronizes itself."""
+    import torch
+
+    if device.startswith("cuda") or (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        torch.cuda.synchronize()
+
+
+def _run_pass(workload: Workload, annotate: Callable | None) -> dict[str, list[float]]:
+    """Run setup and every stage step once; return each step's wall time in seconds."""
+    _setup(workload)
+    times: dict[str, list[float]] = {}
+    for stage, step in steps(workload):
+        start = time.perf_counter()
+        with annotate(stage.name, step) if annotate else nullcontext():
+            _call(stage, step)
+            _sync(workload.device)
+        times.setdefault(stage.name, []).append(time.perf_counter() - start)
+    return times
+
+
+def _setup(workload: Workload) -> None:
+    try:
+        workload.setup()
+    except Exception as exc:
+        raise WorkloadError(f"the workload's setup raised: {exc!r}") from exc
+    _sync(workload.device)
+
+
+def _call(stage: Stage, step: int) -> None:
+    try:
+        stage.fn(step)
+    except WorkloadError:
+        raise
+    except Exception as exc:
+        raise WorkloadError(
+            f"stage {stage.name!r} raised at step {step}: {exc!r}. Run the workload once "
+            "outside nsightflow to debug it; nothing was measured."
+        ) from exc
+
+
+def _nvtx_ranges(domain: str) -> Callable[[str, int], AbstractContextManager]:
+    import nvtx
+
+    def annotate(name: str, step: int) -> AbstractContextManager:
+        return nvtx.annotate(message=name, domain=domain, payload=step)
+
+    return annotate
+
+
+def probe_pass(
+    workload: Workload, domain: str | None, count: bool, windows: Windows | None = None
+) -> AnalyticCounts | None:
+    """The probe pass (see nsightflow.capture.probe). ``domain``: mark operators and steps with NVTX; ``count``:
+    return the analytic FLOP and byte counts per stage; ``windows``: open ncu's profiler windows.
+
+    Under ``windows`` only the steps the plan names run under the operator probe; a step the plan wants
+    whole runs as in the ranged pass, inside one window; every other step runs plainly.
+    """
+    from nsightflow.capture.flops import Tally
+    from nsightflow.capture.probe import op_probe
+
+    tally = Tally() if count else None
+    mark = _nvtx_ranges(probe_domain(domain)) if domain is not None else None
+    probe = op_probe(domain, tally, windows)
+    try:
+        _probe_steps(workload, tally, mark, probe, windows)
+    except WorkloadError as exc:
+        if tally is None or windows is not None:
+            raise
+        # The workload ran in the ranged pass; under the probe it failed: the measurement stands, the count does not.
+        tally.failed(
+            [s.name for s in workload.stages],
+            f"the counting pass (the workload run again under a "
+            f"TorchDispatchMode, after the measured pass) failed: {exc}",
+        )
+    return tally.result() if tally is not None else None
+
+
+def _probe_steps(workload: Workload, tally: Tally | None, mark: Any, probe: Any, windows: Windows | None) -> None:
+    from nsightflow.capture.probe import graph_replays_counted
+
+    _setup(workload)
+    with graph_replays_counted(tally):
+        for stage, step in steps(workload):
+            observed = windows is None or (windows.wanted(stage.name, step) and not windows.whole(stage.name, step))
+            with mark(stage.name, step) if mark else nullcontext():
+                if tally is not None:
+                    tally.begin(stage.name)
+                if windows is not None:
+                    windows.begin_step(stage.name, step)
+                probe.index = 0
+                with probe if observed else nullcontext():
+                    _call(stage, step)
+                _sync(workload.device)
+                if windows is not None:
+                    windows.end_step()
+                if tally is not None:
+                    tally.end()
+
+
+def count_flops(workload: Workload) -> AnalyticCounts | None:
+    """The analytic FLOP and byte counts of every stage (one probe pass, no profiler, no NVTX)."""
+    return probe_pass(workload, None, count=True)
+
+
+def timed_pass(workload: Workload) -> dict[str, list[float]]:
+    """Every stage step run as the program runs it (no NVTX range, no profiler collecting), each step's wall time
+    in seconds. A profiler that traces every launch slows launch-bound code (nsys: about 30 µs a launch on the
+    H200, a 27 ms decode step took 41-45 ms), so the wall times a report divides by come from here."""
+    return _run_pass(workload, None)
+
+
+def capture_range(on: bool) -> None:
+    """Open (or close) the profiler's capture range (``cudaProfilerStart``/``Stop``): nsys run with
+    ``--capture-range=cudaProfilerApi`` traces only inside it, so the timed pass before it runs unslowed."""
+    import torch
+
+    if torch.cuda.is_available():
+        import torch.cuda.profiler as cuda_profiler
+
+        (cuda_profiler.start if on else cuda_profiler.stop)()
+
+
+def run_profiled(
+    workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1, timed: bool = False
+) -> tuple[dict[str, list[float]], dict[str, list[float]] | None]:
+    """Warm up outside any range; with ``timed``, run the timed pass and then open the profiler's capture range;
+    then run every stage step inside its NVTX range. Returns (the ranged pass's step times, the timed pass's)."""
+    for _ in range(warmup):
+        _run_pass(workload, None)
+    program = None
+    if timed:
+        program = timed_pass(workload)
+        capture_range(True)
+    return _run_pass(workload, _nvtx_ranges(domain)), program
+
+
+def trace_label(workload: Workload, name: str) -> str:
+    """The stage's label in a torch trace: its index, then its name in printable ASCII.
+
+    torch.profiler exports a non-ASCII ``record_function`` name as "unknown" and writes quotes,
+    backslashes and control characters unescaped (the JSON no longer parses: torch 2.13); the index
+    keeps every label distinct whatever the names are (a stage named like another's label included).
+    ``trace_labels`` in the run record maps labels back to names.
+    """
+    return safe_label([s.name for s in workload.stages].index(name), name)
+
+
+def safe_label(index: int, name: str) -> str:
+    """``index name`` with every character torch.profiler cannot export as it is replaced by ``?``."""
+    safe = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "?" for c in name)
+    return f"{index} {safe}"
+
+
+def run_torch_profiled(
+    workload: Workload, trace: Path, domain: str = DEFAULT_DOMAIN, warmup: int = 1
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Warm up, run the timed pass, then run every stage step under torch.profiler inside
+    ``record_function('domain:stage')``; returns (the profiled pass's step times, the timed pass's).
+
+    The trace (Chrome/Perfetto JSON) records operators on the CPU and, on a GPU, the CUDA kernels
+    through CUPTI; ``nsightflow.analysis.torchprof`` turns it into the same tables as the nsys path.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    for _ in range(warmup):
+        _run_pass(workload, None)
+    program = timed_pass(workload)  # before the profiler starts: the program's own step times
+    activities = [ProfilerActivity.CPU]
+    if workload.device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+
+    def annotate(name: str, step: int) -> AbstractContextManager:
+        return record_function(f"{domain}:{trace_label(workload, name)}")
+
+    with profile(activities=activities) as prof:
+        times = _run_pass(workload, annotate)
+    tmp = files.staging(trace)
+    prof.export_chrome_trace(str(tmp))
+    files.publish(tmp, trace)
+    return times, program

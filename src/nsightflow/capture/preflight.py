@@ -1,0 +1,133 @@
+"""Preflight for the Nsight backend: is this host able to give real numbers, before any capture runs?
+
+Checks, each with the fix when it fails: a CUDA GPU visible to the driver, nsys and ncu found
+(with versions), and counter access (a one-kernel ncu probe: in containers ERR_NVGPUCTRPERM is common
+and otherwise only shows after a long capture).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from nsightflow import files
+from nsightflow.capture.backend import found, gpus, host_info, slug, tool_version
+from nsightflow.capture.children import run
+from nsightflow.errors import PreflightError
+
+# One empty kernel through the CUDA driver API (ctypes, no torch import: the probe costs ncu's start only).
+PROBE = r"""
+import ctypes, sys
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError as exc:
+    sys.exit(f"probe failed: no CUDA driver library ({exc})")
+def ok(rc, what):
+    if rc != 0:
+        sys.exit(f"probe failed: {what} returned CUDA error {rc}")
+dev, ctx, mod, fn = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+ok(cuda.cuInit(0), "cuInit")
+ok(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+ok(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+ok(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+ptx = b".version 6.0\n.target sm_50\n.address_size 64\n.visible .entry nsightflow_probe() { ret; }\n"
+ok(cuda.cuModuleLoadData(ctypes.byref(mod), ptx), "cuModuleLoadData")
+ok(cuda.cuModuleGetFunction(ctypes.byref(fn), mod, b"nsightflow_probe"), "cuModuleGetFunction")
+ok(cuda.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, None, None, None), "cuLaunchKernel")
+ok(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+print("probe ok")
+"""
+
+
+def probe_argv(ncu: str, python: str, metrics: str = "gpu__time_duration.sum") -> list[str]:
+    """ncu over the one-kernel probe: the counter check (and the benchmark's cost and pass counts of it)."""
+    return [ncu, "--metrics", metrics, "--clock-control", "none", python, "-c", PROBE]
+
+
+def run_checks(
+    nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300, device: str | None = None
+) -> list[dict]:
+    """Every check as {name, ok, detail, fix}; the counter probe runs only when the rest passed.
+
+    ``device``: the device name the workflow planned for (its files are named after it); this host's
+    GPU must be that one, or the numbers would be filed under another GPU's name.
+    """
+    python = python or sys.executable
+    checks = []
+    names = gpus()
+    checks.append(
+        {
+            "name": "GPU",
+            "ok": bool(names),
+            "detail": ", ".join(names) or "nvidia-smi lists no GPU",
+            "fix": "run on a host with an NVIDIA GPU and driver (in a container: --gpus all), "
+            "or set `profiler: torch` (or `auto`)",
+        }
+    )
+    if names and device is not None:
+        same = slug(names[0]) == device
+        checks.append(
+            {
+                "name": "device",
+                "ok": same,
+                "detail": f"planned for device '{device}', this host's GPU is '{names[0]}'",
+                "fix": f"set config `device: {names[0]}` (the workflow was planned on a host that does not "
+                "have this GPU, e.g. a cluster's login node)",
+            }
+        )
+    checks.append({"name": "driver", "ok": bool(names), "detail": str(host_info().get("driver")), "fix": ""})
+    for tool, key in ((nsys, "nsys"), (ncu, "ncu")):
+        ok = found(tool)
+        checks.append(
+            {
+                "name": key,
+                "ok": ok,
+                "detail": tool_version(tool) if ok else f"{tool!r} not found",
+                "fix": f"install Nsight {'Systems' if key == 'nsys' else 'Compute'} or set `tools: {key}:` "
+                "to its full path",
+            }
+        )
+    if all(c["ok"] for c in checks):
+        argv = probe_argv(ncu, python)
+        try:
+            out, _ = run(argv, timeout_s=timeout_s)
+        except subprocess.TimeoutExpired:
+            out = f"probe did not finish within {timeout_s} s"
+        if "ERR_NVGPUCTRPERM" in out:
+            checks.append(
+                {
+                    "name": "counters",
+                    "ok": False,
+                    "detail": "ERR_NVGPUCTRPERM",
+                    "fix": "allow counter access: run as root, or load the nvidia module with "
+                    "NVreg_RestrictProfilingToAdminUsers=0 (containers: --cap-add SYS_ADMIN)",
+                }
+            )
+        else:
+            ok = "==PROF== Profiling" in out and "probe ok" in out
+            checks.append(
+                {
+                    "name": "counters",
+                    "ok": ok,
+                    "detail": "one-kernel ncu probe "
+                    + ("profiled its kernel" if ok else "failed: " + " | ".join(out.strip().splitlines()[-4:])),
+                    "fix": "run the probe by hand to see why: " + " ".join(argv[:-1]) + " '<probe>'",
+                }
+            )
+    return checks
+
+
+def preflight(
+    nsys: str, ncu: str, out_json: str | Path, python: str | None = None, device: str | None = None
+) -> list[dict]:
+    """Run the checks; write ``out_json`` only when all pass, else raise PreflightError listing the failures."""
+    checks = run_checks(nsys, ncu, python, device=device)
+    failed = [c for c in checks if not c["ok"] and c["fix"]]
+    if failed:
+        raise PreflightError(
+            "this host cannot run the Nsight backend:\n"
+            + "\n".join(f"- {c['name']}: {c['detail']}. Fix: {c['fix']}" for c in failed)
+        )
+    files.write_json(out_json, {"checks": checks, "host": host_info()})
+    return checks

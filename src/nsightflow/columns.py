@@ -1,0 +1,212 @@
+"""Every column of a run's tables (``stages.csv``, ``kernels.csv``), in one registry: its name, the header a page
+shows, how a cell is written, what it means, and which backends fill it. The analysis writes the tables in this
+order and refuses a column the registry lacks (nsightflow.analysis.runfiles); the pages take headers, formats and
+definitions from here (nsightflow.report.pages); a test checks that every column a backend produces is registered
+and every registered column is produced somewhere (tests/test_columns.py).
+
+Formats (nsightflow.report.pages.FORMATS): text, count, ms, ns_as_ms, flop, bytes, pct, flop_rate, byte_rate,
+intensity, bool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NSIGHT, TORCH, CAPTURES = "nsight", "torch", "captures"
+ALL = frozenset({NSIGHT, TORCH, CAPTURES})
+COUNTERS = frozenset({NSIGHT, CAPTURES})  # where ncu's counters can exist
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a run's table."""
+
+    name: str
+    header: str
+    fmt: str
+    definition: str = ""  # the header's tooltip and, with ``term``, a glossary entry
+    backends: frozenset[str] = ALL  # the backends that fill it (possibly empty for a stage or kernel)
+    shown: bool = True  # a column of the page's table (else only in the CSV)
+    term: str = ""  # the glossary's name for it, where the glossary explains it
+
+
+STAGES: tuple[Column, ...] = (
+    Column("stage", "stage", "text"),
+    Column("range_instances", "ranges", "count", "NVTX (or record_function) ranges of the stage: its steps"),
+    Column(
+        "wall_ms",
+        "wall ms",
+        "ms",
+        "the stage's steps as the program runs them, summed: each step timed (synchronized) after the warm-up with "
+        "no NVTX range and no profiler collecting; captures made elsewhere: from the start to the end of the "
+        "stage's annotated ranges",
+        term="wall",
+    ),
+    Column(
+        "wall_profiled_ms",
+        "wall under profiler ms",
+        "ms",
+        "the same steps inside their NVTX (or record_function) ranges under the profiler, which adds time to every "
+        "launch (nsys about 30 µs on an H200): what the timeline shows, not what the program takes",
+        term="wall under profiler",
+    ),
+    Column(
+        "gpu_busy_ms",
+        "busy ms",
+        "ms",
+        "time the device was running the stage's kernels (GPU) or operators (CPU, self time), from the timeline; "
+        "busy / wall well below 1 means the host, not the device, sets the pace",
+        term="busy",
+    ),
+    Column("kernels", "kernels", "count", "distinct kernels (or operators) of the stage", shown=False),
+    Column("classes", "launch classes", "count", "classes of identical launches profiled", COUNTERS),
+    Column("profiled_launches", "launches profiled", "count", "launches ncu profiled for the stage", COUNTERS),
+    Column(
+        "coverage",
+        "coverage",
+        "pct",
+        "share of the stage's busy time whose kernels have ncu counters (scaled from representative launches "
+        "where identical launches were profiled once)",
+        COUNTERS,
+        term="coverage",
+    ),
+    Column("flops_measured", "FLOPs (ncu)", "flop", "FLOPs the device executed: tensor pipes and FMA units", COUNTERS),
+    Column("flops_tensor_measured", "tensor FLOPs (per kernel)", "flop", "FLOPs of the tensor pipes", COUNTERS),
+    Column(
+        "flops_measured_gemm",
+        "GEMM FLOPs (ncu)",
+        "flop",
+        "measured FLOPs of the kernels launched by matmul-like operators, by attention operators, and by every other "
+        "operator, as the probe pass saw each kernel's operator (kernels launched outside any operator, e.g. by "
+        "CUDA-graph replays or compiled graphs, are in none of the three): beside the model's GEMM and attention "
+        "FLOPs, they show where executed work differs from the model's (causal attention computes whole tiles on "
+        "the diagonal; elementwise kernels execute FLOPs the model count leaves out)",
+        COUNTERS,
+        term="GEMM / attention / other FLOPs (ncu)",
+    ),
+    Column("flops_measured_attention", "attention FLOPs (ncu)", "flop", backends=COUNTERS),
+    Column("flops_measured_other", "other FLOPs (ncu)", "flop", backends=COUNTERS),
+    Column(
+        "flops_measured_unattributed",
+        "FLOPs outside operators (ncu)",
+        "flop",
+        "FLOPs of kernels no operator launched (CUDA-graph replays, compiled code)",
+        COUNTERS,
+    ),
+    Column("flops_analytic", "FLOPs (model, full attention)", "flop", "the model's FLOPs with attention in full"),
+    Column("flops_analytic_causal", "FLOPs (model)", "flop", "the model's FLOPs, causal attention's kept part only"),
+    Column("flops_analytic_gemm", "of which GEMM", "flop"),
+    Column("flops_analytic_attention", "of which attention", "flop"),
+    Column("flops_analytic_other", "of which other", "flop", shown=False),
+    Column(
+        "executed_over_model",
+        "executed / model",
+        "intensity",
+        "FLOPs executed over the model's (HFU / MFU)",
+        COUNTERS,
+    ),
+    Column("dram_bytes_measured", "DRAM bytes (ncu)", "bytes", "bytes read and written in device memory", COUNTERS),
+    Column("mfu_wall", "MFU on wall", "pct", "model FLOPs per second of wall time, over the compute peak"),
+    Column(
+        "mfu_busy",
+        "MFU on busy",
+        "pct",
+        "model FLOP utilisation: the model's FLOPs (counted from shapes: GEMMs and attention, causal part only) per "
+        "second of busy (or wall) time, over the peak",
+        term="MFU",
+    ),
+    Column("hfu_wall", "HFU on wall", "pct", "executed FLOPs per second of wall time, over the peak", COUNTERS),
+    Column(
+        "hfu_busy",
+        "HFU on busy",
+        "pct",
+        "hardware FLOP utilisation: FLOPs the device executed (ncu's tensor and FMA counters, padding and "
+        "recomputation included) per second, over the peak; where the FLOPs outside the tensor pipes were not "
+        "collected (ncu.non_tensor_flops), the tensor pipes' FLOPs alone",
+        COUNTERS,
+        term="HFU",
+    ),
+    Column(
+        "dram_bw_util_busy",
+        "DRAM BW util on busy",
+        "pct",
+        "bytes read and written in device memory (ncu) per second of busy time, over the peak bandwidth",
+        COUNTERS,
+        term="DRAM BW util",
+    ),
+    Column("dram_bw_util_wall", "DRAM BW util on wall", "pct", "the same per second of wall time", COUNTERS),
+    Column(
+        "bytes_analytic",
+        "bytes touched (operators)",
+        "bytes",
+        "bytes of every operator's tensors, each touched once: a lower bound of memory traffic",
+    ),
+    Column(
+        "bw_util_busy_model",
+        "BW util on busy (operator bytes)",
+        "pct",
+        "on torch.profiler: bytes of every operator's tensors, each touched once (a lower bound of memory traffic), "
+        "per second of busy time, over the measured copy rate",
+        term="BW util (operator bytes)",
+    ),
+    Column("mfu_busy_ceiling", "MFU on busy vs measured ceiling", "pct", "MFU against the measured matmul rate"),
+    Column(
+        "dram_bw_util_busy_ceiling",
+        "DRAM BW util vs measured copy",
+        "pct",
+        "DRAM bandwidth against the measured copy rate",
+        COUNTERS,
+    ),
+    Column("flops_tensor_ranges", "tensor FLOPs (range replay)", "flop", "from ncu.ranges' range results", COUNTERS),
+    Column("dram_bytes_ranges", "DRAM bytes (range replay)", "bytes", "from ncu.ranges' range results", COUNTERS),
+    Column("busy_over_wall", "busy / wall", "pct", "busy time over wall time"),
+    Column("diverges", "wall ≫ busy", "bool", "busy / wall below report.divergence"),
+)
+
+KERNELS: tuple[Column, ...] = (
+    Column("stage", "stage", "text"),
+    Column("domain", "NVTX domain", "text", "the stage range's NVTX domain", frozenset({TORCH, CAPTURES}), False),
+    Column("rank", "#", "count", "rank by busy time within the stage"),
+    Column("selected", "top-N", "bool", "in the report's focus (select.top_n, select.coverage)"),
+    Column("kernel", "kernel", "text", "the kernel's demangled name (an operator's name on the CPU)"),
+    Column("instances", "launches", "count"),
+    Column("range_instances", "ranges", "count", shown=False),
+    Column("launches_per_range", "per step", "count"),
+    Column("classes", "classes", "count", "classes of identical launches", frozenset({NSIGHT, CAPTURES})),
+    Column("sampled_launches", "profiled", "count", "launches ncu profiled", COUNTERS),
+    Column("total_ns", "busy ms", "ns_as_ms"),
+    Column("avg_ns", "avg ms", "ns_as_ms", shown=False),
+    Column("share", "share of stage", "pct", "share of the stage's busy time"),
+    Column("cumulative_share", "cumulative share", "pct", shown=False),
+    Column("flops", "FLOPs", "flop", backends=COUNTERS, shown=False),
+    Column("flops_per_launch", "FLOPs / launch", "flop", backends=COUNTERS),
+    Column("flops_tensor", "tensor FLOPs", "flop", backends=COUNTERS, shown=False),
+    Column("flops_tensor_per_launch", "tensor FLOPs / launch", "flop", backends=COUNTERS),
+    Column("dram_bytes", "DRAM bytes", "bytes", backends=COUNTERS, shown=False),
+    Column("dram_bytes_per_launch", "DRAM / launch", "bytes", backends=COUNTERS),
+    Column("l2_bytes", "L2 bytes", "bytes", backends=COUNTERS, shown=False),
+    Column("l2_bytes_per_launch", "L2 / launch", "bytes", backends=COUNTERS),
+    Column("l1_bytes", "L1 bytes", "bytes", backends=COUNTERS, shown=False),
+    Column("l1_bytes_per_launch", "L1 / launch", "bytes", backends=COUNTERS),
+    Column("arithmetic_intensity", "FLOP / DRAM byte", "intensity", backends=COUNTERS),
+    Column("achieved_flops_per_s", "achieved", "flop_rate", backends=COUNTERS),
+    Column("achieved_dram_bytes_per_s", "achieved DRAM", "byte_rate", backends=COUNTERS, shown=False),
+    Column("compute_utilisation", "of compute peak", "pct", backends=COUNTERS),
+    Column("dram_utilisation", "of DRAM peak", "pct", backends=COUNTERS),
+)
+
+TABLES = {"stages": STAGES, "kernels": KERNELS}
+
+
+def names(table: str) -> list[str]:
+    """The registered columns of ``table`` ('stages' or 'kernels'), in the order the CSV holds them."""
+    return [c.name for c in TABLES[table]]
+
+
+def column(table: str, name: str) -> Column:
+    return next(c for c in TABLES[table] if c.name == name)
+
+
+def glossary() -> list[tuple[str, str]]:
+    """(term, definition) of every column the glossary explains, in table order."""
+    return [(c.term, c.definition) for table in TABLES.values() for c in table if c.term]

@@ -1,0 +1,248 @@
+"""The run files that pass between rules, as typed records: one frozen dataclass per file, each read and written
+here alone, with a schema version, and checked on reading (a missing or mistyped key is named with its file and
+the fix, never met later as a quiet ``.get`` default).
+
+| file | record | written by | read by |
+| --- | --- | --- | --- |
+| ``analytic_flops.json`` | :class:`AnalyticCounts` | the harness (timeline, torch_profile) | capture, analysis |
+| ``ceilings.json`` | :class:`Ceilings` | the harness | analysis (peaks) |
+| ``manifest.json`` | :class:`Manifest` | the profiling rules | analysis, the pages |
+| ``ncu/capture.cmd.json`` | :class:`CaptureRecord` | ncu_capture | analysis, diagnostics |
+| ``plan.json`` | nsightflow.capture.plan.CapturePlan | plan | ncu_capture, analysis, the harness (windows) |
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from nsightflow import files
+from nsightflow.errors import RecordError
+
+SCHEMA = 1  # every record file carries it; a newer one is refused, an older (absent: 0) one is read as it was
+
+R = TypeVar("R", bound="_Record")
+
+
+def _load(path: str | Path, what: str) -> dict:
+    """A JSON object from ``path``, or an error naming the file and the rule that makes it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{path}: not a readable {what} ({exc}); rerun the rule that makes it") from exc
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: a {what} is a JSON object, this is a {type(data).__name__}; rerun its rule")
+    version = data.get("schema", 0)
+    if not isinstance(version, int) or version > SCHEMA:
+        raise RecordError(
+            f"{path}: {what} schema {version!r}, newer than this nsightflow's {SCHEMA}: made by a newer version; "
+            "update nsightflow or rerun the rule"
+        )
+    return data
+
+
+class _Record:
+    """read/write for a frozen dataclass record kept as one JSON object."""
+
+    WHAT = "record"
+    REQUIRED: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict, where: str = "") -> R:
+        missing = [k for k in cls.REQUIRED if k not in data]
+        if missing:
+            raise RecordError(f"{where or cls.WHAT}: key(s) {missing} missing from the {cls.WHAT}; rerun its rule")
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def read(cls: type[R], path: str | Path) -> R:
+        return cls.from_dict(_load(path, cls.WHAT), str(path))
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, **asdict(self)}  # type: ignore[call-overload]
+
+    def write(self, path: str | Path) -> None:
+        files.write_json(path, self.to_dict())
+
+
+def _count(stage: str, key: str, value: Any, where: str) -> None:
+    if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0):
+        raise RecordError(
+            f"{where}: stage {stage!r}: {key} is {value!r}; a count is a number of 0 or more (or null when it could "
+            "not be made)"
+        )
+
+
+@dataclass(frozen=True)
+class StageCount:
+    """What the analytic count saw of one stage, over all its steps. FLOPs are None where part of the work was not
+    counted (``not_counted`` says why)."""
+
+    flops: float | None = None
+    flops_causal_adjusted: float | None = None
+    attention_flops_full: float | None = None
+    causal_masked_flops: float | None = None
+    by_class: dict[str, float] | None = None  # gemm, attention, other
+    bytes_lower_bound: float | None = None
+    repeats: int = 0  # steps counted
+    calls: int | None = None  # operator calls dispatched (the timeline's probe pass marks as many); None: not said
+    by_op: dict[str, float] = field(default_factory=dict)
+    tensor_precisions: list[str] | None = None  # of the GEMMs and attentions; None: not all counted
+    by_precision: dict[str, float] | None = None  # their FLOPs, by the precision of the first input
+    graph_replays: int = 0
+    not_counted: list[str] = field(default_factory=list)
+
+    COUNTS = ("flops", "flops_causal_adjusted", "attention_flops_full", "causal_masked_flops", "bytes_lower_bound")
+
+    @property
+    def counted(self) -> bool:
+        """Whether every operator of the stage was counted."""
+        return self.tensor_precisions is not None and not self.not_counted
+
+    @property
+    def model_flops(self) -> float | None:
+        """The model's FLOPs MFU divides: causal attention's kept part only."""
+        return self.flops_causal_adjusted if self.flops_causal_adjusted is not None else self.flops
+
+
+@dataclass(frozen=True)
+class AnalyticCounts(_Record):
+    """``analytic_flops.json``: the analytic count of every stage, from the probe pass."""
+
+    stages: dict[str, StageCount] = field(default_factory=dict)
+    method: str = ""
+
+    WHAT = "analytic count (analytic_flops.json)"
+    REQUIRED = ("stages",)
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "") -> AnalyticCounts:
+        where = where or cls.WHAT
+        raw = data.get("stages")
+        if not isinstance(raw, dict):
+            raise RecordError(f"{where}: not an analytic_flops.json with a 'stages' object; rerun the timeline rule")
+        known = {f.name for f in fields(StageCount)}
+        stages = {}
+        for name, entry in raw.items():
+            entry = entry or {}
+            if not isinstance(entry, dict):
+                raise RecordError(f"{where}: stage {name!r} is {entry!r}, not an object of counts")
+            for key in StageCount.COUNTS:
+                _count(name, key, entry.get(key), where)
+            stages[str(name)] = StageCount(**{k: v for k, v in entry.items() if k in known})
+        return cls(stages=stages, method=str(data.get("method", "")))
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "stages": {n: asdict(s) for n, s in self.stages.items()}, "method": self.method}
+
+
+@dataclass(frozen=True)
+class Ceilings(_Record):
+    """``ceilings.json``: the device's measured matmul rate (in the dtype of the workload's matrix work) and copy
+    bandwidth, or why they could not be measured (``error``)."""
+
+    device: str = ""
+    dtype: str = ""
+    device_name: str | None = None
+    precision: str | None = None
+    matmul_flops_per_s: float | None = None
+    copy_bytes_per_s: float | None = None
+    method: dict[str, str] = field(default_factory=dict)  # matmul, copy: how each was measured
+    torch: str = ""
+    error: str | None = None
+
+    WHAT = "measured ceilings (ceilings.json)"
+
+    @property
+    def measured(self) -> bool:
+        return self.error is None and self.matmul_flops_per_s is not None and self.copy_bytes_per_s is not None
+
+
+@dataclass(frozen=True)
+class CaptureRecord(_Record):
+    """``ncu/capture.cmd.json``: how the capture ran and which counters it collected, and why."""
+
+    argv: list[str] = field(default_factory=list)
+    what: str = "kernels"  # the plan's mode, or 'ranges'
+    replay_mode: str = ""
+    report: str = ""
+    results: int = 0
+    warnings: list[str] = field(default_factory=list)
+    clock_control: str = ""
+    tensor_precisions: list[str] | None = None  # collected (metrics 'default'); None: the user's own metrics
+    non_tensor_flops: bool | None = None
+    precisions_seen: list[str] | None = None  # by the probe pass; None: it could not tell
+    precisions_how: list[str] = field(default_factory=list)
+    simt_share: float | None = None
+
+    WHAT = "capture record (capture.cmd.json)"
+    REQUIRED = ("argv", "report")
+
+
+@dataclass(frozen=True)
+class Manifest(_Record):
+    """``manifest.json``: the harness's record of one launch (the workload, its passes' step times, the precision
+    MFU divides by) with the settings, tool versions, host and commands behind the run."""
+
+    callable: str = ""
+    command: list[str] = field(default_factory=list)  # a command workload's argv (then callable is '')
+    args: dict = field(default_factory=dict)
+    domain: str = ""  # nsightflow's domain of the stage ranges in the timeline
+    stage_domain: str | None = None  # a command's own NVTX domain of its stages, and how it was chosen
+    stage_domain_how: str = ""
+    params: dict = field(default_factory=dict)
+    dtype: str = "float32"
+    precision: str = "unknown"
+    precision_source: str = ""
+    precision_level: str = ""
+    precision_why: str = ""
+    iterations: int = 1
+    stages: list[dict] = field(default_factory=list)  # name, repeats, steps
+    trace_labels: dict[str, str] = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    stage_wall_s: dict[str, list[float]] | None = None  # the ranged (profiled) pass's steps
+    program_wall_s: dict[str, list[float]] | None = None  # the timed pass's: the program's own
+    analytic: dict | None = None
+    versions: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    host: dict = field(default_factory=dict)
+    commands: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    captures: dict | None = None  # an analysis of captures made elsewhere: what was recognised (imported's index)
+
+    WHAT = "run manifest (manifest.json)"  # an older one, without a precision, gets none: no peak, never a wrong one
+
+
+HOOK_ENV = "NSIGHTFLOW_HOOK"  # the variable that carries HookSettings into a command's program
+HookMode = Literal["timed", "probe", "ncu", "torch", "count"]
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    """What the hook (nsightflow.capture.hook) does in one run of a command, passed as JSON in ``NSIGHTFLOW_HOOK``."""
+
+    mode: HookMode
+    out: str | None  # the hook's record of the run (JSON); None: none
+    domain: str | None = None  # the stages' NVTX domain ('' the default domain); None: record every range (timed)
+    stages: list[str] | None = None  # stage range names; None: the domain's top-level ranges
+    mirror: str = "nsightflow"  # nsightflow's domain for mirrored steps (the harness's)
+    labels: dict[str, str] = field(default_factory=dict)  # stage -> torch trace label (mode torch)
+    dtype: str | None = None  # the workload's declared dtype (ties in the precision MFU divides by)
+    flops_out: str | None = None
+    ceilings_out: str | None = None
+    windows: str | None = None  # capture plan (mode ncu)
+    trace: str | None = None  # Chrome trace (mode torch)
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_env(cls, text: str) -> HookSettings:
+        try:
+            return cls(**json.loads(text))
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise RecordError(f"{HOOK_ENV}: not the settings of this nsightflow's hook ({exc}); unset it") from exc

@@ -1,0 +1,1 @@
+"""Report: the HTML pages (a run's and the cross-run index) from the run files. Depends on nsightflow.analysis."""

@@ -1,0 +1,163 @@
+"""The report's charts, as PNG bytes: the roofline (kernels or stages against the peaks), where the time goes
+across runs, and the numbers against a swept parameter."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pandas as pd
+
+from nsightflow import units
+from nsightflow.analysis.peaks import Peaks
+
+# What the sweep charts plot, with their axis labels.
+SWEEP_METRICS = {
+    "gpu_busy_ms": "busy time (ms)",
+    "mfu_busy": "MFU on busy (%)",
+    "dram_bw_util_busy": "DRAM BW util on busy (%)",
+    "bw_util_busy_model": "BW util, operator bytes (%)",
+}
+
+
+def roofline_png(
+    kernels: pd.DataFrame,
+    pk: Peaks,
+    title: str,
+    x_label: str = "arithmetic intensity (FLOP / DRAM byte)",
+    y_label: str = "achieved FLOP/s (on busy time)",
+) -> bytes:
+    """Log-log roofline: DRAM and compute roofs, one point per captured kernel (intensity vs achieved rate)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = kernels.dropna(subset=["arithmetic_intensity", "achieved_flops_per_s"])
+    pts = pts[(pts["arithmetic_intensity"] > 0) & (pts["achieved_flops_per_s"] > 0)]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    lo = min([0.01] + list(pts["arithmetic_intensity"] / 3))
+    hi = max([1e4] + list(pts["arithmetic_intensity"] * 3))
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    if units.finite(pk.compute) and units.finite(pk.dram):
+        ax.plot(
+            xs,
+            [min(pk.compute, x * pk.dram) for x in xs],
+            color="black",
+            lw=1.5,
+            label=f"roof: {units.si(pk.compute, 'FLOP/s')}, {units.si(pk.dram, 'B/s')}",
+        )
+    for stage, g in pts.groupby("stage"):
+        ax.scatter(g["arithmetic_intensity"], g["achieved_flops_per_s"], s=18 + 60 * g["share"], label=stage, alpha=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def figure_png(fig: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def breakdown_png(df: pd.DataFrame) -> bytes:
+    """Where the time goes, per run: busy time by stage (left), and per stage how close it runs to the
+    compute peak (MFU) and to the bandwidth peak (right): the larger bar says which bound it is near."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bw = (
+        "dram_bw_util_busy"
+        if "dram_bw_util_busy" in df and df["dram_bw_util_busy"].notna().any()
+        else "bw_util_busy_model"
+    )
+    runs = list(dict.fromkeys(df["run"]))
+    stages = list(dict.fromkeys(df["stage"]))
+    fig, (ax_t, ax_u) = plt.subplots(1, 2, figsize=(12, max(2.8, 1.4 + 0.5 * max(len(runs), len(df) / 2))), dpi=100)
+    left = pd.Series(0.0, index=runs)
+    for stage in stages:
+        g = df[df["stage"] == stage].set_index("run")["gpu_busy_ms"].reindex(runs).fillna(0.0)
+        ax_t.barh(runs, g, left=left, label=stage)
+        left += g
+    ax_t.set_xlabel("busy time (ms), stacked by stage")
+    ax_t.invert_yaxis()
+    ax_t.legend(
+        fontsize=8,
+        title="stage",
+        title_fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35),
+        ncol=min(4, len(stages)),
+    )
+    labels = [f"{r} · {st}" for r, st in zip(df["run"], df["stage"], strict=True)]
+    ys = range(len(df))
+    ax_u.barh(
+        [y - 0.2 for y in ys],
+        100 * df.get("mfu_busy", pd.Series(float("nan"), index=df.index)),  # NaN: no bar (not measured), never a zero
+        height=0.4,
+        label="compute: MFU on busy",
+    )
+    ax_u.barh(
+        [y + 0.2 for y in ys],
+        100 * df.get(bw, pd.Series(float("nan"), index=df.index)),
+        height=0.4,
+        label="memory: " + ("DRAM BW util on busy" if bw == "dram_bw_util_busy" else "BW util (operator bytes)"),
+    )
+    ax_u.set_yticks(list(ys), labels, fontsize=8)
+    ax_u.invert_yaxis()
+    ax_u.set_xlabel("% of peak")
+    ax_u.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)
+    for ax in (ax_t, ax_u):
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def sweep_png(df: pd.DataFrame, param: str, swept: list[str]) -> bytes:
+    """Busy time, MFU and bandwidth utilisation against one swept parameter, a line per stage and other values."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [c for c in SWEEP_METRICS if c in df and df[c].notna().any()]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), dpi=100, squeeze=False)
+    others = [p for p in swept if p != param]
+    for keys, g in df[df[param].notna()].groupby(["workload", "stage"] + others, dropna=False):
+        g = g.sort_values(param)
+        workload, stage, *rest = keys
+        label = f"{workload} {stage}" + "".join(f", {p}={v}" for p, v in zip(others, rest, strict=True))
+        xs = g[param] if pd.api.types.is_numeric_dtype(g[param]) else g[param].astype(str)
+        for ax, m in zip(axes[0], metrics, strict=True):
+            scale = 1.0 if m == "gpu_busy_ms" else 100.0
+            ax.plot(xs, scale * g[m], marker="o", label=label)
+    for ax, m in zip(axes[0], metrics, strict=True):
+        ax.set_xlabel(f"{param} (workload argument)")
+        ax.set_ylabel(SWEEP_METRICS[m])
+        ax.grid(True, alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        ncol=min(4, len(labels)),
+        fontsize=8,
+        bbox_to_anchor=(0.5, 0.0),
+        title="workload, stage" + (" and other swept values" if others else ""),
+    )
+    fig.tight_layout()
+    return figure_png(fig)

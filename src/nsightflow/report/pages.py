@@ -1,0 +1,354 @@
+"""One self-contained HTML report: config, tool versions, stage and kernel tables, roofline, commands."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from nsightflow import columns, files, units
+from nsightflow.analysis.aggregate import Diagnostic
+from nsightflow.analysis.metrics import non_tensor_collected
+from nsightflow.analysis.peaks import Peaks
+from nsightflow.records import Manifest
+from nsightflow.report import charts
+
+
+def stage_points(stages: pd.DataFrame) -> pd.DataFrame:
+    """One roofline point per stage from analytic counts: model FLOPs / operator bytes, FLOPs / busy time."""
+    model = stages["flops_analytic_causal"].fillna(stages["flops_analytic"])
+    return pd.DataFrame(
+        {
+            "stage": stages["stage"],
+            "share": 1.0,
+            "arithmetic_intensity": model / stages.get("bytes_analytic", pd.Series(float("nan"), index=stages.index)),
+            "achieved_flops_per_s": model / (stages["gpu_busy_ms"] * 1e-3),
+        }
+    )
+
+
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "text": str,
+    "count": units.count,
+    "ms": units.ms,
+    "ns_as_ms": lambda v: units.ms(v / 1e6),
+    "flop": lambda v: units.si(v, "FLOP"),
+    "bytes": lambda v: units.si(v, "B"),
+    "pct": units.percent,
+    "flop_rate": lambda v: units.si(v, "FLOP/s"),
+    "byte_rate": lambda v: units.si(v, "B/s"),
+    "intensity": lambda v: units.sig(v) if units.finite(v) else units.MISSING,
+    "bool": lambda v: "yes" if v is True or v == 1 else "",
+}
+
+
+def cell(v: Any, kind: str) -> str:
+    """One table cell's text: a value of a column's kind, or the missing mark (never "nan")."""
+    if kind != "text" and kind != "bool" and not units.finite(v):
+        return units.MISSING
+    if kind == "text" and (v is None or (isinstance(v, float) and math.isnan(v))):
+        return units.MISSING
+    return FORMATS[kind](v)
+
+
+def _shown(df: pd.DataFrame, c: str, kind: str) -> bool:
+    """A column is shown when it has something to say: some value, and for flags some flag set."""
+    if c not in df.columns or df[c].isna().all():
+        return False
+    return kind != "bool" or bool(df[c].fillna(False).astype(bool).any())
+
+
+def _td_class(c: str, kind: str) -> str:
+    """Long names (kernels, run ids) wrap; other labels stay on one line."""
+    if kind != "text":
+        return ""
+    return " class=name" if c in ("kernel", "run") else " class=label"
+
+
+def table(df: pd.DataFrame, columns: dict[str, tuple[str, str]], cls: str = "") -> str:
+    """An HTML table of ``columns`` (source -> (header, kind)); every cell formatted by its kind and
+    HTML-escaped (C++ templates); headers carry their definition (nsightflow.columns) as a tooltip."""
+    cols = [c for c, (_, kind) in columns.items() if _shown(df, c, kind)]
+
+    def th(c: str) -> str:
+        tip = TIPS.get(c)
+        title = f' title="{html.escape(tip, quote=True)}"' if tip else ""
+        return f"<th{title}>{html.escape(columns[c][0])}</th>"
+
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{_td_class(c, columns[c][1])}>{html.escape(cell(r[c], columns[c][1]))}</td>" for c in cols)
+        + "</tr>"
+        for _, r in df.iterrows()
+    )
+    return (
+        f"<table{f' class={cls}' if cls else ''}><thead><tr>{''.join(th(c) for c in cols)}</tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+    )
+
+
+def stage_columns(on_cpu: bool, backend: str) -> dict[str, tuple[str, str]]:
+    """The stage table's columns (nsightflow.columns) that ``backend`` fills; the busy-time source named for the
+    data (CPU operators or GPU kernels)."""
+    cols = {c.name: (c.header, c.fmt) for c in columns.STAGES if c.shown and backend in c.backends}
+    cols["gpu_busy_ms"] = ("busy ms (CPU operators)" if on_cpu else "busy ms (GPU kernels)", "ms")
+    return cols
+
+
+def kernel_columns(on_cpu: bool, backend: str) -> dict[str, tuple[str, str]]:
+    """The kernel table's columns that ``backend`` fills: operators on the CPU, kernels (demangled names) on a GPU."""
+    cols = {c.name: (c.header, c.fmt) for c in columns.KERNELS if c.shown and backend in c.backends}
+    cols["kernel"] = ("operator" if on_cpu else "kernel", "text")
+    return cols
+
+
+# What each number means, shown on every page (and as header tooltips): the registry's definitions.
+GLOSSARY = [
+    *columns.glossary(),
+    (
+        "peaks",
+        "compute and bandwidth peaks of the device as listed under Peaks: ncu's own peak_sustained metrics at the "
+        "measured clocks, or measured matmul and copy rates, or named datasheet values",
+    ),
+    ("—", "not available for this backend or stage (e.g. no hardware counters under torch.profiler), never a zero"),
+]
+TIPS = {c.name: c.definition for table in columns.TABLES.values() for c in table if c.definition}
+
+
+def glossary_html() -> str:
+    items = "".join(f"<dt>{html.escape(term)}</dt><dd>{html.escape(text)}</dd>" for term, text in GLOSSARY)
+    return f"<details class=glossary><summary>What the columns mean</summary><dl>{items}</dl></details>"
+
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
+table{border-collapse:collapse;font-size:12px;margin:.6em 0}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}td{white-space:nowrap}
+td.name{text-align:left;min-width:280px;max-width:560px;white-space:normal;overflow-wrap:anywhere}td.label{text-align:left}th{background:#f3f3f3;cursor:help}
+pre{background:#f7f7f7;padding:8px;font-size:11px;white-space:pre-wrap;overflow-wrap:anywhere}
+.warn{color:#a40}dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;font-size:13px}
+dt{font-weight:600}dd{margin:0}details{margin:.6em 0}summary{cursor:pointer;color:#245}"""
+
+
+def _png(png: bytes, alt: str) -> str:
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+
+
+def _page(title: str, body: list[str]) -> str:
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "</body></html>"
+    )
+
+
+def _backend_line(backend: str, reason: str) -> str:
+    return f"<p>Backend: <b>{html.escape(backend)}</b>" + (f" — {html.escape(reason)}" if reason else "") + "</p>"
+
+
+def _on_cpu(run: dict) -> bool:
+    """Whether the run's numbers come from CPU operators (torch.profiler on the CPU)."""
+    manifest = run.get("manifest")
+    return manifest is not None and manifest.environment.get("device") == "cpu"
+
+
+def peaks_html(pk: Peaks) -> str:
+    """The peaks every utilisation on the page is relative to, with where each comes from."""
+    items = [
+        f"compute ({html.escape(str(pk.precision))}): {units.si(pk.compute, 'FLOP/s')} — "
+        f"{html.escape(str(pk.compute_source))}",
+        f"memory bandwidth: {units.si(pk.dram, 'B/s')} — {html.escape(str(pk.dram_source))}",
+    ]
+    if pk.ceiling_source is not None:
+        items.append(
+            f"measured ceilings: {units.si(pk.ceiling_compute, 'FLOP/s')}, "
+            f"{units.si(pk.ceiling_dram, 'B/s')} — {html.escape(pk.ceiling_source)}"
+        )
+    if pk.datasheet_source is not None:
+        items.append(
+            f"datasheet, for comparison: {units.si(pk.datasheet_compute, 'FLOP/s')}, "
+            f"{units.si(pk.datasheet_dram, 'B/s')} — {html.escape(pk.datasheet_source)}"
+        )
+    return "<h3>Peaks</h3><ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+
+
+def kernels_html(kernels: pd.DataFrame, columns: dict, noun: str = "kernels") -> str:
+    """The report's focus per stage (the top-N kernels) in view; every other kernel folded below it."""
+    if "selected" not in kernels.columns or not kernels["selected"].fillna(False).astype(bool).any():
+        return table(kernels, columns)
+    top = kernels["selected"].fillna(False).astype(bool)
+    rest = kernels[~top]
+    out = table(kernels[top], columns)
+    if len(rest):
+        out += (
+            f"<details><summary>{len(rest)} more {noun} (the rest of each stage's time)</summary>"
+            + table(rest, columns)
+            + "</details>"
+        )
+    return out
+
+
+def render_run(run: dict, backend: str, reason: str, settings: dict, title: str = "nsightflow report") -> str:
+    """One run's page. ``run`` as runfiles.load_run gives it; ``settings``: the config values that shaped it."""
+    pk = run["peaks"]
+    on_cpu = _on_cpu(run)
+    parts = [
+        f"<p><a href='{'../' * (run['run_id'].count('/') + 1)}report.html'>all runs</a></p>",
+        f"<h2>Run {html.escape(run['run_id'])}</h2>",
+        _backend_line(backend, reason),
+        "<h3>Stages</h3>" + table(run["stages"], stage_columns(on_cpu, backend), cls="stages"),
+        glossary_html(),
+    ]
+    parts += [f"<p class='warn'>{html.escape(note)}</p>" for note in run.get("notes", [])]
+    parts.append(diagnostics_html(run.get("diagnostics", [])))
+    parts.append(peaks_html(pk))
+    has_counters = "arithmetic_intensity" in run["kernels"] and run["kernels"]["arithmetic_intensity"].notna().any()
+    if has_counters:
+        # Without the non-tensor FLOPs (ncu.non_tensor_flops) the rates are the tensor pipes' (metrics.with_rates).
+        tensor_only = not non_tensor_collected(run["kernels"].get("flops_per_launch", pd.Series(dtype=float)))
+        which = "tensor-pipe FLOP" if tensor_only else "FLOP"
+        parts.append(
+            "<h3>Roofline (captured kernels, ncu counters"
+            + ("; tensor-pipe FLOPs: kernels without tensor work are not shown" if tensor_only else "")
+            + ")</h3>"
+            + _png(
+                charts.roofline_png(
+                    run["kernels"],
+                    pk,
+                    f"roofline: {run['run_id']}",
+                    f"arithmetic intensity ({which} / DRAM byte, ncu)",
+                    f"achieved {which}/s (on the kernel's own time)",
+                ),
+                "roofline",
+            )
+        )
+    else:
+        parts.append(
+            "<h3>Roofline (per stage: model FLOPs over operator bytes, on busy time)</h3>"
+            + _png(
+                charts.roofline_png(
+                    stage_points(run["stages"]),
+                    pk,
+                    f"roofline: {run['run_id']}",
+                    "arithmetic intensity (model FLOP / operator byte)",
+                    "achieved model FLOP/s (on busy time)",
+                ),
+                "roofline",
+            )
+        )
+    parts.append(
+        f"<h3>Top {'operators' if on_cpu else 'kernels'}</h3>"
+        + kernels_html(run["kernels"], kernel_columns(on_cpu, backend), "operators" if on_cpu else "kernels")
+    )
+    manifest = run.get("manifest") or Manifest()
+    parts.append(
+        "<h3>Configuration and tool versions</h3><pre>"
+        + html.escape(
+            json.dumps(
+                {
+                    "settings": settings,
+                    "workload": (
+                        {"command": manifest.command, "stage_domain": manifest.stage_domain, "args": manifest.args}
+                        if manifest.command
+                        else {"callable": manifest.callable, "args": manifest.args, "params": manifest.params}
+                    ),
+                    "versions": manifest.versions,
+                    "host": manifest.host,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        + "</pre>"
+    )
+    parts.append("<h3>Profiler commands behind these numbers</h3>")
+    for cmd in run.get("commands", []):
+        parts.append(f"<p>{html.escape(cmd['what'])}</p><pre>{html.escape(_quote(cmd['argv']))}</pre>")
+    return _page(f"{title}: {run['run_id']}", parts)
+
+
+def diagnostics_html(items: list[Diagnostic]) -> str:
+    """Warnings from the tools, clock state, coverage, and what is estimated rather than measured."""
+    if not items:
+        return "<h3>Diagnostics</h3><p>No warnings; nothing estimated.</p>"
+    rows = "".join(
+        f"<tr><td>{html.escape(d.level)}</td><td>{html.escape(str(d.source))}</td>"
+        f"<td class=name>{html.escape(d.message)}</td></tr>"
+        for d in items
+    )
+    return (
+        "<h3>Diagnostics</h3><table><thead><tr><th>level</th><th>source</th><th>message</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+# The cross-run table's numbers (nsightflow.columns' headers and formats).
+COMPARE = (
+    "wall_ms",
+    "gpu_busy_ms",
+    "mfu_busy",
+    "hfu_busy",
+    "dram_bw_util_busy",
+    "bw_util_busy_model",
+    "flops_measured",
+)
+COMPARE_COLUMNS = {
+    name: (columns.column("stages", name).header, columns.column("stages", name).fmt)
+    for name in (*COMPARE, "flops_analytic_causal")
+}
+
+
+def comparison(runs: list[dict]) -> pd.DataFrame:
+    """One row per (run, stage): the run's name and swept values beside the stage's numbers."""
+    rows = []
+    for run in runs:
+        for _, st in run["stages"].iterrows():
+            row = {"run": run["run_id"], "workload": run["name"], **run["point"], "stage": st["stage"]}
+            row.update({c: st[c] for c in COMPARE_COLUMNS if c in st})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def render_index(runs: list[dict], backend: str, reason: str, title: str = "nsightflow report") -> str:
+    """The cross-run report: every sweep point's stages side by side, where the time goes, charts per swept
+    parameter, links to the run pages."""
+    df = comparison(runs)
+    swept = list(dict.fromkeys(k for run in runs for k in run["point"]))
+    links = "".join(
+        f"<li><a href='{html.escape(r['run_id'])}/report.html'>{html.escape(r['run_id'])}</a></li>" for r in runs
+    )
+    parts = [
+        _backend_line(backend, reason),
+        f"<h2>Runs</h2><ul>{links}</ul>",
+        "<h2>Stages across runs</h2>"
+        + table(
+            df,
+            {"run": ("run", "text"), **{p: (p, "text") for p in swept}, "stage": ("stage", "text"), **COMPARE_COLUMNS},
+            cls="stages",
+        ),
+        glossary_html(),
+        "<h2>Where the time goes</h2>" + _png(charts.breakdown_png(df), "time and utilisation by stage"),
+    ]
+    for param in swept:
+        parts.append(
+            f"<h3>Against {html.escape(param)} (workload argument swept)</h3>"
+            + _png(charts.sweep_png(df, param, swept), f"against {param}")
+        )
+    for run in runs:
+        parts += [f"<p class='warn'>{html.escape(run['run_id'])}: {html.escape(n)}</p>" for n in run.get("notes", [])]
+    return _page(title, parts)
+
+
+def _quote(argv: list[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def write_html(path: str | Path, text: str) -> None:
+    """Write a page atomically: a killed job never leaves a half-written report."""
+    files.write_text(path, text)

@@ -1,0 +1,71 @@
+"""The package's layers, as docs/architecture.md draws them: core modules, then workloads, capture, analysis, report
+and rules, each importing only from the layers below it (function-level imports too), and no import cycle."""
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+SRC = ROOT / "src"
+LAYERS = ["core", "workloads", "capture", "analysis", "report", "rules"]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in (SRC / "nsightflow").rglob("*.py"):
+        name = ".".join(f.relative_to(SRC).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = f
+    return out
+
+
+def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    edges = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nsightflow"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    deps.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("nsightflow")}
+        edges[name] = {d for d in deps if d in modules and d != name}
+    return edges
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "core"
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    edges = _imports(_modules())
+    upward = sorted(
+        f"{m} -> {d}" for m, ds in edges.items() for d in ds if LAYERS.index(_layer(d)) > LAYERS.index(_layer(m))
+    )
+    assert not upward, upward
+
+
+def test_no_import_cycle():
+    edges = _imports(_modules())
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m, path):
+        state[m] = 1
+        for d in sorted(edges[m]):
+            if state.get(d) == 1:
+                cycles.append(path[path.index(d) :] + [d] if d in path else [m, d])
+            elif not state.get(d):
+                visit(d, path + [d])
+        state[m] = 2
+
+    for m in sorted(edges):
+        if not state.get(m):
+            visit(m, [m])
+    assert not cycles, cycles
+
+
+def test_every_module_is_short():
+    long = {m: n for m, p in _modules().items() if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long

@@ -1,0 +1,60 @@
+"""The run files as typed records (nsightflow.records): what the rules write reads back the same, every recorded
+H200 run file reads, and a file that is not what its reader expects is refused naming the file, the key and the
+fix."""
+
+import json
+
+import pytest
+from conftest import DATA
+
+from nsightflow.errors import RecordError
+from nsightflow.records import SCHEMA, AnalyticCounts, CaptureRecord, Ceilings, Manifest
+
+
+@pytest.mark.parametrize(
+    "record,name",
+    [(AnalyticCounts, "analytic_flops.json"), (Ceilings, "ceilings.json"), (Manifest, "manifest.json")],
+)
+def test_every_recorded_run_file_reads_and_writes_back_the_same(tmp_path, record, name):
+    for path in sorted(DATA.glob(f"h200_v*/*/{name}")):
+        got = record.read(path)
+        got.write(tmp_path / name)
+        again = record.read(tmp_path / name)
+        assert again == got and json.loads((tmp_path / name).read_text())["schema"] == SCHEMA
+
+
+def test_the_capture_record_keeps_what_the_capture_collected(tmp_path):
+    rec = CaptureRecord.read(DATA / "h200_v3" / "default" / "capture.cmd.json")
+    assert (rec.tensor_precisions, rec.non_tensor_flops, rec.report) == (["bf16"], False, "capture.ncu-rep")
+    rec.write(tmp_path / "c.json")
+    assert CaptureRecord.read(tmp_path / "c.json") == rec
+
+
+def test_the_analytic_count_is_typed(tmp_path):
+    counts = AnalyticCounts.read(DATA / "h200_v3" / "mixed" / "analytic_flops.json")
+    mixed = counts.stages["mixed"]
+    assert mixed.tensor_precisions == ["bf16", "fp16", "tf32"] and mixed.counted
+    assert mixed.model_flops == mixed.flops_causal_adjusted
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("not json", r"bad.json: not a readable analytic count \(analytic_flops.json\)"),
+        ("[1, 2]", r"bad.json: a analytic count .* is a JSON object, this is a list"),
+        ('{"schema": 99, "stages": {}}', r"bad.json: analytic count .* schema 99, newer than this nsightflow's 1"),
+        ('{"nothing": 1}', r"bad.json: not an analytic_flops.json with a 'stages' object"),
+        ('{"stages": {"prefill": {"flops": -3}}}', r"bad.json: stage 'prefill': flops is -3; a count is a number"),
+        ('{"stages": {"prefill": "x"}}', r"bad.json: stage 'prefill' is 'x', not an object of counts"),
+    ],
+)
+def test_a_bad_analytic_count_is_refused_naming_the_file_and_key(tmp_path, text, message):
+    (tmp_path / "bad.json").write_text(text)
+    with pytest.raises(RecordError, match=message):
+        AnalyticCounts.read(tmp_path / "bad.json")
+
+
+def test_a_capture_record_without_its_command_is_refused(tmp_path):
+    (tmp_path / "cmd.json").write_text('{"report": "capture.ncu-rep"}')
+    with pytest.raises(RecordError, match=r"cmd.json: key\(s\) \['argv'\] missing from the capture record"):
+        CaptureRecord.read(tmp_path / "cmd.json")
