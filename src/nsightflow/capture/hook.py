@@ -1,0 +1,289 @@
+"""Inside a command's own program: its NVTX ranges followed, its stage steps run as the harness runs a callable's.
+
+A command workload (``command:`` in the config) is a program nsightflow did not write: its stages are its own
+NVTX ranges. nsightflow puts a ``sitecustomize`` on the program's ``PYTHONPATH`` (see :func:`site_dir`) that calls
+:func:`install` at interpreter start when ``NSIGHTFLOW_HOOK`` holds :class:`HookSettings`. The hook wraps the NVTX
+calls a Python program makes (``nvtx.annotate``/``push_range``/``pop_range``, ``torch.cuda.nvtx.range``/
+``range_push``/``range_pop``) and, around each *stage step* (a push/pop range of the stages' domain, top level or
+named in the config), does what the harness does around a callable's step:
+
+- ``timed``: nothing but a clock (every range of every domain recorded: the stages are discovered from them);
+- ``probe`` (under nsys): the step mirrored into nsightflow's own domain (the ranged pass) and its probe domain,
+  its operators numbered, marked and counted (nsightflow.capture.probe): the timeline reads as a callable's does;
+- ``ncu``: the capture plan's profiler windows opened around the planned operators of the planned steps;
+- ``torch``: the step inside ``record_function`` under a torch.profiler started at interpreter start;
+- ``count``: the operators counted (analytic FLOPs and bytes) with nothing else.
+
+The GPU is synchronized before each step's range ends (the NVTX guide's rule, kept for programs that forget it), so
+a step's window holds its kernels. The hook's record (steps' wall times, environment, the ranges seen) is written at
+exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nsightflow.records import HOOK_ENV, HookSettings
+
+SITECUSTOMIZE = '''"""Written by nsightflow: follow this program's NVTX ranges (nsightflow.capture.hook)."""
+import os as _os
+import sys as _sys
+
+def _is_python():  # not a tool's embedded interpreter (ncu runs its rules in one, and reads PYTHONPATH too)
+    try:
+        return "python" in _os.path.basename(_os.readlink("/proc/self/exe")).lower()
+    except OSError:
+        return True
+
+
+if _os.environ.get("NSIGHTFLOW_HOOK") and _is_python():
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
+    _mine = _sys.modules.pop("sitecustomize", None)
+    try:  # the sitecustomize this one hides, if the environment has one
+        import sitecustomize  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        _sys.modules["sitecustomize"] = _mine
+    try:
+        from nsightflow.capture.hook import install
+    except ImportError:
+        _sys.path.append({src!r})
+        from nsightflow.capture.hook import install
+    install()
+'''
+
+
+def site_dir() -> Path:
+    """The folder holding the ``sitecustomize`` that installs the hook (prepended to the command's ``PYTHONPATH``):
+    one per user and nsightflow source, under the system's temporary folder, written atomically when missing."""
+    import hashlib
+    import tempfile
+
+    import nsightflow
+    from nsightflow import files
+
+    src = str(Path(nsightflow.__file__).resolve().parent.parent)
+    text = SITECUSTOMIZE.format(src=src)
+    digest = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+    folder = Path(tempfile.gettempdir()) / f"nsightflow-site-{os.getuid()}-{digest}"
+    if not (folder / "sitecustomize.py").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        files.write_text(folder / "sitecustomize.py", text)
+    return folder
+
+
+def _sync() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class Tracker:
+    """Follows the program's push/pop ranges per thread and acts at stage step boundaries (see the module's doc)."""
+
+    def __init__(self, settings: HookSettings) -> None:
+        self.s = settings
+        self.lock = threading.RLock()
+        self.stacks: dict[int, list[tuple[str, str, int]]] = {}  # thread -> (domain, name, start ns)
+        self.ranges: list[tuple[str, str, int, int, int, int]] = []  # domain, name, depth, thread, start, end
+        self.step: tuple[str, int, int, int] | None = None  # stage, step, thread, depth of its range
+        self.counts: dict[str, int] = {}
+        self.walls: dict[str, list[float]] = {}
+        self.started = time.perf_counter()
+        self.inside = False  # the hook's own NVTX calls are not the program's
+        self.actions: Any = None  # what each mode does at step boundaries (Actions)
+
+    def _is_step(self, domain: str, name: str, depth: int) -> bool:
+        if self.s.domain is None or self.step is not None or domain != self.s.domain:
+            return False
+        return name in self.s.stages if self.s.stages is not None else depth == 0
+
+    def push(self, domain: str | None, name: str | None, payload: Any = None) -> None:
+        if self.inside:
+            return
+        domain, name = domain or "", name or ""
+        tid = threading.get_ident()
+        with self.lock:
+            stack = self.stacks.setdefault(tid, [])
+            depth = sum(1 for d, _, _ in stack if d == domain)
+            stack.append((domain, name, time.perf_counter_ns()))
+            if self._is_step(domain, name, depth):
+                step = (
+                    payload if isinstance(payload, int) and not isinstance(payload, bool) else self.counts.get(name, 0)
+                )
+                self.counts[name] = self.counts.get(name, 0) + 1
+                self.step = (name, step, tid, len(stack) - 1)
+                self._begin(name, step)
+
+    def pop(self, domain: str | None) -> None:
+        if self.inside:
+            return
+        domain = domain or ""
+        tid = threading.get_ident()
+        with self.lock:
+            stack = self.stacks.get(tid, [])
+            at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == domain), None)
+            if at is None:
+                return
+            if self.step is not None and self.step[2] == tid and self.step[3] == at:
+                self._end()
+            elif self.s.domain is None and not any(d == domain for d, _, _ in stack[:at]):
+                _sync()  # stages not yet known: every top-level range ends synchronized
+            d, name, t0 = stack.pop(at)
+            if self.s.mode == "timed":
+                depth = sum(1 for x, _, _ in stack[:at] if x == d)
+                self.ranges.append((d, name, depth, tid, t0, time.perf_counter_ns()))
+
+    def _begin(self, stage: str, step: int) -> None:
+        if DEBUG:
+            print(f"[nsightflow hook] pid {os.getpid()} {self.s.mode}: step {stage!r} {step}", file=sys.stderr)
+        self.t0 = time.perf_counter()
+        if self.actions is not None:
+            self._own(self.actions.begin, stage, step)
+
+    def _end(self) -> None:
+        assert self.step is not None
+        stage = self.step[0]
+        _sync()
+        if self.actions is not None:
+            self._own(self.actions.end)
+        self.walls.setdefault(stage, []).append(time.perf_counter() - self.t0)
+        self.step = None
+
+    def _own(self, fn: Any, *args: Any) -> None:
+        self.inside = True
+        try:
+            fn(*args)
+        finally:
+            self.inside = False
+
+    def record(self) -> dict:
+        return {
+            "mode": self.s.mode,
+            "pid": os.getpid(),
+            "program_wall_s": time.perf_counter() - self.started,
+            "steps": {k: list(v) for k, v in self.walls.items()},
+            "stage_order": list(self.walls),
+            "ranges": [list(r) for r in self.ranges],
+            "main_thread": threading.main_thread().ident,
+        }
+
+
+TRACKER: Tracker | None = None
+DEBUG = bool(os.environ.get("NSIGHTFLOW_HOOK_DEBUG"))  # say each step the hook sees, on stderr
+
+
+def install(settings: HookSettings | None = None) -> Tracker | None:
+    """Install the hook for this process (from ``NSIGHTFLOW_HOOK`` unless given); its record is written at exit."""
+    global TRACKER
+    if settings is None:
+        text = os.environ.get(HOOK_ENV)
+        if not text:
+            return None
+        settings = HookSettings.from_env(text)
+    os.environ.pop(HOOK_ENV, None)  # the program's own child processes run plainly
+    TRACKER = tracker = Tracker(settings)
+    _wrap_nvtx(tracker)
+    from nsightflow.capture import hook_actions
+
+    tracker.actions = hook_actions.for_mode(settings)
+    atexit.register(_finish, tracker)
+    return tracker
+
+
+def _finish(tracker: Tracker) -> None:
+    from nsightflow import files
+
+    record = tracker.record()
+    if tracker.actions is not None:
+        tracker.inside = True
+        record.update(tracker.actions.finish())
+    if tracker.s.out:
+        files.write_json(tracker.s.out, record)
+
+
+def _wrap_nvtx(tracker: Tracker) -> None:
+    """Follow the nvtx package's and torch.cuda.nvtx's push/pop ranges (both imported lazily by the program)."""
+    try:
+        import nvtx
+        import nvtx.nvtx as impl
+    except ImportError:
+        nvtx = None
+    if nvtx is not None:
+        base = impl.annotate
+
+        class annotate(base):  # type: ignore[misc,valid-type]
+            def __init__(self, message: Any = None, color: Any = None, domain: Any = None, *a: Any, **k: Any):
+                super().__init__(message, color, domain, *a, **k)
+                self._nf = (domain, message, k.get("payload", a[1] if len(a) > 1 else None))
+
+            def __enter__(self) -> Any:
+                out = super().__enter__()
+                tracker.push(*self._nf)
+                return out
+
+            def __exit__(self, *exc: Any) -> Any:
+                tracker.pop(self._nf[0])
+                return super().__exit__(*exc)
+
+            def __call__(self, func: Any) -> Any:
+                import functools
+
+                if self._nf[1] is None:
+                    self._nf = (self._nf[0], func.__name__, self._nf[2])
+
+                @functools.wraps(func)
+                def inner(*args: Any, **kwargs: Any) -> Any:
+                    with self:
+                        return func(*args, **kwargs)
+
+                return inner
+
+        push0, pop0 = impl.push_range, impl.pop_range
+
+        def push_range(message: Any = None, color: Any = None, domain: Any = None, *a: Any, **k: Any) -> Any:
+            out = push0(message, color, domain, *a, **k)
+            tracker.push(domain, message, k.get("payload", a[1] if len(a) > 1 else None))
+            return out
+
+        def pop_range(domain: Any = None) -> Any:
+            tracker.pop(domain)
+            return pop0(domain)
+
+        for mod in (nvtx, impl):
+            mod.annotate, mod.push_range, mod.pop_range = annotate, push_range, pop_range
+    _wrap_torch_nvtx(tracker)
+
+
+def _wrap_torch_nvtx(tracker: Tracker) -> None:
+    """torch.cuda.nvtx's ranges (the default domain); on a machine without CUDA they only follow, never raise."""
+    try:
+        import torch.cuda.nvtx as tn
+    except ImportError:
+        return
+    push0, pop0 = tn.range_push, tn.range_pop
+
+    def quiet(fn: Any, *a: Any) -> Any:
+        try:
+            return fn(*a)
+        except (RuntimeError, AttributeError):  # a CPU-only build's NVTX stub: the range is followed all the same
+            return 0
+
+    def range_push(msg: str) -> Any:
+        out = quiet(push0, msg)
+        tracker.push("", msg)
+        return out
+
+    def range_pop() -> Any:
+        tracker.pop("")
+        return quiet(pop0)
+
+    tn.range_push, tn.range_pop = range_push, range_pop

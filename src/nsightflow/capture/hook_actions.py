@@ -1,0 +1,166 @@
+"""What the hook (nsightflow.capture.hook) does at a command's stage step boundaries, per mode: the same probe,
+tally, windows and torch.profiler ranges the harness's passes (nsightflow.capture.passes) use for a callable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nsightflow.domains import probe_domain
+from nsightflow.records import HookSettings
+
+
+def device_in_use() -> str:
+    """``cuda`` where the program used the GPU, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
+
+
+class _Ranges:
+    """Push/pop ranges in nsightflow's domains, straight through the nvtx library (never the program's wrappers)."""
+
+    def __init__(self, names: list[str]) -> None:
+        import nvtx
+
+        self.domains = [nvtx.get_domain(n) for n in names]
+
+    def push(self, stage: str, step: int) -> None:
+        for d in self.domains:
+            d.push_range(d.get_event_attributes(message=stage, payload=step))
+
+    def pop(self) -> None:
+        for d in reversed(self.domains):
+            d.pop_range()
+
+
+class ProbeActions:
+    """Modes probe (ranges mirrored, operators marked and counted), ncu (windows) and count (operators counted)."""
+
+    def __init__(self, s: HookSettings) -> None:
+        from nsightflow.capture.flops import Tally
+        from nsightflow.capture.probe import graph_replays_counted
+
+        self.s = s
+        self.tally = Tally() if s.mode in ("probe", "count") else None
+        self.windows = None
+        if s.mode == "ncu" and s.windows:
+            from nsightflow.capture.harness import read_windows
+
+            self.windows = read_windows(Path(s.windows))
+        # As the harness does: the probe run's steps in the stages' and the probe domain, the ncu run's in the probe
+        # domain (its results' NVTX stacks say which step and operator); operators marked in both.
+        domains = {"probe": [s.mirror, probe_domain(s.mirror)], "ncu": [probe_domain(s.mirror)]}.get(s.mode)
+        self.marks = _Ranges(domains) if domains else None
+        self.probe: Any = None
+        self._replays = graph_replays_counted(self.tally)
+        self._replays.__enter__()  # for the whole program: a replay inside a step is that step's
+
+    def begin(self, stage: str, step: int) -> None:
+        from nsightflow.capture.probe import op_probe
+
+        if self.marks is not None:
+            self.marks.push(stage, step)
+        if self.tally is not None:
+            self.tally.begin(stage)
+        if self.windows is not None:
+            self.windows.begin_step(stage, step)
+        if self.probe is None:  # made at the first step: a program that compiles has loaded dynamo by then
+            self.probe = op_probe(self.s.mirror if self.marks is not None else None, self.tally, self.windows)
+        self.observed = self.windows is None or (
+            self.windows.wanted(stage, step) and not self.windows.whole(stage, step)
+        )
+        self.probe.index = 0
+        if self.observed:
+            self.probe.__enter__()
+
+    def end(self) -> None:
+        if self.observed:
+            self.probe.__exit__(None, None, None)
+        if self.windows is not None:
+            self.windows.end_step()
+        if self.tally is not None:
+            self.tally.end()
+        if self.marks is not None:
+            self.marks.pop()
+
+    def finish(self) -> dict:
+        from nsightflow.capture.flops import matmul_precision
+        from nsightflow.capture.harness import environment, measure_ceilings
+        from nsightflow.records import Ceilings
+
+        self._replays.__exit__(None, None, None)
+        counts = self.tally.result() if self.tally is not None else None
+        if counts is not None and self.s.flops_out:
+            counts.write(self.s.flops_out)
+        matmul = matmul_precision(self.s.dtype, counts.stages if counts else None)
+        device = device_in_use()
+        if self.s.ceilings_out:
+            Ceilings.from_dict(measure_ceilings(device, matmul.dtype)).write(self.s.ceilings_out)
+        return {
+            "dtype": matmul.dtype,
+            "precision": matmul.precision,
+            "precision_source": matmul.source,
+            "precision_level": matmul.level,
+            "precision_why": matmul.why,
+            "environment": environment(device),
+        }
+
+
+class TorchActions:
+    """Mode torch: the whole program under torch.profiler, each step inside ``record_function('<mirror>:<label>')``."""
+
+    def __init__(self, s: HookSettings) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        self.s = s
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self.prof = profile(activities=activities)
+        self.prof.start()
+        self.ranges: list[Any] = []
+
+    def begin(self, stage: str, step: int) -> None:
+        from torch.profiler import record_function
+
+        label = self.s.labels.get(stage, f"? {stage}")
+        rf = record_function(f"{self.s.mirror}:{label}")
+        rf.__enter__()
+        self.ranges.append(rf)
+
+    def end(self) -> None:
+        self.ranges.pop().__exit__(None, None, None)
+
+    def finish(self) -> dict:
+        from nsightflow import files
+        from nsightflow.capture.harness import environment
+
+        self.prof.stop()
+        if self.s.trace:
+            tmp = files.staging(Path(self.s.trace))
+            self.prof.export_chrome_trace(str(tmp))
+            files.publish(tmp, Path(self.s.trace))
+        return {"environment": environment(device_in_use()), "trace_labels": {v: k for k, v in self.s.labels.items()}}
+
+
+class TimedActions:
+    """Mode timed: nothing at the steps; the environment at exit."""
+
+    def begin(self, stage: str, step: int) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def finish(self) -> dict:
+        return {}
+
+
+def for_mode(s: HookSettings) -> ProbeActions | TorchActions | TimedActions:
+    if s.mode == "torch":
+        return TorchActions(s)
+    if s.mode == "timed":
+        return TimedActions()
+    return ProbeActions(s)

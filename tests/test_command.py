@@ -1,0 +1,143 @@
+"""A command workload on the CPU: a program with its own NVTX ranges and no nsightflow import, profiled unchanged
+through the real workflow (torch.profiler backend); its stages discovered or named; bad entries refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import ROOT, copy_workflow, snakemake
+
+from nsightflow.capture.command import discover, fill
+from nsightflow.errors import ConfigError, WorkloadError
+from nsightflow.rules.config import check
+
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+ARGS = {"batch": 2, "prompt": 48, "hidden": 128, "layers": 2, "steps": 3}
+
+
+def _argv(**extra):
+    a = {**ARGS, **extra}
+    flags = [x for k in ("batch", "prompt", "hidden", "layers", "steps") for x in (f"--{k}", str(a[k]))]
+    return [sys.executable, "examples/nvtx_program.py", *flags]
+
+
+def _workflow(tmp_path, workloads):
+    work = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    cfg.update(workloads=workloads, profiler="torch")
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return work
+
+
+def _linear_flops(tokens: int) -> int:
+    """2·tokens·in·out for each of the two linear layers of each block (hidden ↔ 4·hidden)."""
+    return 2 * tokens * ARGS["hidden"] * 4 * ARGS["hidden"] * 2 * ARGS["layers"]
+
+
+@pytest.mark.parametrize("nvtx_api", ["nvtx.annotate", "torch.cuda.nvtx"])
+def test_a_script_with_its_own_nvtx_ranges_reports_its_stages(tmp_path, nvtx_api):
+    extra = ["--torch-nvtx"] if nvtx_api == "torch.cuda.nvtx" else []
+    # The domain is discovered (LLM, or the default domain '' for torch.cuda.nvtx); a swept value fills {steps}.
+    command = [*_argv()[:-1], "{steps}", *extra]
+    work = _workflow(tmp_path, [{"name": "script", "command": command, "args": {"steps": ARGS["steps"]}}])
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "script"
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert list(stages.index) == ["prefill", "decode"]
+    assert stages.loc["prefill", "range_instances"] == 1 and stages.loc["decode", "range_instances"] == ARGS["steps"]
+    assert stages.loc["prefill", "flops_analytic"] == _linear_flops(ARGS["batch"] * ARGS["prompt"])
+    assert stages.loc["decode", "flops_analytic"] == _linear_flops(ARGS["batch"]) * ARGS["steps"]
+    assert (stages["wall_ms"] > 0).all() and (stages["kernels"] > 0).all()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["stage_domain"] == ("" if extra else "LLM")
+    assert manifest["command"][-1 - len(extra)] == str(ARGS["steps"]) and manifest["callable"] == ""
+    page = (run / "report.html").read_text()
+    assert "prefill" in page and "examples/nvtx_program.py" in page
+
+
+def test_named_stages_and_a_missing_one(tmp_path):
+    work = _workflow(tmp_path, [{"name": "only_decode", "command": _argv(), "domain": "LLM", "stages": ["decode"]}])
+    snakemake(work, "--cores", "1", "results/report.html")
+    stages = pd.read_csv(work / "results" / "only_decode" / "stages.csv")
+    assert stages["stage"].tolist() == ["decode"] and stages["range_instances"].tolist() == [ARGS["steps"]]
+    work = _workflow(tmp_path / "b", [{"name": "typo", "command": _argv(), "domain": "LLM", "stages": ["decoder"]}])
+    proc = snakemake(work, "--cores", "1", "results/report.html", check=False)
+    assert proc.returncode != 0
+    log = (work / "results" / "typo" / "logs" / "torch_profile.log").read_text()
+    assert "no range named ['decoder']" in log and "'decode'" in log and "'prefill'" in log
+
+
+def test_a_program_without_ranges_is_named_with_the_fix(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("import torch\nprint(torch.ones(3).sum())\n")
+    work = _workflow(tmp_path, [{"name": "plain", "command": [sys.executable, str(script)]}])
+    proc = snakemake(work, "--cores", "1", "results/report.html", check=False)
+    assert proc.returncode != 0
+    log = (work / "results" / "plain" / "logs" / "torch_profile.log").read_text()
+    assert "opened no NVTX push/pop range" in log and "nvtx.annotate" in log
+
+
+def _config(**workload):
+    return {"workloads": [{"name": "w", **workload}]}
+
+
+@pytest.mark.parametrize(
+    "workload,needle",
+    [
+        ({"callable": "a.b:c", "command": ["python", "x.py"]}, "not both"),
+        ({}, "neither is there"),
+        ({"command": ["python", "x.py", "--n", "{n}"]}, "placeholder {n} with no value"),
+        ({"callable": "a.b:c", "stages": ["x"]}, "apply to a command: workload only"),
+        ({"command": []}, "should be non-empty"),
+    ],
+)
+def test_bad_command_entries_are_refused_with_the_key(workload, needle):
+    with pytest.raises(ConfigError, match="workloads") as err:
+        check(_config(**workload), SCHEMA)
+    assert needle in str(err.value)
+
+
+def test_placeholders_take_swept_values():
+    check(_config(command=["python", "x.py", "--n", "{n}"], sweep={"n": [1, 2]}), SCHEMA)
+    assert fill(["python", "--n={n}", "{m}x"], {"n": 3, "m": "a"}) == ["python", "--n=3", "ax"]
+
+
+def test_discovery_picks_the_busiest_program_domain_and_one_step_at_a_time():
+    # (domain, name, depth, thread, start ns, end ns) as the hook records them
+    ranges = [
+        ["CCCL", "cub::DeviceRadixSort", 0, 1, 0, 10_000],  # a library's own: never the stages
+        ["LLM", "prefill", 0, 1, 100, 400],
+        ["LLM", "attention", 1, 1, 150, 200],
+        ["LLM", "decode", 0, 1, 500, 600],
+        ["LLM", "decode", 0, 1, 700, 800],
+        ["", "misc", 0, 1, 900, 950],
+    ]
+    found = discover({"ranges": ranges}, None, None)
+    assert found.domain == "LLM" and found.stages == ["prefill", "decode"]
+    assert found.walls == {"prefill": [3e-7], "decode": [1e-7, 1e-7]}
+    # named stages: a named range inside another step is part of that step
+    nested = [["LLM", "step", 0, 1, 0, 100], ["LLM", "step", 1, 1, 10, 20], ["LLM", "step", 0, 1, 200, 300]]
+    assert discover({"ranges": nested}, "LLM", ["step"]).walls == {"step": [1e-7, 1e-7]}
+    with pytest.raises(WorkloadError, match="no range named"):
+        discover({"ranges": ranges}, "LLM", ["decoder"])
+
+
+def test_the_hook_leaves_the_programs_children_alone(tmp_path):
+    """The settings reach the program's own process only: a child it starts runs plainly."""
+    from nsightflow.capture.command import CommandCall
+    from nsightflow.records import HookSettings
+
+    script = tmp_path / "child.py"
+    script.write_text("import os, subprocess, sys\nprint(repr(os.environ.get('NSIGHTFLOW_HOOK')))\n")
+    call = CommandCall(command=[sys.executable, str(script)])
+    launch = call.launch(HookSettings("timed", str(tmp_path / "rec.json")))
+    import subprocess
+
+    out = subprocess.run(launch.argv, env={**os.environ, **launch.env}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "None"
+    assert json.loads((tmp_path / "rec.json").read_text())["mode"] == "timed"
