@@ -161,6 +161,16 @@ STAGES: tuple[Column, ...] = (
     Column("dram_bytes_ranges", "DRAM bytes (range replay)", "bytes", "from ncu.ranges' range results", COUNTERS),
     Column("busy_over_wall", "busy / wall", "pct", "busy time over wall time"),
     Column("diverges", "wall ≫ busy", "bool", "busy / wall below report.divergence"),
+    Column(
+        "bound",
+        "bound",
+        "text",
+        "what bounds the stage, from its own numbers (nsightflow.analysis.bounds): launch/host (device busy under "
+        "half the wall time), compute or memory (the unit at half its peak or more on busy time), latency (busy, "
+        "neither unit near its peak), unknown (the numbers to decide were not measured)",
+        term="bound",
+    ),
+    Column("bound_why", "why", "text", "the numbers that decided the bound", shown=False),
 )
 
 KERNELS: tuple[Column, ...] = (

@@ -13,7 +13,7 @@ from typing import Literal
 
 import pandas as pd
 
-from nsightflow.analysis import metrics
+from nsightflow.analysis import bounds, metrics
 from nsightflow.analysis.peaks import Peaks, with_ceiling
 from nsightflow.analysis.peaks import peaks as device_peaks
 from nsightflow.analysis.selection import select_kernels
@@ -45,6 +45,10 @@ class RunTables:
     estimates: list[Diagnostic] = field(default_factory=list)  # numbers derived rather than measured
     classes: pd.DataFrame = field(default_factory=pd.DataFrame)  # per class of identical launches (nsight)
     results: pd.DataFrame = field(default_factory=pd.DataFrame)  # ncu results joined to launches (nsight)
+
+    def __post_init__(self) -> None:
+        if "stage" in self.stages.columns and "bound" not in self.stages.columns:
+            self.stages = bounds.with_bounds(self.stages)  # what bounds each stage, from its own numbers
 
 
 def load_analytic(path: str | Path) -> dict[str, StageCount]:

@@ -18,6 +18,7 @@ from nsightflow.analysis.metrics import non_tensor_collected
 from nsightflow.analysis.peaks import Peaks
 from nsightflow.records import Manifest
 from nsightflow.report import charts
+from nsightflow.report.headline import headline_html, headline_line
 
 
 def stage_points(stages: pd.DataFrame) -> pd.DataFrame:
@@ -200,6 +201,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
         f"<p><a href='{'../' * (run['run_id'].count('/') + 1)}report.html'>all runs</a></p>",
         f"<h2>Run {html.escape(run['run_id'])}</h2>",
         _backend_line(backend, reason),
+        headline_html(run["stages"], run["kernels"], pk),
         "<h3>Stages</h3>" + table(run["stages"], stage_columns(on_cpu, backend), cls="stages"),
         glossary_html(),
     ]
@@ -318,9 +320,7 @@ def render_index(runs: list[dict], backend: str, reason: str, title: str = "nsig
     parameter, links to the run pages."""
     df = comparison(runs)
     swept = list(dict.fromkeys(k for run in runs for k in run["point"]))
-    links = "".join(
-        f"<li><a href='{html.escape(r['run_id'])}/report.html'>{html.escape(r['run_id'])}</a></li>" for r in runs
-    )
+    links = "".join(headline_line(r["run_id"], r["stages"]) for r in runs)
     parts = [
         _backend_line(backend, reason),
         f"<h2>Runs</h2><ul>{links}</ul>",
