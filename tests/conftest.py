@@ -133,3 +133,23 @@ def pytest_sessionfinish(session, exitstatus):
     if left:
         print("\nprocesses left behind by the tests:\n  " + "\n  ".join(left), file=sys.stderr)
         session.exitstatus = 1
+
+
+def aggregate_recorded(d: Path, precision: str = "bf16", **kw):
+    """A recorded run folder (timeline.sqlite, plan.json, capture.raw.csv, analytic_flops.json, ceilings.json)
+    aggregated as the workflow does with the default config (divergence 0.5, top 10, coverage 0.9)."""
+    from nsightflow.analysis import nsight
+
+    return nsight.aggregate_run(
+        d / "timeline.sqlite",
+        "nsightflow",
+        d / "plan.json",
+        d / "capture.raw.csv",
+        d / "analytic_flops.json",
+        precision,
+        0.5,
+        10,
+        0.9,
+        ceiling_json=d / "ceilings.json",
+        **kw,
+    )

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import DATA
+from conftest import DATA, aggregate_recorded
 
-from nsightflow.analysis import bounds, nsight
+from nsightflow.analysis import bounds
 from nsightflow.analysis.peaks import Peaks
 from nsightflow.report.headline import headline_html, headline_line, short_kernel
 
@@ -18,20 +18,7 @@ H100 = DATA / "h100_stages"
 
 @pytest.fixture(scope="module")
 def default_run():
-    d = V3
-    return nsight.aggregate_run(
-        d / "timeline.sqlite",
-        "nsightflow",
-        d / "plan.json",
-        d / "capture.raw.csv",
-        d / "analytic_flops.json",
-        "bf16",
-        0.5,
-        10,
-        0.9,
-        ceiling_json=d / "ceilings.json",
-        manifest_json=d / "manifest.json",
-    )
+    return aggregate_recorded(V3, manifest_json=V3 / "manifest.json")
 
 
 def test_the_default_decoders_decode_is_launch_bound_and_the_page_says_why(default_run):

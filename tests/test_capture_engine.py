@@ -8,9 +8,9 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-from conftest import DATA
+from conftest import DATA, aggregate_recorded
 
-from nsightflow.analysis import aggregate, diagnostics, metrics, nsight
+from nsightflow.analysis import aggregate, diagnostics, metrics
 from nsightflow.capture import attribution, flops, matching, ncu, ncu_csv, plan
 from nsightflow.records import CaptureRecord, Manifest
 
@@ -22,17 +22,9 @@ def _agg(run, root=V2, **kw):
     d = root / run
     # Captures recorded before manifests named MFU's precision: these workloads declared their dtype.
     precision = flops.tensor_precision(json.loads((d / "manifest.json").read_text())["dtype"], tf32=False)
-    return nsight.aggregate_run(
-        d / "timeline.sqlite",
-        "nsightflow",
-        d / "plan.json",
-        d / "capture.raw.csv",
-        d / "analytic_flops.json",
+    return aggregate_recorded(
+        d,
         precision,
-        0.5,
-        10,
-        0.9,
-        ceiling_json=d / "ceilings.json",
         **kw,
     )
 

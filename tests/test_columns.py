@@ -9,10 +9,10 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import DATA
+from conftest import DATA, aggregate_recorded
 
 from nsightflow import columns
-from nsightflow.analysis import captures, imported, nsight, torch_backend, torchprof
+from nsightflow.analysis import captures, imported, torch_backend, torchprof
 from nsightflow.analysis.runfiles import in_order
 
 TINY = {"batch": 1, "prompt": 16, "decode_steps": 2, "vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2}
@@ -20,17 +20,8 @@ TINY = {"batch": 1, "prompt": 16, "decode_steps": 2, "vocab": 256, "d_model": 32
 
 def _nsight():
     d = DATA / "h200_v2" / "ranges"
-    return nsight.aggregate_run(
-        d / "timeline.sqlite",
-        "nsightflow",
-        d / "plan.json",
-        d / "capture.raw.csv",
-        d / "analytic_flops.json",
-        "bf16",
-        0.5,
-        10,
-        0.9,
-        ceiling_json=d / "ceilings.json",
+    return aggregate_recorded(
+        d,
         ranges_export=d / "ranges.raw.csv",
         ranges_plan=d / "ranges.plan.json",
     )

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import DATA, copy_workflow, process_alive, snakemake
+from conftest import DATA, aggregate_recorded, copy_workflow, process_alive, snakemake
 
-from nsightflow.analysis import checks, nsight, peaks, runfiles
+from nsightflow.analysis import checks, peaks, runfiles
 from nsightflow.records import CaptureRecord, Ceilings
 
 
@@ -112,20 +112,7 @@ def _v3(tmp_path, **edits):
 
 def _aggregate(d):
     record = CaptureRecord.read(d / "capture.cmd.json")
-    return nsight.aggregate_run(
-        d / "timeline.sqlite",
-        "nsightflow",
-        d / "plan.json",
-        d / "capture.raw.csv",
-        d / "analytic_flops.json",
-        "bf16",
-        0.5,
-        10,
-        0.9,
-        ceiling_json=d / "ceilings.json",
-        manifest_json=d / "manifest.json",
-        capture_record=record,
-    )
+    return aggregate_recorded(d, manifest_json=d / "manifest.json", capture_record=record)
 
 
 def _swap_columns(a, b, units=False):
