@@ -75,6 +75,13 @@ def harness_call(wildcards):
     )
 
 
+def workload_code(wildcards):
+    """The workload's own source (its digest) and declared version: editing the model's module reruns its profile."""
+    from nsightflow.rules.code import code_identity
+
+    return _canonical(code_identity(run_spec(wildcards)))
+
+
 def range_inputs(wildcards):
     """The range capture and its plan, when config ncu.ranges asks for range results beside the kernel ones."""
     if config["ncu"]["ranges"] == "none":

@@ -24,6 +24,7 @@ rule timeline:
         versions=TOOL_VERSIONS,
         settings=capture_settings,
         harness=harness_call,
+        code=workload_code,
         nsys=config["tools"]["nsys"],
         timeout_s=config["nsys"]["timeout_s"],
     script:

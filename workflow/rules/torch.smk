@@ -21,6 +21,7 @@ rule torch_profile:
         versions=TOOL_VERSIONS,
         settings=capture_settings,
         harness=harness_call,
+        code=workload_code,
         timeout_s=config["torch"]["timeout_s"],
     script:
         "../scripts/torch_profile.py"

@@ -59,6 +59,17 @@ def _types(spec: dict) -> set[str]:
     return set(t if isinstance(t, list) else [t])
 
 
+def _json_type(value: Any) -> set[str]:
+    """The JSON schema types a parsed scalar satisfies."""
+    if value is None:
+        return {"null"}
+    if isinstance(value, bool):
+        return {"boolean"}
+    if isinstance(value, int):
+        return {"integer", "number"}
+    return {"number"}
+
+
 def coerce(value: Any, spec: dict) -> Any:
     """``value`` with strings turned into the numbers, booleans or nulls the schema asks for (Snakemake 9 passes
     ``--config select='{top_n: 3}'`` as {'top_n': '3'}); workload ``args`` take plain numbers and booleans."""
@@ -79,7 +90,7 @@ def coerce(value: Any, spec: dict) -> Any:
         return [coerce(v, spec["items"]) for v in value]
     if isinstance(value, str) and _types(spec) & {"integer", "number", "boolean", "null"}:
         parsed = _scalar(value)
-        if parsed is not value:
+        if parsed is not value and _json_type(parsed) & _types(spec):  # '2' stays a string where a string is allowed
             return parsed
     return value
 
