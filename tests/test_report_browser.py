@@ -51,13 +51,15 @@ def pages(tmp_path_factory):
     cpu = copy_workflow(root / "cpu")
     cfg = yaml.safe_load((cpu / "config" / "config.yaml").read_text())
     cfg["workloads"] = [SWEEP]
+    cfg["diff"] = {"before": "tinyllm/prompt~16", "after": "tinyllm/prompt~32"}
     (cpu / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    snakemake(cpu, "--cores", "2", "results/report.html")
+    snakemake(cpu, "--cores", "2", "results/report.html", "results/diff.html")
     gpu = copy_workflow(root / "gpu")
     snakemake(gpu, "--cores", "1", "results/report.html", "--config", f"captures={DATA / 'h200_tinyllm_filtered'}")
     return {
         "index (CPU sweep)": cpu / "results" / "report.html",
         "run (CPU)": cpu / "results" / "tinyllm" / "prompt~32" / "report.html",
+        "diff (CPU sweep)": cpu / "results" / "diff.html",
         "index (H200 captures)": gpu / "results" / "report.html",
         "run (H200 captures)": gpu / "results" / "captures" / "h200_tinyllm_filtered" / "report.html",
     }
@@ -89,6 +91,7 @@ def _open(browser, path: Path, shots: Path, name: str):
 
 @pytest.mark.parametrize("which", ["index (CPU sweep)", "run (CPU)", "index (H200 captures)", "run (H200 captures)"])
 def test_page_renders_offline_without_errors(pages, browser, which, tmp_path):
+    # (the diff page: test_the_diff_page_renders)
     shots = Path(os.environ.get("NSIGHTFLOW_SCREENSHOTS", tmp_path))
     page, errors, requests = _open(browser, pages[which], shots, which)
     assert errors == [] and requests == []
@@ -116,3 +119,14 @@ def test_page_renders_offline_without_errors(pages, browser, which, tmp_path):
         assert page.locator("a", has_text="captures" if "captures" in which else "prompt~16").first.is_visible()
     if "CPU" in which and which.startswith("run"):
         assert "busy ms (CPU operators)" in text and "GPU" not in page.inner_text("table.stages")
+
+
+def test_the_diff_page_renders(pages, browser, tmp_path):
+    page, errors, requests = _open(browser, pages["diff (CPU sweep)"], tmp_path, "diff")
+    assert errors == [] and requests == []
+    text = page.inner_text("body")
+    assert "nan" not in text.lower().split() and "tinyllm/prompt~16 → tinyllm/prompt~32" in text
+    assert page.locator("table.stages").first.is_visible()
+    # one sentence per stage, wall before → after
+    assert page.locator("ul.advice li", has_text="prefill: wall").first.is_visible()
+    assert page.locator("ul.advice li", has_text="decode: wall").first.is_visible()

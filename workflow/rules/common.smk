@@ -82,6 +82,19 @@ def workload_code(wildcards):
     return _canonical(code_identity(run_spec(wildcards)))
 
 
+def diff_inputs(wildcards):
+    """The two runs config diff names: run ids of this config (made if needed) or folders of runs made elsewhere."""
+    if not config.get("diff"):
+        raise WorkflowError("results/diff.html needs config diff: {before: <run id or folder>, after: <...>}")
+    files = {}
+    for side in ("before", "after"):
+        ref = config["diff"][side]
+        folder = f"results/{ref}" if ref in RUNS else ref
+        for name in ("stages", "kernels", "summary", "manifest"):
+            files[f"{side}_{name}"] = f"{folder}/{name}.{'json' if name in ('summary', 'manifest') else 'csv'}"
+    return files
+
+
 def range_inputs(wildcards):
     """The range capture and its plan, when config ncu.ranges asks for range results beside the kernel ones."""
     if config["ncu"]["ranges"] == "none":

@@ -2,6 +2,7 @@
 localrules:
     run_report,
     report,
+    diff,
 
 
 rule run_report:
@@ -46,3 +47,20 @@ rule report:
         title=config["report"]["title"],
     script:
         "../scripts/report.py"
+
+
+rule diff:
+    input:
+        unpack(diff_inputs),
+    output:
+        "results/diff.html",
+    log:
+        "results/logs/diff.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    params:
+        before=lambda wildcards: config["diff"]["before"],
+        after=lambda wildcards: config["diff"]["after"],
+        title=config["report"]["title"],
+    script:
+        "../scripts/diff.py"

@@ -140,7 +140,7 @@ def _png(png: bytes, alt: str) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
 
 
-def _page(title: str, body: list[str]) -> str:
+def page(title: str, body: list[str]) -> str:
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "</body></html>"
@@ -270,7 +270,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
     parts.append("<h3>Profiler commands behind these numbers</h3>")
     for cmd in run.get("commands", []):
         parts.append(f"<p>{html.escape(cmd['what'])}</p><pre>{html.escape(_quote(cmd['argv']))}</pre>")
-    return _page(f"{title}: {run['run_id']}", parts)
+    return page(f"{title}: {run['run_id']}", parts)
 
 
 def diagnostics_html(items: list[Diagnostic]) -> str:
@@ -340,7 +340,7 @@ def render_index(runs: list[dict], backend: str, reason: str, title: str = "nsig
         )
     for run in runs:
         parts += [f"<p class='warn'>{html.escape(run['run_id'])}: {html.escape(n)}</p>" for n in run.get("notes", [])]
-    return _page(title, parts)
+    return page(title, parts)
 
 
 def _quote(argv: list[str]) -> str:
