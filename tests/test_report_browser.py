@@ -109,6 +109,15 @@ def test_page_renders_offline_without_errors(pages, browser, which, tmp_path):
     assert page.locator("dd", has_text="model FLOP utilisation").first.is_visible()
     if which.startswith("run"):
         assert page.locator("h3", has_text="Peaks").is_visible()
+        assert page.locator("table.headline").is_visible() and page.locator("ul.advice li").first.is_visible()
+        # the configuration folded; the stage table's other columns one tick away
+        assert page.locator("summary", has_text="Configuration and tool versions").is_visible()
+        assert not page.locator("details:not([open]) pre").first.is_visible()
+        hidden = page.locator("table.stages th.more")
+        if hidden.count():
+            assert not hidden.first.is_visible()
+            page.locator(".toggle label").first.click()
+            assert hidden.first.is_visible()
         folded = page.locator("details summary", has_text="more")
         if folded.count():  # kernels beyond the top-N are folded away, one click from view
             assert not page.locator("details:not([open]) table").first.is_visible()

@@ -20,12 +20,25 @@ SWEEP_METRICS = {
 }
 
 
+# One colour per stage, the same in every chart of a page (by the stage's place in the page's order), and a
+# compute/memory pair that no stage takes.
+STAGE_COLOURS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#d62728")
+COMPUTE_COLOUR, MEMORY_COLOUR = "#1f77b4", "#ff7f0e"
+
+
+def stage_colours(stages: list[str]) -> dict[str, str]:
+    """Each stage's colour, by its first place in ``stages``."""
+    order = list(dict.fromkeys(stages))
+    return {s: STAGE_COLOURS[i % len(STAGE_COLOURS)] for i, s in enumerate(order)}
+
+
 def roofline_png(
     kernels: pd.DataFrame,
     pk: Peaks,
     title: str,
     x_label: str = "arithmetic intensity (FLOP / DRAM byte)",
     y_label: str = "achieved FLOP/s (on busy time)",
+    order: list[str] | None = None,
 ) -> bytes:
     """Log-log roofline: DRAM and compute roofs, one point per captured kernel (intensity vs achieved rate)."""
     import matplotlib
@@ -47,8 +60,16 @@ def roofline_png(
             lw=1.5,
             label=f"roof: {units.si(pk.compute, 'FLOP/s')}, {units.si(pk.dram, 'B/s')}",
         )
-    for stage, g in pts.groupby("stage"):
-        ax.scatter(g["arithmetic_intensity"], g["achieved_flops_per_s"], s=18 + 60 * g["share"], label=stage, alpha=0.8)
+    colours = stage_colours(list(order or []) + list(pts["stage"]))
+    for stage, g in pts.groupby("stage", sort=False):
+        ax.scatter(
+            g["arithmetic_intensity"],
+            g["achieved_flops_per_s"],
+            s=18 + 60 * g["share"],
+            label=stage,
+            alpha=0.8,
+            color=colours[stage],
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(x_label)
@@ -89,9 +110,10 @@ def breakdown_png(df: pd.DataFrame) -> bytes:
     stages = list(dict.fromkeys(df["stage"]))
     fig, (ax_t, ax_u) = plt.subplots(1, 2, figsize=(12, max(2.8, 1.4 + 0.5 * max(len(runs), len(df) / 2))), dpi=100)
     left = pd.Series(0.0, index=runs)
+    colours = stage_colours(stages)
     for stage in stages:
         g = df[df["stage"] == stage].set_index("run")["gpu_busy_ms"].reindex(runs).fillna(0.0)
-        ax_t.barh(runs, g, left=left, label=stage)
+        ax_t.barh(runs, g, left=left, label=stage, color=colours[stage])
         left += g
     ax_t.set_xlabel("busy time (ms), stacked by stage")
     ax_t.invert_yaxis()
@@ -110,12 +132,14 @@ def breakdown_png(df: pd.DataFrame) -> bytes:
         100 * df.get("mfu_busy", pd.Series(float("nan"), index=df.index)),  # NaN: no bar (not measured), never a zero
         height=0.4,
         label="compute: MFU on busy",
+        color=COMPUTE_COLOUR,
     )
     ax_u.barh(
         [y + 0.2 for y in ys],
         100 * df.get(bw, pd.Series(float("nan"), index=df.index)),
         height=0.4,
         label="memory: " + ("DRAM BW util on busy" if bw == "dram_bw_util_busy" else "BW util (operator bytes)"),
+        color=MEMORY_COLOUR,
     )
     ax_u.set_yticks(list(ys), labels, fontsize=8)
     ax_u.invert_yaxis()
@@ -137,14 +161,19 @@ def sweep_png(df: pd.DataFrame, param: str, swept: list[str]) -> bytes:
     metrics = [c for c in SWEEP_METRICS if c in df and df[c].notna().any()]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), dpi=100, squeeze=False)
     others = [p for p in swept if p != param]
-    for keys, g in df[df[param].notna()].groupby(["workload", "stage"] + others, dropna=False):
+    colours = stage_colours(list(df["stage"]))
+    styles = ["-", "--", ":", "-."]  # a stage's colour; other workloads and swept values by line style
+    lines: dict[str, int] = {}
+    for keys, g in df[df[param].notna()].groupby(["workload", "stage"] + others, dropna=False, sort=False):
         g = g.sort_values(param)
         workload, stage, *rest = keys
+        style = styles[lines.setdefault(str(stage), 0) % len(styles)]
+        lines[str(stage)] += 1
         label = f"{workload} {stage}" + "".join(f", {p}={v}" for p, v in zip(others, rest, strict=True))
         xs = g[param] if pd.api.types.is_numeric_dtype(g[param]) else g[param].astype(str)
         for ax, m in zip(axes[0], metrics, strict=True):
             scale = 1.0 if m == "gpu_busy_ms" else 100.0
-            ax.plot(xs, scale * g[m], marker="o", label=label)
+            ax.plot(xs, scale * g[m], marker="o", label=label, color=colours[stage], linestyle=style)
     for ax, m in zip(axes[0], metrics, strict=True):
         ax.set_xlabel(f"{param} (workload argument)")
         ax.set_ylabel(SWEEP_METRICS[m])

@@ -18,7 +18,7 @@ from nsightflow.analysis.metrics import non_tensor_collected
 from nsightflow.analysis.peaks import Peaks
 from nsightflow.records import Manifest
 from nsightflow.report import charts
-from nsightflow.report.headline import headline_html, headline_line
+from nsightflow.report.headline import headline_html, headline_line, short_kernel
 
 
 def stage_points(stages: pd.DataFrame) -> pd.DataFrame:
@@ -72,25 +72,42 @@ def _td_class(c: str, kind: str) -> str:
     return " class=name" if c in ("kernel", "run") else " class=label"
 
 
-def table(df: pd.DataFrame, columns: dict[str, tuple[str, str]], cls: str = "") -> str:
+def table(
+    df: pd.DataFrame, columns: dict[str, tuple[str, str]], cls: str = "", first: frozenset[str] | None = None
+) -> str:
     """An HTML table of ``columns`` (source -> (header, kind)); every cell formatted by its kind and
-    HTML-escaped (C++ templates); headers carry their definition (nsightflow.columns) as a tooltip."""
+    HTML-escaped (C++ templates); headers carry their definition (nsightflow.columns) as a tooltip. With ``first``,
+    the other columns are hidden until the reader asks for every column (a checkbox before the table). Kernel names
+    are shortened, the full name on hover."""
     cols = [c for c, (_, kind) in columns.items() if _shown(df, c, kind)]
+
+    def more(c: str) -> str:
+        return " more" if first is not None and c not in first else ""
 
     def th(c: str) -> str:
         tip = TIPS.get(c)
         title = f' title="{html.escape(tip, quote=True)}"' if tip else ""
-        return f"<th{title}>{html.escape(columns[c][0])}</th>"
+        return f"<th class='col{more(c)}'{title}>{html.escape(columns[c][0])}</th>"
 
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td{_td_class(c, columns[c][1])}>{html.escape(cell(r[c], columns[c][1]))}</td>" for c in cols)
-        + "</tr>"
-        for _, r in df.iterrows()
-    )
-    return (
+    def td(c: str, v: Any) -> str:
+        kind = columns[c][1]
+        text = html.escape(cell(v, kind))
+        if c == "kernel" and isinstance(v, str) and short_kernel(v) != v:
+            text = f"<span title='{html.escape(v, quote=True)}'>{html.escape(short_kernel(v))}</span>"
+        klass = (_td_class(c, kind).removeprefix(" class=") + more(c)).strip()
+        return f"<td class='{klass}'>{text}</td>" if klass else f"<td>{text}</td>"
+
+    body = "".join("<tr>" + "".join(td(c, r[c]) for c in cols) + "</tr>" for _, r in df.iterrows())
+    out = (
         f"<table{f' class={cls}' if cls else ''}><thead><tr>{''.join(th(c) for c in cols)}</tr></thead>"
         f"<tbody>{body}</tbody></table>"
+    )
+    if first is None or all(c in first for c in cols):
+        return out
+    box = f"cols-{abs(hash((cls, tuple(cols)))) % 10**8}"
+    return (
+        f"<div class='toggle'><input type='checkbox' id='{box}'><label for='{box}'> every column "
+        f"({len(cols)})</label>{out}</div>"
     )
 
 
@@ -100,6 +117,24 @@ def stage_columns(on_cpu: bool, backend: str) -> dict[str, tuple[str, str]]:
     cols = {c.name: (c.header, c.fmt) for c in columns.STAGES if c.shown and backend in c.backends}
     cols["gpu_busy_ms"] = ("busy ms (CPU operators)" if on_cpu else "busy ms (GPU kernels)", "ms")
     return cols
+
+
+# The stage table's columns in view before "every column" is ticked: what the headline's numbers rest on.
+STAGE_FIRST = frozenset(
+    {
+        "stage",
+        "range_instances",
+        "wall_ms",
+        "gpu_busy_ms",
+        "busy_over_wall",
+        "bound",
+        "mfu_wall",
+        "mfu_busy",
+        "dram_bw_util_busy",
+        "bw_util_busy_model",
+        "coverage",
+    }
+)
 
 
 def kernel_columns(on_cpu: bool, backend: str) -> dict[str, tuple[str, str]]:
@@ -131,6 +166,7 @@ CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color
 table{border-collapse:collapse;font-size:12px;margin:.6em 0}
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}td{white-space:nowrap}
 td.name{text-align:left;min-width:280px;max-width:560px;white-space:normal;overflow-wrap:anywhere}td.label{text-align:left}th{background:#f3f3f3;cursor:help}
+.toggle input:not(:checked)~table .more{display:none}.headline td{white-space:normal}
 pre{background:#f7f7f7;padding:8px;font-size:11px;white-space:pre-wrap;overflow-wrap:anywhere}
 .warn{color:#a40}dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;font-size:13px}
 dt{font-weight:600}dd{margin:0}details{margin:.6em 0}summary{cursor:pointer;color:#245}"""
@@ -202,7 +238,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
         f"<h2>Run {html.escape(run['run_id'])}</h2>",
         _backend_line(backend, reason),
         headline_html(run["stages"], run["kernels"], pk),
-        "<h3>Stages</h3>" + table(run["stages"], stage_columns(on_cpu, backend), cls="stages"),
+        "<h3>Stages</h3>" + table(run["stages"], stage_columns(on_cpu, backend), cls="stages", first=STAGE_FIRST),
         glossary_html(),
     ]
     parts += [f"<p class='warn'>{html.escape(note)}</p>" for note in run.get("notes", [])]
@@ -224,6 +260,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
                     f"roofline: {run['run_id']}",
                     f"arithmetic intensity ({which} / DRAM byte, ncu)",
                     f"achieved {which}/s (on the kernel's own time)",
+                    order=list(run["stages"]["stage"]),
                 ),
                 "roofline",
             )
@@ -238,6 +275,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
                     f"roofline: {run['run_id']}",
                     "arithmetic intensity (model FLOP / operator byte)",
                     "achieved model FLOP/s (on busy time)",
+                    order=list(run["stages"]["stage"]),
                 ),
                 "roofline",
             )
@@ -248,15 +286,15 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
     )
     manifest = run.get("manifest") or Manifest()
     parts.append(
-        "<h3>Configuration and tool versions</h3><pre>"
+        "<details><summary>Configuration and tool versions</summary><pre>"
         + html.escape(
             json.dumps(
                 {
-                    "settings": settings,
+                    "settings": settings,  # the workload's callable or command and its arguments are in here
                     "workload": (
-                        {"command": manifest.command, "stage_domain": manifest.stage_domain, "args": manifest.args}
+                        {"command": manifest.command, "stage_domain": manifest.stage_domain}
                         if manifest.command
-                        else {"callable": manifest.callable, "args": manifest.args, "params": manifest.params}
+                        else {"params": manifest.params}
                     ),
                     "versions": manifest.versions,
                     "host": manifest.host,
@@ -265,7 +303,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
                 default=str,
             )
         )
-        + "</pre>"
+        + "</pre></details>"
     )
     parts.append("<h3>Profiler commands behind these numbers</h3>")
     for cmd in run.get("commands", []):
@@ -338,8 +376,14 @@ def render_index(runs: list[dict], backend: str, reason: str, title: str = "nsig
             f"<h3>Against {html.escape(param)} (workload argument swept)</h3>"
             + _png(charts.sweep_png(df, param, swept), f"against {param}")
         )
+    said: dict[str, list[str]] = {}
     for run in runs:
-        parts += [f"<p class='warn'>{html.escape(run['run_id'])}: {html.escape(n)}</p>" for n in run.get("notes", [])]
+        for note in run.get("notes", []):
+            said.setdefault(note, []).append(run["run_id"])
+    parts += [
+        f"<p class='warn'>{html.escape(', '.join(ids) if len(ids) < len(runs) else 'every run')}: {html.escape(n)}</p>"
+        for n, ids in said.items()
+    ]
     return page(title, parts)
 
 
