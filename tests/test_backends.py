@@ -57,7 +57,7 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
     assert "Backend: <b>torch</b>" in html and "no CUDA GPU" in html
     # The terminal says it too, when the run starts.
     assert "nsightflow: backend torch (profiler 'auto' chose torch.profiler" in (cpu_run / "terminal.txt").read_text()
-    assert "<td class=label>prefill</td>" in html and "<td class=label>decode</td>" in html
+    assert "<td class='label'>prefill</td>" in html and "<td class='label'>decode</td>" in html
     page = (cpu_run / "results" / "tinyllm" / "report.html").read_text()
     assert (
         "aten::mm" in page

@@ -647,8 +647,8 @@ def test_report_pages(run_dir):
     html = (run_dir / "report.html").read_text()
     assert (
         "Backend: <b>nsight</b>" in html
-        and "<td class=label>prefill</td>" in html
-        and "<td class=label>decode</td>" in html
+        and "<td class='label'>prefill</td>" in html
+        and "<td class='label'>decode</td>" in html
     )
     page = (run_dir / "tinyllm" / "report.html").read_text()
     # The default capture of this bf16 workload collects the tensor pipes' FLOPs only (ncu.non_tensor_flops: auto).

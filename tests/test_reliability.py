@@ -305,7 +305,7 @@ def test_stage_names_that_read_like_values_stay_names(tmp_path):
     st = runfiles.read_table(wf / "results" / "w" / "stages.csv")
     assert st["stage"].tolist() == names
     page = (wf / "results" / "w" / "report.html").read_text()
-    assert all(f"<td class=label>{n}</td>" in page for n in names)
+    assert all(f"<td class='label'>{n}</td>" in page for n in names)
 
 
 @pytest.mark.parametrize(

@@ -381,7 +381,8 @@ def render_index(runs: list[dict], backend: str, reason: str, title: str = "nsig
         for note in run.get("notes", []):
             said.setdefault(note, []).append(run["run_id"])
     parts += [
-        f"<p class='warn'>{html.escape(', '.join(ids) if len(ids) < len(runs) else 'every run')}: {html.escape(n)}</p>"
+        f"<p class='warn'>{html.escape(', '.join(ids) if len(ids) < len(runs) or len(runs) == 1 else 'every run')}: "
+        f"{html.escape(n)}</p>"
         for n, ids in said.items()
     ]
     return page(title, parts)
