@@ -27,7 +27,7 @@ def test_every_config_is_listed_and_plans(tmp_path):
     assert CONFIGS and all(f"`{c.name}`" in listed for c in CONFIGS)
     for config in CONFIGS:
         wf, path = _copy(tmp_path / config.stem, config.stem)
-        extra = ["--config", "device=NVIDIA H200"] if config.stem == "ranges" else []
+        extra = ["--config", "device=NVIDIA H200"] if config.stem in ("ranges", "deep") else []
         out = snakemake(wf, "-n", "--cores", "1", "results/report.html", "--configfile", str(path), *extra).stdout
         assert "rule" in out, out[-2000:]
 

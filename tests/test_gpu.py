@@ -854,3 +854,42 @@ def test_a_command_with_its_own_nvtx_ranges_matches_a_full_capture_of_them(tmp_p
     print(
         f"command workflow {cmd_s:.1f} s, the same program as a callable {callable_s:.1f} s: {cmd_s / callable_s:.2f}x"
     )
+
+
+def _ran_s(log):
+    """Seconds the profiler of a job ran, from the '[nsightflow] ... ran from A to B' line of its log."""
+    m = re.search(r"ran from ([0-9.]+) to ([0-9.]+)", log.read_text())
+    return float(m.group(2)) - float(m.group(1))
+
+
+def test_cards_of_the_top_classes_come_from_a_capture_of_those_launches(tmp_path):
+    wl = [{"name": "small", "callable": "nsightflow.workloads.decoder:build", "args": SMALL}]
+    results, seconds = _run(tmp_path, "deep", wl, ncu={"deep_dive": 2})
+    run = results / "small"
+    plan = json.loads((run / "deep.plan.json").read_text())
+    deep = [e for e in plan["expected"] if e["role"] == "deep"]
+    found = json.loads((run / "cards.json").read_text())["cards"]
+    assert [(c["stage"], c["class_key"]) for c in found] == [(e["stage"], e["class_key"]) for e in deep]
+    assert {s: sum(e["stage"] == s for e in deep) for s in ("prefill", "decode")} == {"prefill": 2, "decode": 2}
+    raw, _ = ncu_csv.parse_raw_csv((run / "ncu" / "deep.raw.csv").read_text())
+    assert len(raw) == len(plan["expected"])  # the capture profiled its plan and nothing else
+    rows = [i for i, e in enumerate(plan["expected"]) if e["role"] == "deep"]
+    for c, i in zip(found, rows, strict=True):
+        assert c["sol_compute_pct"] == pytest.approx(
+            float(raw.iloc[i]["sm__throughput.avg.pct_of_peak_sustained_elapsed"])
+        )
+        assert c["occupancy_pct"] == pytest.approx(
+            float(raw.iloc[i]["sm__warps_active.avg.pct_of_peak_sustained_active"])
+        )
+    page = (run / "report.html").read_text()
+    assert "Top kernel classes, in depth" in page
+    deep_s, main_s = _ran_s(run / "logs" / "ncu_deep.log"), _ran_s(run / "logs" / "ncu_capture.log")
+    for c in found:
+        print(
+            f"card {c['stage']} {c['kernel'][:50]}: {c['limiter']}, SOL compute {c['sol_compute_pct']:.1f}%, memory "
+            f"{c['sol_memory_pct']:.1f}%, occupancy {c['occupancy_pct']:.1f}%, {len(c['rules'])} rule messages"
+        )
+    print(
+        f"deep dive: {len(raw)} launches ({len(deep)} cards) in {deep_s:.1f} s; the main capture {main_s:.1f} s; "
+        f"workflow {seconds:.1f} s"
+    )

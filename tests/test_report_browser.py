@@ -139,3 +139,24 @@ def test_the_diff_page_renders(pages, browser, tmp_path):
     # one sentence per stage, wall before → after
     assert page.locator("ul.advice li", has_text="prefill: wall").first.is_visible()
     assert page.locator("ul.advice li", has_text="decode: wall").first.is_visible()
+
+
+def test_the_kernel_cards_render(browser, tmp_path):
+    """The deep-dive cards of the H100 sections recorded in tests/data/h100_sections, on a page of their own."""
+    from nsightflow.analysis.cards import cards
+    from nsightflow.capture import ncu_csv
+    from nsightflow.report.cards_html import cards_html
+    from nsightflow.report.pages import page as html_page
+    from nsightflow.report.pages import write_html
+
+    raw, _ = ncu_csv.parse_raw_csv((DATA / "h100_sections" / "raw.csv").read_text())
+    found = cards(raw, (DATA / "h100_sections" / "raw.csv").with_name("details.txt").read_text())
+    path = tmp_path / "cards.html"
+    write_html(path, html_page("cards", [cards_html(found)]))
+    page, errors, requests = _open(browser, path, tmp_path, "cards")
+    assert errors == [] and requests == []
+    assert page.locator("div.card").count() == 6 and page.locator("div.card h4").first.is_visible()
+    advice = page.locator("div.card details").first
+    assert not advice.locator("li").first.is_visible()
+    advice.locator("summary").click()
+    assert advice.locator("li", has_text="grid is too small").first.is_visible()

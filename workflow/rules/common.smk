@@ -95,6 +95,13 @@ def diff_inputs(wildcards):
     return files
 
 
+def card_inputs(wildcards):
+    """The deep-dive cards of the top kernel classes, when config ncu.deep_dive asks for them (Nsight backend)."""
+    if BACKEND != "nsight" or not config["ncu"]["deep_dive"]:
+        return {}
+    return {"cards": f"results/{wildcards.run}/cards.json"}
+
+
 def range_inputs(wildcards):
     """The range capture and its plan, when config ncu.ranges asks for range results beside the kernel ones."""
     if config["ncu"]["ranges"] == "none":

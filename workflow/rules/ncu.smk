@@ -1,6 +1,8 @@
 # Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
 localrules:
     range_plan,
+    deep_plan,
+    cards,
 
 
 rule ncu_capture:
@@ -81,3 +83,64 @@ use rule ncu_capture as ncu_ranges with:
         cache_control=config["ncu"]["cache_control"],
         timeout_s=config["ncu"]["timeout_s"],
         ranges=True,
+
+
+rule deep_plan:
+    input:
+        plan="results/{run}/plan.json",
+        sqlite="results/{run}/timeline/timeline.sqlite",
+    output:
+        "results/{run}/deep.plan.json",
+    log:
+        "results/{run}/logs/deep_plan.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    params:
+        domain=config["nvtx_domain"],
+        top=config["ncu"]["deep_dive"],
+    script:
+        "../scripts/deep_plan.py"
+
+
+use rule ncu_capture as ncu_deep with:
+    input:
+        plan="results/{run}/deep.plan.json",
+        flops="results/{run}/analytic_flops.json",
+        manifest="results/{run}/manifest.json",
+        preflight=f"results/preflight/{DEVICE}.json",
+    output:
+        rep="results/{run}/ncu/deep.ncu-rep",
+        csv="results/{run}/ncu/deep.raw.csv",
+        cmd="results/{run}/ncu/deep.cmd.json",
+        details="results/{run}/ncu/deep.details.txt",
+    log:
+        "results/{run}/logs/ncu_deep.log",
+    params:
+        versions=TOOL_VERSIONS,
+        harness=harness_call,
+        ncu=config["tools"]["ncu"],
+        metrics=["gpu__time_duration.sum"],  # the sections bring their own
+        extra_metrics=[],
+        tensor_precisions="all",
+        non_tensor_flops=False,
+        sections=config["ncu"]["deep_sections"],
+        replay_mode="kernel",
+        clock_control=config["ncu"]["clock_control"],
+        cache_control=config["ncu"]["cache_control"],
+        timeout_s=config["ncu"]["timeout_s"],
+        ranges=False,
+
+
+rule cards:
+    input:
+        csv="results/{run}/ncu/deep.raw.csv",
+        plan="results/{run}/deep.plan.json",
+        details="results/{run}/ncu/deep.details.txt",
+    output:
+        "results/{run}/cards.json",
+    log:
+        "results/{run}/logs/cards.log",
+    conda:
+        "../../envs/nsightflow.yaml"
+    script:
+        "../scripts/cards.py"

@@ -7,6 +7,7 @@ localrules:
 
 rule run_report:
     input:
+        unpack(card_inputs),
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
         summary="results/{run}/summary.json",

@@ -25,4 +25,5 @@ with rule_job(sm.log[0], sm.output):
         cache_control=sm.params.cache_control,
         timeout_s=sm.params.timeout_s,
         ranges=sm.params.ranges,
+        details_out=sm.output.get("details"),
     )

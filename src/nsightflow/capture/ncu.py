@@ -254,6 +254,11 @@ def reference_argv(
     return argv + ["--clock-control=none", "--cache-control=all", "--metrics", ",".join(metrics), *program]
 
 
+def details_argv(ncu: str, report: str | Path) -> list[str]:
+    """The details page (every section's table and ncu's rule messages), as text."""
+    return [ncu, "--import", str(report), "--page", "details", "--print-details", "all"]
+
+
 def export_argv(ncu: str, report: str | Path) -> list[str]:
     """Raw page as CSV in base units (bytes, ns), one row per profiled result, kernels named by their mangled
     names: the one spelling nsys prints identically (nsightflow.capture.matching)."""

@@ -277,6 +277,7 @@ def ncu_capture(
     cache_control: ncu.CacheControl,
     timeout_s: float | None,
     ranges: bool = False,
+    details_out: str | Path | None = None,
 ) -> None:
     """One ncu run of the whole program (``--profile-from-start off``; ``program``, the harness or a command's hook,
     opens the plan's windows),
@@ -332,17 +333,21 @@ def ncu_capture(
         simt_share=counters.simt_share,
     )
     files.write_text(Path(csv_out), text)
+    if details_out is not None:  # the sections as ncu prints them, with its rule messages
+        files.write_text(Path(details_out), export(ncu_bin, produced, log, page="details"))
     record.write(cmd_json)
     files.publish(produced, rep)
 
 
-def export(ncu_bin: str, rep: str | Path, log: str | Path) -> str:
-    """``ncu --import --page raw --csv --print-units base`` of a report: the CSV text (checked to parse)."""
-    argv = ncu.export_argv(ncu_bin, rep)
+def export(ncu_bin: str, rep: str | Path, log: str | Path, page: str = "raw") -> str:
+    """``ncu --import --page raw --csv --print-units base`` of a report: the CSV text (checked to parse); with
+    ``page='details'`` the details page as ncu prints it, rule messages included."""
+    argv = ncu.export_argv(ncu_bin, rep) if page == "raw" else ncu.details_argv(ncu_bin, rep)
     require(ncu_bin)
     proc = subprocess.run(argv, capture_output=True, text=True)
     _append(log, argv, proc.stderr + f"\n[nsightflow] exit code {proc.returncode}\n")
     if proc.returncode != 0:
         raise ToolError(f"ncu --import failed with {proc.returncode}; log: {log}")
-    ncu_csv.parse_raw_csv(proc.stdout, f"the raw export of {Path(rep).name}")  # raises on a malformed export
+    if page == "raw":
+        ncu_csv.parse_raw_csv(proc.stdout, f"the raw export of {Path(rep).name}")  # raises on a malformed export
     return proc.stdout

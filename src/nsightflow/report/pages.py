@@ -18,7 +18,9 @@ from nsightflow.analysis.metrics import non_tensor_collected
 from nsightflow.analysis.peaks import Peaks
 from nsightflow.records import Manifest
 from nsightflow.report import charts
+from nsightflow.report.cards_html import cards_html
 from nsightflow.report.headline import headline_html, headline_line, short_kernel
+from nsightflow.report.style import CSS
 
 
 def stage_points(stages: pd.DataFrame) -> pd.DataFrame:
@@ -162,16 +164,6 @@ def glossary_html() -> str:
     return f"<details class=glossary><summary>What the columns mean</summary><dl>{items}</dl></details>"
 
 
-CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
-table{border-collapse:collapse;font-size:12px;margin:.6em 0}
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}td{white-space:nowrap}
-td.name{text-align:left;min-width:280px;max-width:560px;white-space:normal;overflow-wrap:anywhere}td.label{text-align:left}th{background:#f3f3f3;cursor:help}
-.toggle input:not(:checked)~table .more{display:none}.headline td{white-space:normal}
-pre{background:#f7f7f7;padding:8px;font-size:11px;white-space:pre-wrap;overflow-wrap:anywhere}
-.warn{color:#a40}dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;font-size:13px}
-dt{font-weight:600}dd{margin:0}details{margin:.6em 0}summary{cursor:pointer;color:#245}"""
-
-
 def _png(png: bytes, alt: str) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
 
@@ -283,6 +275,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
     parts.append(
         f"<h3>Top {'operators' if on_cpu else 'kernels'}</h3>"
         + kernels_html(run["kernels"], kernel_columns(on_cpu, backend), "operators" if on_cpu else "kernels")
+        + cards_html(run.get("cards") or [])
     )
     manifest = run.get("manifest") or Manifest()
     parts.append(
