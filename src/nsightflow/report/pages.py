@@ -89,7 +89,8 @@ def table(
     def th(c: str) -> str:
         tip = TIPS.get(c)
         title = f' title="{html.escape(tip, quote=True)}"' if tip else ""
-        return f"<th class='col{more(c)}'{title}>{html.escape(columns[c][0])}</th>"
+        klass = f" class='{more(c).strip()}'" if more(c) else ""
+        return f"<th{klass}{title}>{html.escape(columns[c][0])}</th>"
 
     def td(c: str, v: Any) -> str:
         kind = columns[c][1]
