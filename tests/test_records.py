@@ -58,3 +58,21 @@ def test_a_capture_record_without_its_command_is_refused(tmp_path):
     (tmp_path / "cmd.json").write_text('{"report": "capture.ncu-rep"}')
     with pytest.raises(RecordError, match=r"cmd.json: key\(s\) \['argv'\] missing from the capture record"):
         CaptureRecord.read(tmp_path / "cmd.json")
+
+
+def test_a_capture_plan_missing_a_key_is_named_with_the_fix(tmp_path):
+    import json
+
+    from nsightflow.capture.plan import CapturePlan
+    from nsightflow.errors import RecordError
+
+    src = json.loads((DATA / "h200_v3" / "default" / "plan.json").read_text())
+    plan = CapturePlan.read(DATA / "h200_v3" / "default" / "plan.json")
+    assert len(plan.expected) == len(src["expected"]) and plan.windows[0].stage == src["windows"][0]["stage"]
+    plan.write(tmp_path / "plan.json")
+    assert json.loads((tmp_path / "plan.json").read_text())["schema"] == 1
+    assert CapturePlan.read(tmp_path / "plan.json") == plan
+    del src["expected"][3]["grid"]
+    (tmp_path / "bad.json").write_text(json.dumps(src))
+    with pytest.raises(RecordError, match=r"bad.json: planned launches lack \['grid'\]; rerun the plan rule"):
+        CapturePlan.read(tmp_path / "bad.json")

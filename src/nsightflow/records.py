@@ -26,7 +26,7 @@ SCHEMA = 1  # every record file carries it; a newer one is refused, an older (ab
 R = TypeVar("R", bound="_Record")
 
 
-def _load(path: str | Path, what: str) -> dict:
+def load_object(path: str | Path, what: str) -> dict:
     """A JSON object from ``path``, or an error naming the file and the rule that makes it."""
     path = Path(path)
     try:
@@ -60,7 +60,7 @@ class _Record:
 
     @classmethod
     def read(cls: type[R], path: str | Path) -> R:
-        return cls.from_dict(_load(path, cls.WHAT), str(path))
+        return cls.from_dict(load_object(path, cls.WHAT), str(path))
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, **asdict(self)}  # type: ignore[call-overload]

@@ -24,7 +24,6 @@ is profiled. The plan lists the launches ncu must profile, in order; the capture
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,7 +33,8 @@ import pandas as pd
 
 from nsightflow import files
 from nsightflow.capture.attribution import Timeline, call_classes, read_timeline
-from nsightflow.errors import ConfigError, PlanError
+from nsightflow.errors import ConfigError, PlanError, RecordError
+from nsightflow.records import SCHEMA, load_object
 
 # config ncu.capture: one launch per class of identical launches, or every launch of the sampled steps.
 CaptureMode = Literal["representatives", "every_launch"]
@@ -78,6 +78,9 @@ class Window:
 
 @dataclass
 class CapturePlan:
+    """``plan.json`` (and the range and deep-dive plans): the windows ncu's run opens and the launches it must
+    profile; written with the records' schema version and checked on reading (nsightflow.records)."""
+
     mode: CaptureMode
     domain: str
     windows: list[Window]
@@ -85,13 +88,24 @@ class CapturePlan:
     stages: dict = field(default_factory=dict)  # per stage: classes, steps, sampled, launches, profiled
 
     def write(self, path: str | Path) -> None:
-        files.write_json(path, asdict(self), indent=1)
+        files.write_json(path, {"schema": SCHEMA, **asdict(self)}, indent=1)
 
     @classmethod
     def read(cls, path: str | Path) -> CapturePlan:
-        data = json.loads(Path(path).read_text())
-        data["windows"] = [Window(**w) for w in data["windows"]]
-        return cls(**data)
+        data = load_object(path, "capture plan (plan.json)")
+        fix = "rerun the plan rule (delete the file, or snakemake --forcerun plan)"
+        for key in ("mode", "domain", "windows", "expected"):
+            if key not in data:
+                raise RecordError(f"{path}: key {key!r} missing from the capture plan; {fix}")
+        try:
+            windows = [Window(**w) for w in data["windows"]]
+            expected = [dict(e) for e in data["expected"]]
+        except (TypeError, ValueError) as exc:
+            raise RecordError(f"{path}: a window or planned launch is malformed ({exc}); {fix}") from exc
+        missing = sorted({c for e in expected for c in EXPECTED_COLUMNS if c not in e})
+        if missing:
+            raise RecordError(f"{path}: planned launches lack {missing}; {fix}")
+        return cls(data["mode"], data["domain"], windows, expected, dict(data.get("stages") or {}))
 
 
 def _stage_order(tl: Timeline) -> list[str]:
