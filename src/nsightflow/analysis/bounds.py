@@ -46,6 +46,16 @@ def _num(row: pd.Series, *names: str) -> tuple[float, str]:
     return math.nan, ""
 
 
+def compute_use(row: pd.Series) -> tuple[float, str]:
+    """A stage's compute use on busy time: executed FLOPs over the peak (HFU), else the model's (MFU)."""
+    return _num(row, "hfu_busy", "mfu_busy")
+
+
+def memory_use(row: pd.Series) -> tuple[float, str]:
+    """A stage's memory use on busy time: measured DRAM bytes over the peak, else the operators' bytes."""
+    return _num(row, "dram_bw_util_busy", "bw_util_busy_model")
+
+
 def classify(row: pd.Series) -> StageBound:
     """The bound of one stage (a row of stages.csv)."""
     stage = str(row["stage"])
@@ -60,8 +70,8 @@ def classify(row: pd.Series) -> StageBound:
             "the host sets the pace: replay the step from a CUDA graph or torch.compile(mode='reduce-overhead'), "
             "remove synchronizations inside it, or give each launch more work (a larger batch)",
         )
-    compute, c_name = _num(row, "hfu_busy", "mfu_busy")
-    memory, m_name = _num(row, "dram_bw_util_busy", "bw_util_busy_model")
+    compute, c_name = compute_use(row)
+    memory, m_name = memory_use(row)
     if not (math.isfinite(compute) or math.isfinite(memory)):
         return StageBound(
             stage,

@@ -118,10 +118,10 @@ def write_cards(found: list[Card], path: str | Path) -> None:
 
 
 def read_cards(path: str | Path) -> list[Card]:
-    import json
+    from nsightflow.records import load_object
 
-    data = json.loads(Path(path).read_text())
-    return [Card(**{**c, "stalls": [tuple(s) for s in c["stalls"]]}) for c in data["cards"]]
+    data = load_object(path, "kernel cards (cards.json)")
+    return [Card(**{**c, "stalls": [tuple(s) for s in c["stalls"]]}) for c in data.get("cards", [])]
 
 
 def plan_cards(csv_path: str | Path, plan_json: str | Path, details_path: str | Path) -> list[Card]:

@@ -85,7 +85,7 @@ class Timeline:
     probe_calls: dict[str, int] = field(default_factory=dict)
 
 
-def _top_level(ranges: pd.DataFrame) -> pd.DataFrame:
+def top_level(ranges: pd.DataFrame) -> pd.DataFrame:
     """Ranges not nested in an earlier one of the same set (a workload's own ranges in the harness's domain)."""
     if ranges.empty:
         return ranges
@@ -101,7 +101,7 @@ def _harness_ranges(nvtx: pd.DataFrame, domain: str) -> pd.DataFrame:
     if mine.empty:
         return mine.assign(stage=[], step=[], range_index=[])
     tid = mine["globalTid"].mode().iloc[0]
-    mine = _top_level(mine[mine["globalTid"] == tid]).copy()
+    mine = top_level(mine[mine["globalTid"] == tid]).copy()
     mine["stage"] = mine["name"].astype(str)
     mine["range_index"] = mine.groupby("stage").cumcount()
     mine["step"] = mine["payload"].where(mine["payload"].notna(), mine["range_index"]).astype("int64")
@@ -130,7 +130,7 @@ def guess_domain(nvtx: pd.DataFrame, launch_ns: np.ndarray) -> str:
     domains, the one whose ranges hold the most kernel launches (ties: the most ranges)."""
     best: tuple[int, int, str] | None = None
     for domain in candidate_domains(nvtx):
-        top = _top_level(nvtx[nvtx["domain"] == domain])
+        top = top_level(nvtx[nvtx["domain"] == domain])
         held = int((_owner(launch_ns, top["start"].to_numpy(), top["end"].to_numpy()) >= 0).sum())
         score = (held, len(top), domain)
         best = score if best is None or score[:2] > best[:2] else best
@@ -202,7 +202,7 @@ def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = Fa
         if len(probes)
         else {}
     )
-    ops = _top_level(ops).reset_index(drop=True)
+    ops = top_level(ops).reset_index(drop=True)
 
     t = k["launch_ns"].to_numpy()
     parts = []

@@ -21,11 +21,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from nsightflow import files
 from nsightflow.capture import nsys
+from nsightflow.capture.attribution import top_level
 from nsightflow.capture.harness import HarnessCall, Launch
 from nsightflow.capture.hook import site_dir
 from nsightflow.capture.passes import safe_label
@@ -140,16 +140,8 @@ def discover(record: dict, domain: str | None, stages: list[str] | None) -> Disc
         mine = mine[mine["name"].isin(stages)]
     else:
         mine = mine[mine["depth"] == 0]
-    mine = mine.sort_values(["start", "end"])
-    ends = mine["end"].to_numpy()
-    keep = [True] * len(mine)
-    last = None
-    for i, start in enumerate(mine["start"].to_numpy()):
-        if last is not None and start < last:
-            keep[i] = False
-        else:
-            last = ends[i]
-    mine = mine[np.asarray(keep, dtype=bool)]
+    # one step at a time: a stage range inside another step (an enclosing range first) is part of that step
+    mine = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))
     seen = sorted(set(ranges.loc[ranges["domain"] == domain, "name"]))
     missing = [s for s in stages or [] if s not in set(mine["name"])]
     if mine.empty or missing:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import html
 import math
 
+from nsightflow import units
 from nsightflow.analysis.cards import Card
 from nsightflow.report.headline import short_kernel
 
 
 def _pct(v: float) -> str:
-    return f"{v:.1f}%" if math.isfinite(v) else "—"
+    return f"{v:.1f}%" if math.isfinite(v) else units.MISSING
 
 
 def card_html(c: Card) -> str:
@@ -20,7 +21,7 @@ def card_html(c: Card) -> str:
     occupancy = f"{_pct(c.occupancy_pct)} achieved of {_pct(c.occupancy_max_pct)} possible"
     if c.occupancy_limited_by:
         occupancy += f" (limited by {html.escape(c.occupancy_limited_by)})"
-    waves = f"{c.waves:.2f}" if math.isfinite(c.waves) else "—"
+    waves = f"{c.waves:.2f}" if math.isfinite(c.waves) else units.MISSING
     return (
         f"<div class='card'><h4>{html.escape(c.stage)}: <span title='{html.escape(c.kernel, quote=True)}'>"
         f"{html.escape(short_kernel(c.kernel))}</span> — <b>{html.escape(c.limiter)}</b></h4><ul>"

@@ -9,7 +9,8 @@ import re
 
 import pandas as pd
 
-from nsightflow.analysis.bounds import classify
+from nsightflow import units
+from nsightflow.analysis.bounds import classify, memory_use
 from nsightflow.analysis.peaks import Peaks
 
 _TEMPLATE = re.compile(r"[<(].*$")
@@ -23,7 +24,7 @@ def short_kernel(name: str) -> str:
 
 
 def _pct(x: object) -> str:
-    return f"{float(x):.1%}" if isinstance(x, (int, float)) and math.isfinite(float(x)) else "–"
+    return f"{float(x):.1%}" if isinstance(x, (int, float)) and math.isfinite(float(x)) else units.MISSING
 
 
 def _top(kernels: pd.DataFrame, stage: str, n: int = 3) -> str:
@@ -47,9 +48,7 @@ def headline_rows(stages: pd.DataFrame, kernels: pd.DataFrame | None) -> list[di
     rows = []
     for i, (_, row) in enumerate(stages.iterrows()):
         b = classify(row)
-        memory = row.get("dram_bw_util_busy")
-        if memory is None or not (isinstance(memory, float) and math.isfinite(memory)):
-            memory = row.get("bw_util_busy_model")
+        memory, _ = memory_use(row)
         rows.append(
             {
                 "stage": b.stage,
