@@ -72,7 +72,7 @@ def test_the_domain_is_guessed_when_not_given():
 
 def test_owner_of_times_in_disjoint_windows():
     starts, ends = np.array([10, 20, 40]), np.array([15, 30, 50])
-    got = attribution._owner(np.array([5, 10, 15, 16, 25, 30, 39, 45, 60]), starts, ends)
+    got = attribution.window_of(np.array([5, 10, 15, 16, 25, 30, 39, 45, 60]), starts, ends)
     assert got.tolist() == [-1, 0, 0, -1, 1, 1, -1, 2, -1]
 
 

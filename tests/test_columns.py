@@ -89,11 +89,11 @@ def test_an_unregistered_column_is_refused_before_it_is_written():
 
 
 def test_every_shown_column_has_a_known_format_and_the_glossary_its_definitions():
-    from nsightflow.report import pages
+    from nsightflow.report import glossary, pages
 
     for table in columns.TABLES.values():
         for c in table:
             assert c.fmt in pages.FORMATS, c
             assert not c.term or c.definition, c
-    terms = [t for t, _ in pages.GLOSSARY]
+    terms = [t for t, _ in glossary.GLOSSARY]
     assert terms[:2] == ["wall", "wall under profiler"] and "peaks" in terms

@@ -127,17 +127,24 @@ def test_discovery_picks_the_busiest_program_domain_and_one_step_at_a_time():
         discover({"ranges": ranges}, "LLM", ["decoder"])
 
 
-def test_the_hook_leaves_the_programs_children_alone(tmp_path):
-    """The settings reach the program's own process only: a child it starts runs plainly."""
-    from nsightflow.capture.command import CommandCall
+def test_the_hook_follows_the_programs_child_processes(tmp_path):
+    """The settings stay in the environment: every Python process the command starts (a rank of torchrun) loads the
+    hook and writes its own record; the process that opened the ranges is the one that has them."""
+    from nsightflow.capture.command import CommandCall, primary
+    from nsightflow.capture.hook import record_path
     from nsightflow.records import HookSettings
 
-    script = tmp_path / "child.py"
-    script.write_text("import os, subprocess, sys\nprint(repr(os.environ.get('NSIGHTFLOW_HOOK')))\n")
-    call = CommandCall(command=[sys.executable, str(script)])
+    child = tmp_path / "child.py"
+    child.write_text("import os, nvtx\nwith nvtx.annotate('work', domain='D'):\n    print(os.getpid())\n")
+    parent = tmp_path / "parent.py"
+    parent.write_text(f"import subprocess, sys\nsubprocess.run([sys.executable, {str(child)!r}], check=True)\n")
+    call = CommandCall(command=[sys.executable, str(parent)])
     launch = call.launch(HookSettings("timed", str(tmp_path / "rec.json")))
     import subprocess
 
     out = subprocess.run(launch.argv, env={**os.environ, **launch.env}, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "None"
-    assert json.loads((tmp_path / "rec.json").read_text())["mode"] == "timed"
+    child_pid = int(out.stdout.strip())
+    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rec.*.json"))]
+    assert len(records) == 2 and record_path(tmp_path / "rec.json", child_pid).exists()
+    ranged = primary(records, 0)
+    assert ranged["pid"] == child_pid and [r[:2] for r in ranged["ranges"]] == [["D", "work"]]

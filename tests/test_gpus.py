@@ -37,3 +37,14 @@ def test_a_schedulers_choice_is_respected(tmp_path):
         assert env["CUDA_VISIBLE_DEVICES"] == "3" and "respected" in why
     with claim(n_devices=1, lock_dir=tmp_path, env={}) as (env, _):
         assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_a_job_of_ranks_claims_its_devices_together(tmp_path):
+    # Three devices: a two-rank job holds two of them; a one-GPU job beside it gets the third, never a held one.
+    env = {"PATH": "/usr/bin"}
+    with claim(3, tmp_path, env=env, want=2) as (pair, said):
+        assert pair["CUDA_VISIBLE_DEVICES"] == "0,1" and "devices 0,1 of 3" in said
+        with claim(3, tmp_path, env=env) as (single, _):
+            assert single["CUDA_VISIBLE_DEVICES"] == "2"
+    with claim(2, tmp_path, env=env, want=2) as (every, said):
+        assert "CUDA_VISIBLE_DEVICES" not in every and "no device choice" in said  # all of them: nothing to choose

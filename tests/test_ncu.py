@@ -112,7 +112,9 @@ def test_capture_argv_windows_the_whole_program():
     )
     assert argv[argv.index("--profile-from-start") + 1] == "off"
     assert "--clock-control=none" in argv and argv[-3:] == ["python", "-m", "m"]
-    assert not any(a.startswith(("--nvtx-include", "--kernel-name", "--launch-skip", "--launch-count")) for a in argv)
+    assert not any(a.startswith(("--nvtx-include", "--launch-skip", "--launch-count")) for a in argv)
+    # the one kernel filter: every kernel but NCCL's (a replayed collective would deadlock the other ranks)
+    assert argv[argv.index("--kernel-name") + 1] == "regex:^(?!nccl)" and argv.count("--kernel-name") == 1
     assert argv[argv.index("--metrics") + 1] == "m1,m2"
     # Range replay refuses --profile-from-start and SASS instruction counts.
     ranges = ncu.capture_argv("ncu", "o", ["p"], replay_mode="app-range", **settings)
@@ -158,6 +160,8 @@ def test_flop_counters_follow_the_operators_the_probe_saw():
     # Tensor precisions: those seen; every one where unknown or where ncu has no counter for one seen (int8).
     assert ncu.tensor_precisions("auto", ["bf16"]) == ["bf16"]
     assert ncu.tensor_precisions("auto", ["bf16", "fp32"]) == ["bf16"]
+    # none seen (float32 on the FMA units, or no GEMM): TF32's counter, so tensor FLOPs are measured, not unknown
+    assert ncu.tensor_precisions("auto", ["fp32"]) == ncu.tensor_precisions("auto", []) == ["tf32"]
     for unknown in (None, ["int8"]):
         assert ncu.tensor_precisions("auto", unknown) == ncu.ALL_PRECISIONS
     assert ncu.tensor_precisions("all", ["bf16"]) == ncu.ALL_PRECISIONS
@@ -200,6 +204,8 @@ def test_reference_capture_profiles_every_launch_of_the_named_stages():
         "--export",
         "out/all",
         "--nvtx",
+        "--kernel-name",
+        "regex:^(?!nccl)",
         "--nvtx-include",
         "nsightflow@prefill/",
         "--nvtx-include",

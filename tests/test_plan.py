@@ -43,6 +43,7 @@ def test_a_timeline_without_a_probe_pass_is_profiled_in_whole_steps(tmp_path):
         "extra_steps": [],
         "structures": 1,
         "launches": 1088,
+        "comm_launches": 0,
         "profiled": 272,
         "classes": 44,
     }

@@ -58,6 +58,15 @@ STAGES: tuple[Column, ...] = (
         "busy / wall well below 1 means the host, not the device, sets the pace",
         term="busy",
     ),
+    Column(
+        "comm_ms",
+        "communication ms",
+        "ms",
+        "time of the stage's communication kernels (NCCL), part of its busy time; ncu never profiles them (a "
+        "replayed collective deadlocks its peers), so coverage is the share of the rest",
+        COUNTERS,
+        shown=False,
+    ),
     Column("kernels", "kernels", "count", "distinct kernels (or operators) of the stage", shown=False),
     Column("classes", "launch classes", "count", "classes of identical launches profiled", COUNTERS),
     Column("profiled_launches", "launches profiled", "count", "launches ncu profiled for the stage", COUNTERS),
@@ -205,11 +214,42 @@ KERNELS: tuple[Column, ...] = (
     Column("dram_utilisation", "of DRAM peak", "pct", backends=COUNTERS),
 )
 
-TABLES = {"stages": STAGES, "kernels": KERNELS}
+RANKS: tuple[Column, ...] = (
+    Column("stage", "stage", "text"),
+    Column("rank", "rank", "count"),
+    Column("pid", "process", "count", "the rank's process id in the timeline's run", shown=False),
+    Column("device", "device", "text", "the device the rank computed on"),
+    Column("steps", "steps", "count", "the rank's steps of the stage (its NVTX ranges)"),
+    Column("wall_ms", "wall ms", "ms", "the rank's steps as the program runs them (the timed run, no profiler)"),
+    Column("gpu_busy_ms", "busy ms", "ms", "time the device ran the rank's kernels of the stage", frozenset({NSIGHT})),
+    Column("compute_ms", "compute ms", "ms", "busy time of kernels other than communication", frozenset({NSIGHT})),
+    Column("comm_ms", "communication ms", "ms", "busy time of communication (NCCL) kernels", frozenset({NSIGHT})),
+    Column(
+        "comm_overlapped_ms",
+        "overlapped ms",
+        "ms",
+        "communication time during which a compute kernel of the same rank ran too (hidden behind compute)",
+        frozenset({NSIGHT}),
+    ),
+    Column(
+        "comm_exposed_ms",
+        "exposed ms",
+        "ms",
+        "communication time with no compute kernel of the rank running: on the critical path",
+        frozenset({NSIGHT}),
+        term="exposed communication",
+    ),
+    Column("launches", "launches", "count", "kernel launches of the rank in the stage", frozenset({NSIGHT})),
+    Column("comm_launches", "comm launches", "count", "communication kernel launches", frozenset({NSIGHT})),
+    Column("slowest", "slowest", "bool", "the rank with the longest wall time in the stage"),
+    Column("profiled", "captured", "bool", "the rank whose stages ncu captured (config rank:)"),
+)
+
+TABLES = {"stages": STAGES, "kernels": KERNELS, "ranks": RANKS}
 
 
 def names(table: str) -> list[str]:
-    """The registered columns of ``table`` ('stages' or 'kernels'), in the order the CSV holds them."""
+    """The registered columns of ``table`` ('stages', 'kernels' or 'ranks'), in the order the CSV holds them."""
     return [c.name for c in TABLES[table]]
 
 

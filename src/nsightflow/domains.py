@@ -19,6 +19,11 @@ def ops_domain(domain: str) -> str:
     return f"{domain}.ops"
 
 
+def ranks_domain(domain: str) -> str:
+    """NVTX domain where every rank of a job of several processes mirrors its stage steps (payload: the step)."""
+    return f"{domain}.ranks"
+
+
 def is_nsightflows_own(domain: str) -> bool:
-    """Whether ``domain`` is one of the probe pass's (never a program's stages)."""
-    return domain.endswith((".probe", ".ops"))
+    """Whether ``domain`` is one of the probe pass's or the ranks' (never a program's stages)."""
+    return domain.endswith((".probe", ".ops", ".ranks"))

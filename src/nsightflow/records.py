@@ -213,8 +213,17 @@ class Manifest(_Record):
     commands: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     captures: dict | None = None  # an analysis of captures made elsewhere: what was recognised (imported's index)
+    ranks: list[dict] = field(default_factory=list)  # a job of several processes: rank, pid, device, wall per stage
+    profiled_rank: int | None = None  # the rank whose stages ncu captures (None: one process)
 
     WHAT = "run manifest (manifest.json)"  # an older one, without a precision, gets none: no peak, never a wrong one
+
+
+def trace_path(trace: str | Path, rank: int | None, profiled: int = 0) -> Path:
+    """Where a rank's torch.profiler trace goes: the profiled rank's (or a lone process's) at ``trace``, another's
+    beside it as ``<stem>.rank<N><suffix>``."""
+    trace = Path(trace)
+    return trace if rank is None or rank == profiled else trace.with_name(f"{trace.stem}.rank{rank}{trace.suffix}")
 
 
 HOOK_ENV = "NSIGHTFLOW_HOOK"  # the variable that carries HookSettings into a command's program
@@ -235,7 +244,8 @@ class HookSettings:
     flops_out: str | None = None
     ceilings_out: str | None = None
     windows: str | None = None  # capture plan (mode ncu)
-    trace: str | None = None  # Chrome trace (mode torch)
+    trace: str | None = None  # Chrome trace (mode torch); another rank's: trace_path(trace, rank)
+    rank: int = 0  # in a job of several processes: the rank that is probed, counted and captured
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

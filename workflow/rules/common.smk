@@ -44,6 +44,11 @@ def run_spec(wildcards):
     return RUNS[wildcards.run]
 
 
+def gpu_jobs(wildcards):
+    """The GPUs a profiling job of this run asks the scheduler for: a command's gpus: (one per rank), else one."""
+    return GPU_JOBS * (run_spec(wildcards).get("gpus") or 1)
+
+
 def harness_call(wildcards):
     """The workload's launch (nsightflow.capture.harness.HarnessCall's fields, or a command's:
     nsightflow.capture.command.CommandCall's): what the profilers run; the interpreter's path canonical, so that
@@ -62,6 +67,8 @@ def harness_call(wildcards):
                 "stages": spec.get("stages"),
                 "mirror": config["nvtx_domain"],
                 "dtype": spec["args"].get("dtype"),
+                "rank": spec.get("rank") or 0,
+                "gpus": spec.get("gpus") or 1,
             }
         )
     return _canonical(

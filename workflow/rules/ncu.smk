@@ -20,7 +20,7 @@ rule ncu_capture:
     conda:
         "../../envs/nsightflow.yaml"
     resources:
-        gpu=GPU_JOBS,
+        gpu=gpu_jobs,
         runtime=runtime_min(config["ncu"]["timeout_s"]),
         mem_mb=MEM_MB["profile"],
     params:

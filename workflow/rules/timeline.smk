@@ -17,7 +17,7 @@ rule timeline:
     conda:
         "../../envs/nsightflow.yaml"
     resources:
-        gpu=GPU_JOBS,
+        gpu=gpu_jobs,
         runtime=runtime_min(config["nsys"]["timeout_s"]),
         mem_mb=MEM_MB["profile"],
     params:

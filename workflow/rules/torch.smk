@@ -14,7 +14,7 @@ rule torch_profile:
     conda:
         "../../envs/nsightflow.yaml"
     resources:
-        gpu=GPU_JOBS,
+        gpu=gpu_jobs,
         runtime=runtime_min(config["torch"]["timeout_s"]),
         mem_mb=MEM_MB["profile"],
     params:

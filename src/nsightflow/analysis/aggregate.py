@@ -45,6 +45,7 @@ class RunTables:
     estimates: list[Diagnostic] = field(default_factory=list)  # numbers derived rather than measured
     classes: pd.DataFrame = field(default_factory=pd.DataFrame)  # per class of identical launches (nsight)
     results: pd.DataFrame = field(default_factory=pd.DataFrame)  # ncu results joined to launches (nsight)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # per rank and stage of a job of several processes
 
     def __post_init__(self) -> None:
         if "stage" in self.stages.columns and "bound" not in self.stages.columns:

@@ -21,6 +21,7 @@ import pandas as pd
 
 from nsightflow.analysis.peaks import Peaks
 from nsightflow.capture.attribution import call_classes
+from nsightflow.capture.comm import is_comm
 from nsightflow.capture.flops import CLASSES, op_class
 from nsightflow.errors import InputError
 from nsightflow.records import StageCount
@@ -167,9 +168,11 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
     for stage, g in values.groupby("stage", sort=False):
         ok = g[g[required].notna().all(axis=1)]
         prof = g[g["profiled"] > 0].drop_duplicates(["step", "class_key"])
+        comm = is_comm(g["kernel"])
         row = {
             "stage": stage,
             "busy_ns": float(g["duration_ns"].sum()),
+            "comm_ns": float(g["duration_ns"][comm].sum()),
             "covered_ns": float(ok["duration_ns"].sum()),
             "profiled": int(prof["profiled"].sum()),
             "classes": int(len(prof)),
@@ -258,6 +261,8 @@ def stage_summary(
         by_class = an.by_class or {}
         wall_s, busy_s = st["wall_ns"] * 1e-9, busy_ns * 1e-9
         covered = float(m.get("covered_ns", np.nan))
+        comm_ns = float(m.get("comm_ns", np.nan))
+        profilable = busy_ns - (comm_ns if np.isfinite(comm_ns) else 0.0)  # ncu never profiles communication
         row = {
             "stage": name,
             "range_instances": int(st["range_instances"]),
@@ -267,7 +272,8 @@ def stage_summary(
             # Launch classes and profiled launches exist only where ncu profiled (NaN elsewhere, never a zero).
             "classes": _num(m.get("classes")),
             "profiled_launches": _num(m.get("profiled")),
-            "coverage": covered / busy_ns if busy_ns and np.isfinite(covered) else np.nan,
+            "comm_ms": comm_ns / 1e6,
+            "coverage": covered / profilable if profilable > 0 and np.isfinite(covered) else np.nan,
             "flops_measured": flops,
             "flops_tensor_measured": float(m.get("flops_tensor", np.nan)),
             **{f"flops_measured_{c}": float(m.get(f"flops_{c}", np.nan)) for c in OP_CLASSES},

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nsightflow.analysis import metrics
+from nsightflow.analysis import metrics, ranks
 from nsightflow.analysis.aggregate import (
     Diagnostic,
     RunTables,
@@ -25,7 +25,7 @@ from nsightflow.capture.flops import SIMT
 from nsightflow.capture.matching import match_to_plan
 from nsightflow.capture.plan import CapturePlan, chosen_pairs, expected_frame
 from nsightflow.errors import InputError
-from nsightflow.records import CaptureRecord, Ceilings
+from nsightflow.records import CaptureRecord, Ceilings, Manifest
 
 
 def aggregate_run(
@@ -95,7 +95,10 @@ def aggregate_run(
     notes += stage_notes(stages, analytic)
     check_bounds(stages, pk)
     check_gemm_floor(stages, str(flops_json), every_precision_collected(capture_record))
-    return RunTables(kernels, stages, pk, notes, estimates, classes, matched)
+    manifest = Manifest.read(manifest_json) if manifest_json else Manifest()
+    per_rank = ranks.rank_table(ranks.rank_launches(sqlite, domain), manifest) if manifest.ranks else ranks.empty()
+    notes += ranks.rank_notes(per_rank, manifest)
+    return RunTables(kernels, stages, pk, notes, estimates, classes, matched, per_rank)
 
 
 def every_precision_collected(record: CaptureRecord | None) -> bool:

@@ -8,7 +8,8 @@ Every backend (nsight, torch, captures) writes the same files, so the report nev
 - ``stages.csv``: one row per stage: ranges, wall and busy ms, coverage, FLOPs (ncu: in all and by the class
   of the operator that launched each kernel; model: in all and by class), MFU and
   HFU on wall and busy time, DRAM bytes and bandwidth utilisation, the same against measured ceilings.
-- ``summary.json``: peaks (with their sources), notes, diagnostics, profiler commands.
+- ``summary.json``: peaks (with their sources), notes, diagnostics, profiler commands, and for a job of several
+  processes its per-rank table (nsightflow.analysis.ranks: one row per rank and stage).
 Every column, with its header, format and meaning: nsightflow.columns.
 """
 
@@ -38,6 +39,7 @@ class Run(TypedDict):
     manifest: Manifest
     diagnostics: list[Diagnostic]
     commands: list[dict]
+    ranks: pd.DataFrame
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -79,11 +81,17 @@ def write_run(
                 "notes": agg.notes,
                 "commands": commands,
                 "diagnostics": [asdict(d) for d in diagnostics],
+                "ranks": _records(in_order("ranks", agg.ranks)) if len(agg.ranks) else [],
             },
             indent=2,
             default=float,
         ),
     )
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    """A table's rows as JSON objects, a missing value as null (never NaN, which JSON has not)."""
+    return [{k: (None if pd.isna(v) else v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
 def load_run(
@@ -102,5 +110,6 @@ def load_run(
             "manifest": manifest,
             "diagnostics": [Diagnostic(**d) for d in summary.get("diagnostics", [])],
             "commands": list(manifest.commands) + list(summary.get("commands", [])),
+            "ranks": pd.DataFrame(summary.get("ranks") or [], columns=columns.names("ranks")),
         }
     )

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from nsightflow.analysis import metrics, peaks
+from nsightflow.analysis import metrics, peaks, ranks
 from nsightflow.analysis.aggregate import RunTables, load_analytic, program_wall, ranked
 from nsightflow.analysis.checks import check_analytic, check_bounds
 from nsightflow.analysis.diagnostics import stage_notes, wall_note
 from nsightflow.errors import InputError
-from nsightflow.records import Ceilings
+from nsightflow.records import Ceilings, Manifest
 
 
 def aggregate_torch(
@@ -58,4 +58,7 @@ def aggregate_torch(
     ]
     notes += stage_notes(ssum, analytic)
     check_bounds(ssum, pk)
-    return RunTables(table, ssum, pk, notes)
+    manifest = Manifest.read(manifest_json) if manifest_json else Manifest()
+    per_rank = ranks.rank_table(ranks.no_launches(), manifest)
+    notes += ranks.rank_notes(per_rank, manifest)
+    return RunTables(table, ssum, pk, notes, ranks=per_rank)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from nsightflow.capture import nsys_sqlite
-from nsightflow.capture.nsys_sqlite import PUSH_POP, START_END
+from nsightflow.capture.nsys_sqlite import PUSH_POP, START_END, own_process
 from nsightflow.domains import LIBRARY_DOMAINS, is_nsightflows_own, ops_domain, probe_domain
 
 LAUNCH_COLUMNS = [
@@ -108,7 +108,7 @@ def _harness_ranges(nvtx: pd.DataFrame, domain: str) -> pd.DataFrame:
     return mine.reset_index(drop=True)
 
 
-def _owner(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def window_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Index of the (sorted, disjoint) interval holding each time, -1 where none does."""
     if not len(starts):
         return np.full(len(times), -1, dtype="int64")
@@ -131,7 +131,7 @@ def guess_domain(nvtx: pd.DataFrame, launch_ns: np.ndarray) -> str:
     best: tuple[int, int, str] | None = None
     for domain in candidate_domains(nvtx):
         top = top_level(nvtx[nvtx["domain"] == domain])
-        held = int((_owner(launch_ns, top["start"].to_numpy(), top["end"].to_numpy()) >= 0).sum())
+        held = int((window_of(launch_ns, top["start"].to_numpy(), top["end"].to_numpy()) >= 0).sum())
         score = (held, len(top), domain)
         best = score if best is None or score[:2] > best[:2] else best
     return best[2] if best else ""
@@ -170,7 +170,7 @@ def _innermost(times: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
     out = np.full(len(times), -1, dtype="int64")
     for depth in sorted(set(ranges["depth"])):
         level = ranges[ranges["depth"] == depth]
-        owner = _owner(times, level["start"].to_numpy(), level["end"].to_numpy())
+        owner = window_of(times, level["start"].to_numpy(), level["end"].to_numpy())
         hit = owner >= 0
         out[hit] = level.index.to_numpy()[owner[hit]]
     return out
@@ -190,10 +190,11 @@ def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = Fa
     if domain is None or (nested and not (nvtx["domain"] == domain).any()):
         domain = guess_domain(nvtx, k["launch_ns"].to_numpy())
     ranges = _nested_ranges(nvtx, domain) if nested else _harness_ranges(nvtx, domain)
+    k = own_process(k, ranges)
     probes = _harness_ranges(nvtx, probe_domain(domain))
     ops = nvtx[(nvtx["domain"] == ops_domain(domain)) & (nvtx["eventType"] == PUSH_POP)]
     # Operator calls per stage in the probe pass, any thread (the analytic count of the same pass made as many).
-    of_call = _owner(ops["start"].to_numpy(), probes["start"].to_numpy(), probes["end"].to_numpy())
+    of_call = window_of(ops["start"].to_numpy(), probes["start"].to_numpy(), probes["end"].to_numpy())
     probe_calls = (
         {
             str(k_): int(v)
@@ -212,7 +213,7 @@ def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = Fa
         owner = (
             _innermost(t, rng)
             if nested and pass_ == "ranged"
-            else _owner(t, rng["start"].to_numpy(), rng["end"].to_numpy())
+            else window_of(t, rng["start"].to_numpy(), rng["end"].to_numpy())
         )
         sel = owner >= 0
         part = k[sel].copy()
@@ -305,12 +306,12 @@ def _units(launches: pd.DataFrame, ops: pd.DataFrame, probes: pd.DataFrame) -> t
     starts, ends = ops["start"].to_numpy(), ops["end"].to_numpy()
     index = ops["payload"].fillna(-1).astype("int64").to_numpy()
     texts = ops["name"].astype(str).to_numpy()
-    op_step = _owner(starts, probes["start"].to_numpy(), probes["end"].to_numpy())
+    op_step = window_of(starts, probes["start"].to_numpy(), probes["end"].to_numpy())
     overlap = np.zeros(len(starts), dtype=bool)
     overlap[1:] = starts[1:] < np.maximum.accumulate(ends)[:-1]
     bad_steps = set(op_step[overlap | np.roll(overlap, -1)])
     t = launches["launch_ns"].to_numpy()[probe]
-    step_of = _owner(t, probes["start"].to_numpy(), probes["end"].to_numpy())
+    step_of = window_of(t, probes["start"].to_numpy(), probes["end"].to_numpy())
     i = np.searchsorted(starts, t, side="right") - 1
     j = np.clip(i, 0, None)
     same_step = (i >= 0) & (op_step[j] == step_of)

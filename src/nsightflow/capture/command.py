@@ -18,7 +18,7 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -63,6 +63,8 @@ class CommandCall:
     stages: list[str] | None = None  # its stage range names; None: the domain's top-level ranges
     mirror: str = DEFAULT_DOMAIN  # nsightflow's own domain (config nvtx_domain)
     dtype: str | None = None
+    rank: int = 0  # a job of several processes: the rank that is probed and captured
+    gpus: int = 1  # the devices its processes use (one per rank for NCCL): claimed together
 
     def argv(self) -> list[str]:
         return fill(self.command, self.args)
@@ -73,7 +75,7 @@ class CommandCall:
         path = [str(site_dir()), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))]
         env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         env[HOOK_ENV] = settings.to_env()
-        return Launch(self.argv(), env, self.cwd)
+        return Launch(self.argv(), env, self.cwd, self.gpus)
 
     def windowed(self, plan_json: str | Path, manifest: Manifest) -> Launch:
         """The launch ncu runs: the hook opens the plan's windows in the stages the timeline found."""
@@ -84,6 +86,7 @@ class CommandCall:
             stages=[s["name"] for s in manifest.stages],
             mirror=self.mirror,
             windows=str(Path(plan_json).resolve()),
+            rank=self.rank,
         )
         return self.launch(settings)
 
@@ -155,20 +158,67 @@ def discover(record: dict, domain: str | None, stages: list[str] | None) -> Disc
     return Discovery(domain, list(walls), walls, how)
 
 
-def _run(call: CommandCall, settings: HookSettings, log: str | Path, timeout_s: float | None, wrap: list[str]) -> dict:
-    """One run of the command with the hook (under ``wrap``, a profiler's argv prefix); its hook record."""
+def _run(
+    call: CommandCall, settings: HookSettings, log: str | Path, timeout_s: float | None, wrap: list[str]
+) -> list[dict]:
+    """One run of the command with the hook (under ``wrap``, a profiler's argv prefix): the record of every Python
+    process it started (nsightflow.capture.hook.record_path), each with the run's output."""
     launch = call.launch(settings)
-    out, _ = run_tool(wrap + launch.argv, log, timeout_s, gpu=True, env=launch.env, cwd=launch.cwd)
+    out, _ = run_tool(wrap + launch.argv, log, timeout_s, gpu=True, env=launch.env, cwd=launch.cwd, gpus=launch.gpus)
     assert settings.out is not None
-    try:
-        record = json.loads(Path(settings.out).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    base = Path(settings.out)
+    records = []
+    for path in sorted(base.parent.glob(f"{base.stem}.*{base.suffix}")):
+        try:
+            records.append({**json.loads(path.read_text()), "output": out})
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CaptureError(f"{path}: the hook's record of a process is unreadable ({exc}); log: {log}") from exc
+    if not records:
         raise CaptureError(
-            f"the command {launch.argv} exited without the hook's record ({exc}): it must be a Python program that "
+            f"the command {launch.argv} exited without the hook's record: it must be a Python program that "
             f"ends normally (not os._exit), run by an interpreter that can import nsightflow; log: {log}"
-        ) from exc
-    record["output"] = out
-    return record
+        )
+    return records
+
+
+def _active(records: list[dict]) -> list[dict]:
+    """The records of processes that ran stage steps (or, timed, opened ranges): a job's ranks."""
+    return [r for r in records if r.get("steps") or r.get("ranges")]
+
+
+def primary(records: list[dict], rank: int) -> dict:
+    """The record of the process whose stages are profiled: the only one that opened ranges, else rank ``rank``."""
+    active = _active(records)
+    if len(active) <= 1:
+        return active[0] if active else records[0]  # none: discovery says the program opened no range
+    mine = [r for r in active if r.get("rank") == rank]
+    if len(mine) != 1:
+        ranks = sorted(str(r.get("rank")) for r in active)
+        raise WorkloadError(
+            f"the command ran {len(active)} processes with NVTX ranges (ranks {', '.join(ranks) or 'none'}), and "
+            f"{'none' if not mine else 'several'} of rank {rank}: set the workload's rank: to one of them (a "
+            "process's rank is its RANK variable, or its torch.distributed rank at its first stage step)"
+        )
+    return mine[0]
+
+
+def rank_rows(timed: list[dict], profiled: list[dict], found: Discovery) -> list[dict]:
+    """Per rank of a job of several processes: rank, pid and device in the profiled run, and each stage's step
+    times in the timed run (the program's own) and in the profiled one; [] for a single process."""
+    active = _active(profiled)
+    if len(active) < 2:
+        return []
+    walls = {r.get("rank"): discover(r, found.domain, found.stages).walls for r in _active(timed)}
+    return [
+        {
+            "rank": r.get("rank"),
+            "pid": r["pid"],
+            "device": r.get("device"),
+            "program_wall_s": walls.get(r.get("rank"), {}),
+            "stage_wall_s": r.get("steps") or {},
+        }
+        for r in sorted(active, key=lambda r: (r.get("rank") is None, r.get("rank"), r["pid"]))
+    ]
 
 
 def _same_steps(timed: Discovery, other: dict, what: str) -> None:
@@ -181,7 +231,7 @@ def _same_steps(timed: Discovery, other: dict, what: str) -> None:
         )
 
 
-def _record(call: CommandCall, found: Discovery, profiled: dict, extra: dict) -> dict:
+def _record(call: CommandCall, found: Discovery, profiled: dict, extra: dict, ranks: list[dict]) -> dict:
     """The harness-shaped record of a command's runs (nsightflow.records.Manifest's fields)."""
     return {
         "callable": "",
@@ -195,14 +245,18 @@ def _record(call: CommandCall, found: Discovery, profiled: dict, extra: dict) ->
         "stage_wall_s": profiled.get("steps") or {},
         "program_wall_s": found.walls,
         "stages": [{"name": s, "repeats": len(found.walls[s]), "steps": len(found.walls[s])} for s in found.stages],
+        "ranks": ranks,
+        "profiled_rank": call.rank if ranks else None,
         **extra,
     }
 
 
-def _timed(call: CommandCall, tmp: str, log: str | Path, timeout_s: float | None) -> Discovery:
-    """The timed run (nothing collecting) and the stages found in it."""
-    timed = _run(call, HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages), log, timeout_s, [])
-    return discover(timed, call.domain, call.stages)
+def _timed(call: CommandCall, tmp: str, log: str | Path, timeout_s: float | None) -> tuple[Discovery, list[dict]]:
+    """The timed run (nothing collecting), the stages found in the profiled rank's ranges, and every process's
+    record."""
+    settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
+    timed = _run(call, settings, log, timeout_s, [])
+    return discover(primary(timed, call.rank), call.domain, call.stages), timed
 
 
 def timeline(
@@ -220,7 +274,7 @@ def timeline(
 ) -> None:
     """The timed run, then nsys over the probe run: the timeline, analytic count, ceilings and manifest."""
     with tempfile.TemporaryDirectory(prefix="nsightflow-command-") as tmp:
-        found = _timed(call, tmp, log, timeout_s)
+        found, timed = _timed(call, tmp, log, timeout_s)
         probe = HookSettings(
             "probe",
             f"{tmp}/probe.json",
@@ -230,17 +284,19 @@ def timeline(
             dtype=call.dtype,
             flops_out=str(Path(flops).resolve()),
             ceilings_out=str(Path(ceilings).resolve()),
+            rank=call.rank,
         )
         rep = Path(rep)
         tmp_base = rep.with_name(rep.stem + ".tmp")
         wrap = nsys.profile_argv(nsys_bin, tmp_base, [])
-        profiled = _run(call, probe, log, timeout_s, wrap)
+        runs = _run(call, probe, log, timeout_s, wrap)
+        profiled = primary(runs, call.rank)
         _same_steps(found, profiled, "nsys")
         publish_nsys(tmp_base, rep, sqlite_out, log)
         harness_json = Path(tmp) / "harness.json"
         extra = {k: profiled[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
         extra["environment"] = profiled["environment"]
-        files.write_json(harness_json, _record(call, found, profiled, extra))
+        files.write_json(harness_json, _record(call, found, profiled, extra, rank_rows(timed, runs, found)))
         commands = [
             {"what": "the command, timed (no profiler)", "argv": call.argv()},
             {
@@ -265,27 +321,32 @@ def torch_profile(
     """The timed run, the command under torch.profiler (its steps as ``record_function`` ranges), then a count run
     (analytic FLOPs and the measured ceilings), and the run's manifest."""
     with tempfile.TemporaryDirectory(prefix="nsightflow-command-") as tmp:
-        found = _timed(call, tmp, log, timeout_s)
+        found, timed = _timed(call, tmp, log, timeout_s)
         labels = {s: safe_label(i, s) for i, s in enumerate(found.stages)}
 
-        def hook(mode: HookMode, **paths: str) -> HookSettings:
+        def hook(
+            mode: HookMode, trace: str | None = None, flops_out: str | None = None, ceilings_out: str | None = None
+        ) -> HookSettings:
             out = f"{tmp}/{mode}.json"
-            return HookSettings(mode, out, found.domain, found.stages, call.mirror, labels, call.dtype, **paths)
+            settings = HookSettings(mode, out, found.domain, found.stages, call.mirror, labels, call.dtype)
+            return replace(settings, rank=call.rank, trace=trace, flops_out=flops_out, ceilings_out=ceilings_out)
 
-        profiled = _run(call, hook("torch", trace=str(Path(trace).resolve())), log, timeout_s, [])
+        runs = _run(call, hook("torch", trace=str(Path(trace).resolve())), log, timeout_s, [])
+        profiled = primary(runs, call.rank)
         _same_steps(found, profiled, "torch.profiler")
-        counted = _run(
+        counted_runs = _run(
             call,
             hook("count", flops_out=str(Path(flops).resolve()), ceilings_out=str(Path(ceilings).resolve())),
             log,
             timeout_s,
             [],
         )
+        counted = primary(counted_runs, call.rank)
         _same_steps(found, counted, "counting")
         extra = {k: counted[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
         extra.update(environment=counted["environment"], trace_labels=profiled["trace_labels"])
         harness_json = Path(tmp) / "harness.json"
-        files.write_json(harness_json, _record(call, found, profiled, extra))
+        files.write_json(harness_json, _record(call, found, profiled, extra, rank_rows(timed, runs, found)))
         commands = [
             {"what": "the command, timed (no profiler)", "argv": call.argv()},
             {"what": "the command under torch.profiler", "argv": call.argv()},

@@ -15,15 +15,21 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 LOCK_DIR = Path(".snakemake") / "nsightflow-gpu-locks"
 
 
 @contextmanager
 def claim(
-    n_devices: int | None = None, lock_dir: str | Path = LOCK_DIR, poll_s: float = 0.5, env: dict | None = None
+    n_devices: int | None = None,
+    lock_dir: str | Path = LOCK_DIR,
+    poll_s: float = 0.5,
+    env: dict | None = None,
+    want: int = 1,
 ) -> Iterator[tuple[dict, str]]:
-    """Yield (environment for the child, what was decided) while holding one device's lock."""
+    """Yield (environment for the child, what was decided) while holding the locks of ``want`` devices (a job of
+    several processes, one GPU per rank, asks for as many as it has ranks)."""
     env = dict(os.environ if env is None else env)
     if env.get("CUDA_VISIBLE_DEVICES", "") != "":
         yield env, f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} set by the scheduler or user: respected"
@@ -32,24 +38,41 @@ def claim(
         from nsightflow.capture.backend import gpus
 
         n_devices = len(gpus())
-    if n_devices <= 1:
-        yield env, f"{n_devices} GPU(s) visible: no device choice to make"
+    if n_devices <= want:
+        yield env, f"{n_devices} GPU(s) visible, {want} wanted: no device choice to make"
         return
     lock_dir = Path(lock_dir)
     lock_dir.mkdir(parents=True, exist_ok=True)
     while True:
-        for i in range(n_devices):
-            fh = open(lock_dir / f"gpu{i}.lock", "w")
+        held = _take(lock_dir, n_devices, want)
+        if held:
+            ids = ",".join(str(i) for i, _ in held)
             try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                fh.close()
-                continue
-            try:
-                env["CUDA_VISIBLE_DEVICES"] = str(i)
-                yield env, f"device {i} of {n_devices} claimed (CUDA_VISIBLE_DEVICES={i})"
+                env["CUDA_VISIBLE_DEVICES"] = ids
+                what = f"device {ids} of {n_devices}" if want == 1 else f"devices {ids} of {n_devices}"
+                yield env, f"{what} claimed (CUDA_VISIBLE_DEVICES={ids})"
             finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-                fh.close()
+                for _, fh in held:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+                    fh.close()
             return
         time.sleep(poll_s)
+
+
+def _take(lock_dir: Path, n_devices: int, want: int) -> list[tuple[int, IO[str]]]:
+    """The locks of ``want`` free devices, all of them or none (a partial hold is released at once)."""
+    held: list[tuple[int, IO[str]]] = []
+    for i in range(n_devices):
+        fh = open(lock_dir / f"gpu{i}.lock", "w")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            continue
+        held.append((i, fh))
+        if len(held) == want:
+            return held
+    for _, lock in held:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+    return []

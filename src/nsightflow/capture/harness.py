@@ -84,6 +84,7 @@ class Launch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    gpus: int = 1  # devices it uses (a job of several processes: one per rank)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,15 @@ named in the config), does what the harness does around a callable's step:
 - ``count``: the operators counted (analytic FLOPs and bytes) with nothing else.
 
 The GPU is synchronized before each step's range ends (the NVTX guide's rule, kept for programs that forget it), so
-a step's window holds its kernels. The hook's record (steps' wall times, environment, the ranges seen) is written at
-exit.
+a step's window holds its kernels. Each process writes its record (rank, steps' wall times, environment, the ranges
+seen) at exit, beside ``out`` (:func:`record_path`).
+
+A job of several processes (torchrun, ``torch.multiprocessing``): the settings stay in the environment, so every
+Python process the command starts loads the hook. A process that runs stage steps is a *rank* (``RANK``, else its
+``torch.distributed`` rank at its first step). Under nsys every rank mirrors its steps into nsightflow's ranks
+domain (nsightflow.domains.ranks_domain) so the timeline gives each rank its stages; only the profiled rank
+(``HookSettings.rank``) is probed, counted, captured by ncu and measures the ceilings; under torch.profiler each
+rank writes its own trace (nsightflow.records.trace_path).
 """
 
 from __future__ import annotations
@@ -99,7 +106,9 @@ class Tracker:
         self.walls: dict[str, list[float]] = {}
         self.started = time.perf_counter()
         self.inside = False  # the hook's own NVTX calls are not the program's
-        self.actions: Any = None  # what each mode does at step boundaries (Actions)
+        self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
+        self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
+        self.device: str | None = None
 
     def _is_step(self, domain: str, name: str, depth: int) -> bool:
         if self.s.domain is None or self.step is not None or domain != self.s.domain:
@@ -112,6 +121,8 @@ class Tracker:
         domain, name = domain or "", name or ""
         tid = threading.get_ident()
         with self.lock:
+            if self.rank is None:
+                self.rank = rank_of()
             stack = self.stacks.setdefault(tid, [])
             depth = sum(1 for d, _, _ in stack if d == domain)
             stack.append((domain, name, time.perf_counter_ns()))
@@ -146,8 +157,12 @@ class Tracker:
         if DEBUG:
             print(f"[nsightflow hook] pid {os.getpid()} {self.s.mode}: step {stage!r} {step}", file=sys.stderr)
         self.t0 = time.perf_counter()
-        if self.actions is not None:
-            self._own(self.actions.begin, stage, step)
+        if self.actions is None:  # the first step: the rank is known by now (torch.distributed initialised)
+            from nsightflow.capture import hook_actions
+
+            self.rank = self.rank if self.rank is not None else rank_of()
+            self.actions = self._own(hook_actions.for_mode, self.s, self.rank)
+        self._own(self.actions.begin, stage, step)
 
     def _end(self) -> None:
         assert self.step is not None
@@ -158,10 +173,10 @@ class Tracker:
         self.walls.setdefault(stage, []).append(time.perf_counter() - self.t0)
         self.step = None
 
-    def _own(self, fn: Any, *args: Any) -> None:
+    def _own(self, fn: Any, *args: Any) -> Any:
         self.inside = True
         try:
-            fn(*args)
+            return fn(*args)
         finally:
             self.inside = False
 
@@ -174,7 +189,36 @@ class Tracker:
             "stage_order": list(self.walls),
             "ranges": [list(r) for r in self.ranges],
             "main_thread": threading.main_thread().ident,
+            "rank": self.rank if self.rank is not None else rank_of(),
+            "device": device_of(),
         }
+
+
+def rank_of() -> int | None:
+    """This process's rank: ``RANK`` (torchrun), else its initialised ``torch.distributed`` rank, else None."""
+    if os.environ.get("RANK", "").isdigit():
+        return int(os.environ["RANK"])
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except (RuntimeError, ValueError):
+        pass
+    return None
+
+
+def device_of() -> str:
+    """The device this process computed on: ``cuda:N`` (its current CUDA device) or ``cpu``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cpu"
+
+
+def record_path(out: str | Path, pid: int) -> Path:
+    """Where process ``pid`` writes its record of a run whose settings name ``out``."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.{pid}{out.suffix}")
 
 
 TRACKER: Tracker | None = None
@@ -189,12 +233,8 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
         if not text:
             return None
         settings = HookSettings.from_env(text)
-    os.environ.pop(HOOK_ENV, None)  # the program's own child processes run plainly
-    TRACKER = tracker = Tracker(settings)
+    TRACKER = tracker = Tracker(settings)  # the settings stay in the environment: ranks are child processes
     _wrap_nvtx(tracker)
-    from nsightflow.capture import hook_actions
-
-    tracker.actions = hook_actions.for_mode(settings)
     atexit.register(_finish, tracker)
     return tracker
 
@@ -207,7 +247,7 @@ def _finish(tracker: Tracker) -> None:
         tracker.inside = True
         record.update(tracker.actions.finish())
     if tracker.s.out:
-        files.write_json(tracker.s.out, record)
+        files.write_json(record_path(tracker.s.out, os.getpid()), record)
 
 
 def _wrap_nvtx(tracker: Tracker) -> None:

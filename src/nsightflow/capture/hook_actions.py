@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nsightflow.domains import probe_domain
-from nsightflow.records import HookSettings
+from nsightflow.domains import probe_domain, ranks_domain
+from nsightflow.records import HookSettings, trace_path
 
 
 def device_in_use() -> str:
@@ -50,7 +50,8 @@ class ProbeActions:
             self.windows = read_windows(Path(s.windows))
         # As the harness does: the probe run's steps in the stages' and the probe domain, the ncu run's in the probe
         # domain (its results' NVTX stacks say which step and operator); operators marked in both.
-        domains = {"probe": [s.mirror, probe_domain(s.mirror)], "ncu": [probe_domain(s.mirror)]}.get(s.mode)
+        probe = [ranks_domain(s.mirror), s.mirror, probe_domain(s.mirror)]
+        domains = {"probe": probe, "ncu": [probe_domain(s.mirror)]}.get(s.mode)
         self.marks = _Ranges(domains) if domains else None
         self.probe: Any = None
         self._replays = graph_replays_counted(self.tally)
@@ -110,11 +111,12 @@ class ProbeActions:
 class TorchActions:
     """Mode torch: the whole program under torch.profiler, each step inside ``record_function('<mirror>:<label>')``."""
 
-    def __init__(self, s: HookSettings) -> None:
+    def __init__(self, s: HookSettings, rank: int | None) -> None:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
         self.s = s
+        self.trace = trace_path(s.trace, rank, s.rank) if s.trace else None
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -138,15 +140,31 @@ class TorchActions:
         from nsightflow.capture.harness import environment
 
         self.prof.stop()
-        if self.s.trace:
-            tmp = files.staging(Path(self.s.trace))
+        if self.trace:
+            tmp = files.staging(self.trace)
             self.prof.export_chrome_trace(str(tmp))
-            files.publish(tmp, Path(self.s.trace))
+            files.publish(tmp, self.trace)
         return {"environment": environment(device_in_use()), "trace_labels": {v: k for k, v in self.s.labels.items()}}
 
 
+class RankActions:
+    """A rank that is not the profiled one, under nsys: its steps mirrored into the ranks domain, nothing else."""
+
+    def __init__(self, s: HookSettings) -> None:
+        self.marks = _Ranges([ranks_domain(s.mirror)])
+
+    def begin(self, stage: str, step: int) -> None:
+        self.marks.push(stage, step)
+
+    def end(self) -> None:
+        self.marks.pop()
+
+    def finish(self) -> dict:
+        return {}
+
+
 class TimedActions:
-    """Mode timed: nothing at the steps; the environment at exit."""
+    """Mode timed, and a rank that is not profiled under ncu or in the count run: nothing at the steps."""
 
     def begin(self, stage: str, step: int) -> None:
         pass
@@ -158,9 +176,11 @@ class TimedActions:
         return {}
 
 
-def for_mode(s: HookSettings) -> ProbeActions | TorchActions | TimedActions:
+def for_mode(s: HookSettings, rank: int | None = None) -> ProbeActions | TorchActions | RankActions | TimedActions:
+    """The actions of mode ``s.mode`` in a process of rank ``rank`` (None: a lone process, which is profiled)."""
     if s.mode == "torch":
-        return TorchActions(s)
-    if s.mode == "timed":
+        return TorchActions(s, rank)
+    profiled = rank is None or rank == s.rank
+    if s.mode == "timed" or (not profiled and s.mode != "probe"):
         return TimedActions()
-    return ProbeActions(s)
+    return ProbeActions(s) if profiled else RankActions(s)

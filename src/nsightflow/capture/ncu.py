@@ -5,7 +5,8 @@ Findings this module is built on (ncu 2025.3.1, see ../shared/gpu-host/README.md
 - ``--profile-from-start off`` profiles every kernel launched between ``cudaProfilerStart`` and
   ``cudaProfilerStop``, from any thread and inside CUDA-graph replays: the harness opens those
   windows around exactly the launches a capture plan names (nsightflow.capture.probe, nsightflow.capture.plan),
-  so no NVTX or kernel-name filter is needed (and none can miss);
+  so no NVTX filter is needed (and none can miss); the one kernel filter leaves communication kernels out
+  (nsightflow.capture.comm: a replayed collective deadlocks the other ranks);
 - "No kernels were profiled" exits 0: only the output tells;
 - ncu prints shortened kernel names (``at::native::`` and ``(int)`` casts dropped): results are
   joined to the timeline by order, with grid, block and a name key checked (nsightflow.capture.matching);
@@ -18,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
+from nsightflow.capture.comm import NCU_FILTER
 from nsightflow.capture.flops import SIMT
 from nsightflow.errors import CaptureError, ConfigError
 from nsightflow.records import AnalyticCounts, StageCount
@@ -154,7 +156,10 @@ def tensor_precisions(spec: TensorPrecisions, seen: list[str] | None) -> list[st
     unknown = [p for p in chosen if p not in TENSOR_FLOP_METRICS and p != SIMT]
     if unknown:
         raise ConfigError(f"ncu.tensor_precisions: unknown precision(s) {unknown}; known: {ALL_PRECISIONS}")
-    return [p for p in ALL_PRECISIONS if p in chosen]
+    out = [p for p in ALL_PRECISIONS if p in chosen]
+    # None seen (float32 on the FMA units, or no GEMM at all): one pass still measures the tensor pipes' FLOPs, in the
+    # precision float32 work would take there (TF32), so a stage's tensor FLOPs are a measured zero, never unknown.
+    return (out or ["tf32"]) if spec == "auto" else out
 
 
 # FMA-unit GEMM and attention work below this share of a stage's analytic FLOPs does not buy the SASS counts
@@ -235,6 +240,8 @@ def capture_argv(
         f"--clock-control={clock_control}",
         f"--cache-control={cache_control}",
     ]
+    if replay_mode not in RANGE_REPLAY_MODES:
+        argv += NCU_FILTER  # communication kernels are never profiled (nsightflow.capture.comm)
     for section in sections or []:
         argv += ["--section", section]
     if metrics:
@@ -248,7 +255,7 @@ def reference_argv(
     """ncu over every launch inside the named stages' NVTX ranges: the brute-force capture a user would make
     without nsightflow, kept as the reference its numbers and costs are checked against (benchmark, GPU tier).
     NVTX filters are per thread: right for one-threaded workloads only."""
-    argv = [ncu, "--force-overwrite", "--export", str(out_base), "--nvtx"]
+    argv = [ncu, "--force-overwrite", "--export", str(out_base), "--nvtx", *NCU_FILTER]
     for stage in stages:
         argv += ["--nvtx-include", f"{domain}@{stage}/"]
     return argv + ["--clock-control=none", "--cache-control=all", "--metrics", ",".join(metrics), *program]

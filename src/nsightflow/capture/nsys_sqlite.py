@@ -64,14 +64,27 @@ def kernels(con: sqlite3.Connection) -> pd.DataFrame:
         "WHERE correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)",
         con,
     )
-    # correlation ids are unique within a process: match the process too (bits 24-47 of the global ids)
-    k["pid"] = (k["globalPid"].fillna(0).to_numpy(dtype="int64") >> 24) & 0xFFFFFF
-    rt["pid"] = (rt["tid"].to_numpy(dtype="int64") >> 24) & 0xFFFFFF
+    # correlation ids are unique within a process: match the process too
+    k["pid"] = pid_of(k["globalPid"].fillna(0))
+    rt["pid"] = pid_of(rt["tid"])
     rt = rt.drop_duplicates(["correlationId", "pid"])
     k = k.merge(rt, on=["correlationId", "pid"], how="left")
     k["launch_ns"] = k["launch_ns"].fillna(k["start"]).astype("int64")
     k["tid"] = k["tid"].fillna(-1).astype("int64")
     return k
+
+
+def pid_of(global_tid: pd.Series) -> pd.Series:
+    """The process id in nsys' global thread or process ids (bits 24-47)."""
+    ids = global_tid.to_numpy(dtype="int64")
+    return pd.Series((ids >> 24) & 0xFFFFFF, index=global_tid.index)
+
+
+def own_process(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """The kernels of the process whose thread opened the stage ranges, where one did (a job of several processes:
+    another rank's kernels in the same time window are not this rank's stage); all of them otherwise."""
+    pids = set(pid_of(ranges["globalTid"])) if len(ranges) else set()
+    return kernels[kernels["pid"] == pids.pop()] if len(pids) == 1 else kernels
 
 
 def load(path: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[int, str], str | None]:

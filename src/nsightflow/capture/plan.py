@@ -33,6 +33,7 @@ import pandas as pd
 
 from nsightflow import files
 from nsightflow.capture.attribution import Timeline, call_classes, read_timeline
+from nsightflow.capture.comm import is_comm
 from nsightflow.errors import ConfigError, PlanError, RecordError
 from nsightflow.records import SCHEMA, load_object
 
@@ -149,6 +150,7 @@ def plan_capture(tl: Timeline, domain: str, sample_steps: list, mode: CaptureMod
             "extra_steps": extra,
             "structures": int(mine["structure"].nunique()),
             "launches": int(len(mine)),
+            "comm_launches": int(is_comm(mine["kernel"]).sum()),
         }
     windows, expected = [], []
     # Operator calls already profiled in an earlier chosen step of the stage: the same call does the same work in
@@ -159,6 +161,7 @@ def plan_capture(tl: Timeline, domain: str, sample_steps: list, mode: CaptureMod
             continue
         r = ranged[(ranged["stage"] == stage) & (ranged["step"] == step)].sort_values("seq")
         p = probe[(probe["stage"] == stage) & (probe["step"] == step)].sort_values("seq")
+        r, p = r[~is_comm(r["kernel"])], p[~is_comm(p["kernel"])]  # never profiled (nsightflow.capture.comm)
         known = profiled_calls[stage] if mode == "representatives" else set()
         window, rows = _window(stage, int(step), r, p, mode, known)
         if window is None:

@@ -32,17 +32,18 @@ def run_tool(
     on_line: Callable[[str], None] | None = None,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
+    gpus: int = 1,
 ) -> tuple[str, int]:
     """Run ``argv`` (never through a shell; ``env`` added to the environment, in ``cwd``), append its output to
     ``log``; return (output, exit code).
 
-    With ``gpu`` the child runs on a device of its own (see nsightflow.capture.gpus.claim). With ``check``
+    With ``gpu`` the child runs on ``gpus`` devices of its own (see nsightflow.capture.gpus.claim). With ``check``
     a non-zero exit raises ToolError with the output's last lines.
     """
     from nsightflow.capture.gpus import claim
 
     require(argv[0])
-    with claim(n_devices=None if gpu else 0) as (child_env, decision):
+    with claim(n_devices=None if gpu else 0, want=gpus) as (child_env, decision):
         started = time.time()
         try:
             stdout, code = children.run(argv, {**child_env, **(env or {})}, timeout_s, on_line, cwd)
@@ -307,7 +308,17 @@ def ncu_capture(
         cache_control=cache_control,
     )
     progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", plan.expected)
-    out, rc = run_tool(argv, log, timeout_s, check=False, gpu=True, on_line=progress, env=program.env, cwd=program.cwd)
+    out, rc = run_tool(
+        argv,
+        log,
+        timeout_s,
+        check=False,
+        gpu=True,
+        on_line=progress,
+        env=program.env,
+        cwd=program.cwd,
+        gpus=program.gpus,
+    )
     ncu.check_capture(out, rc, what=what, expected=expected)
     if not produced.exists():
         raise ToolError(f"ncu wrote no report for {what}; log: {log}")

@@ -19,6 +19,7 @@ from nsightflow.analysis.peaks import Peaks
 from nsightflow.records import Manifest
 from nsightflow.report import charts
 from nsightflow.report.cards_html import cards_html
+from nsightflow.report.glossary import TIPS, glossary_html
 from nsightflow.report.headline import headline_html, headline_line, short_kernel
 from nsightflow.report.style import CSS
 
@@ -140,29 +141,19 @@ STAGE_FIRST = frozenset(
 )
 
 
+def ranks_html(ranks: pd.DataFrame | None, backend: str) -> str:
+    """A job of several processes: its ranks side by side, stage by stage (nsightflow.analysis.ranks); '' otherwise."""
+    if ranks is None or ranks.empty:
+        return ""
+    cols = {c.name: (c.header, c.fmt) for c in columns.RANKS if c.shown and backend in c.backends}
+    return "<h3>Ranks</h3>" + table(ranks, cols, cls="ranks")
+
+
 def kernel_columns(on_cpu: bool, backend: str) -> dict[str, tuple[str, str]]:
     """The kernel table's columns that ``backend`` fills: operators on the CPU, kernels (demangled names) on a GPU."""
     cols = {c.name: (c.header, c.fmt) for c in columns.KERNELS if c.shown and backend in c.backends}
     cols["kernel"] = ("operator" if on_cpu else "kernel", "text")
     return cols
-
-
-# What each number means, shown on every page (and as header tooltips): the registry's definitions.
-GLOSSARY = [
-    *columns.glossary(),
-    (
-        "peaks",
-        "compute and bandwidth peaks of the device as listed under Peaks: ncu's own peak_sustained metrics at the "
-        "measured clocks, or measured matmul and copy rates, or named datasheet values",
-    ),
-    ("—", "not available for this backend or stage (e.g. no hardware counters under torch.profiler), never a zero"),
-]
-TIPS = {c.name: c.definition for table in columns.TABLES.values() for c in table if c.definition}
-
-
-def glossary_html() -> str:
-    items = "".join(f"<dt>{html.escape(term)}</dt><dd>{html.escape(text)}</dd>" for term, text in GLOSSARY)
-    return f"<details class=glossary><summary>What the columns mean</summary><dl>{items}</dl></details>"
 
 
 def _png(png: bytes, alt: str) -> str:
@@ -232,6 +223,7 @@ def render_run(run: dict, backend: str, reason: str, settings: dict, title: str 
         _backend_line(backend, reason),
         headline_html(run["stages"], run["kernels"], pk),
         "<h3>Stages</h3>" + table(run["stages"], stage_columns(on_cpu, backend), cls="stages", first=STAGE_FIRST),
+        ranks_html(run.get("ranks"), backend),
         glossary_html(),
     ]
     parts += [f"<p class='warn'>{html.escape(note)}</p>" for note in run.get("notes", [])]

@@ -115,7 +115,7 @@ def check(config: dict, schema_path: str | Path) -> None:
     semantic(config)
 
 
-COMMAND_ONLY = ("env", "cwd", "domain", "stages")
+COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus")
 
 
 def _program(i: int, name: str, w: dict) -> None:
@@ -127,7 +127,7 @@ def _program(i: int, name: str, w: dict) -> None:
             + ("not both" if "callable" in w else "neither is there")
         )
     if "callable" in w:
-        extra = [k for k in COMMAND_ONLY if w.get(k) not in (None, {}, [])]
+        extra = [k for k in COMMAND_ONLY if w.get(k) not in (None, {}, [], 0) and (k, w.get(k)) != ("gpus", 1)]
         if extra:
             raise ConfigError(f"{where}: {', '.join(extra)} apply to a command: workload only; remove them")
         return

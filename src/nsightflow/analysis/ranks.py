@@ -1,0 +1,139 @@
+"""Per rank and stage of a job of several processes (torchrun, ``torch.multiprocessing``): each rank's steps, its
+wall time as the program runs it, its kernels' busy time split into compute and communication, how much of the
+communication ran while the rank's compute did (overlapped) and how much did not (exposed), and the slowest rank.
+
+The timeline (nsys, following the process tree) holds every rank's stage steps in nsightflow's ranks domain
+(nsightflow.capture.hook); a kernel belongs to the step of its own process whose range holds its launch call, from
+any thread of that process. The wall times come from the timed run in the manifest (the program unslowed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from nsightflow import columns
+from nsightflow.capture import nsys_sqlite
+from nsightflow.capture.attribution import top_level, window_of
+from nsightflow.capture.comm import is_comm, overlapped
+from nsightflow.capture.nsys_sqlite import PUSH_POP, pid_of
+from nsightflow.domains import ranks_domain
+from nsightflow.records import Manifest
+
+
+def empty() -> pd.DataFrame:
+    return pd.DataFrame(columns=columns.names("ranks"))
+
+
+def rank_launches(sqlite: str | Path, mirror: str) -> pd.DataFrame:
+    """Every kernel launched inside a rank's stage step: pid, stage, step, kernel, start, end (from the export)."""
+    nvtx, k, names, _ = nsys_sqlite.load(Path(sqlite))
+    r = nvtx[(nvtx["domain"] == ranks_domain(mirror)) & (nvtx["eventType"] == PUSH_POP)].copy()
+    r["pid"] = pid_of(r["globalTid"]).to_numpy()
+    parts = []
+    for pid, mine in r.groupby("pid"):
+        steps = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))
+        kk = k[k["pid"] == pid]
+        owner = window_of(kk["launch_ns"].to_numpy(), steps["start"].to_numpy(), steps["end"].to_numpy())
+        hit = kk[owner >= 0]
+        own = steps.iloc[owner[owner >= 0]]
+        parts.append(
+            pd.DataFrame(
+                {
+                    "pid": int(pid),
+                    "stage": own["name"].astype(str).to_numpy(),
+                    "step": own["payload"].fillna(-1).astype("int64").to_numpy(),
+                    "kernel": hit["demangledName"].map(names).fillna("?").to_numpy(),
+                    "start": hit["start"].to_numpy(),
+                    "end": hit["end"].to_numpy(),
+                }
+            )
+        )
+    cols = ["pid", "stage", "step", "kernel", "start", "end"]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+
+
+def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
+    """Per (rank, stage) of the manifest's ranks: steps and wall (timed run), and from ``launches`` (rank_launches;
+    empty for a backend without a timeline) busy, compute, communication, overlapped and exposed time."""
+    if not manifest.ranks:
+        return empty()
+    launches = launches.copy()
+    launches["comm"] = is_comm(launches["kernel"]) if len(launches) else np.zeros(0, dtype=bool)
+    rows = []
+    for s in manifest.stages:  # stage by stage, the ranks side by side
+        stage = s["name"]
+        for r in manifest.ranks:
+            mine = launches[launches["pid"] == r["pid"]]
+            walls = (r.get("program_wall_s") or {}).get(stage) or (r.get("stage_wall_s") or {}).get(stage) or []
+            row = {
+                "rank": r.get("rank"),
+                "stage": stage,
+                "pid": r["pid"],
+                "device": r.get("device"),
+                "steps": len(walls),
+                "wall_ms": float(np.sum(walls)) * 1e3 if walls else np.nan,
+                "profiled": r.get("rank") == manifest.profiled_rank,
+            }
+            if len(launches):
+                row.update(_busy(mine[mine["stage"] == stage]))
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    out["slowest"] = out["wall_ms"].eq(out.groupby("stage")["wall_ms"].transform("max")) & out["wall_ms"].notna()
+    return out.reindex(columns=columns.names("ranks"))
+
+
+def _busy(g: pd.DataFrame) -> dict:
+    """Busy, compute and communication time of one rank's stage, and its communication overlapped by compute."""
+    dur = (g["end"] - g["start"]).to_numpy(dtype="float64")
+    comm = g["comm"].to_numpy(dtype=bool)
+    c = g[comm]
+    compute = g[~comm]
+    hidden = overlapped(
+        c["start"].to_numpy(), c["end"].to_numpy(), compute["start"].to_numpy(), compute["end"].to_numpy()
+    ).sum()
+    comm_ns = float(dur[comm].sum())
+    return {
+        "gpu_busy_ms": float(dur.sum()) / 1e6,
+        "compute_ms": float(dur[~comm].sum()) / 1e6,
+        "comm_ms": comm_ns / 1e6,
+        "comm_overlapped_ms": float(hidden) / 1e6,
+        "comm_exposed_ms": (comm_ns - float(hidden)) / 1e6,
+        "launches": int(len(g)),
+        "comm_launches": int(comm.sum()),
+    }
+
+
+def no_launches() -> pd.DataFrame:
+    """The launches of a backend without a timeline of kernels (torch.profiler): none."""
+    return pd.DataFrame(columns=["pid", "stage", "step", "kernel", "start", "end"])
+
+
+def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[str]:
+    """What a reader of a job of several processes must know: whose stages the counters are, the slowest rank
+    per stage, and the communication left exposed."""
+    if table.empty:
+        return []
+    notes = [
+        f"{table['rank'].nunique()} ranks: the stage table's counters are rank {manifest.profiled_rank}'s (config "
+        "rank:); every rank's time, communication and overlap are in the ranks table."
+    ]
+    for stage, g in table.groupby("stage", sort=False):
+        walls = g["wall_ms"].dropna()
+        if len(walls) > 1 and walls.min() > 0:
+            slow = g.loc[walls.sort_values().index[-1]]
+            notes.append(
+                f"{stage}: rank {slow['rank']} is the slowest ({slow['wall_ms']:.3f} ms, "
+                f"{walls.max() / walls.min() - 1:.1%} over the fastest rank)."
+            )
+        comm = g["comm_ms"].fillna(0)
+        if comm.max() > 0:
+            exposed = g["comm_exposed_ms"].fillna(0)
+            worst = g.loc[exposed.sort_values().index[-1]]
+            notes.append(
+                f"{stage}: rank {worst['rank']} spends {worst['comm_ms']:.3f} ms in communication kernels, "
+                f"{worst['comm_exposed_ms']:.3f} ms of it exposed (no compute kernel of the rank running)."
+            )
+    return notes

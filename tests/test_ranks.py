@@ -1,0 +1,119 @@
+"""A job of several processes (torchrun) on the CPU: the ranks' own NVTX ranges give per-rank stage rows, every
+rank is timed, the profiled rank is counted, and interrupting the workflow leaves no rank behind. Communication
+arithmetic (nsightflow.capture.comm) against intervals worked out by hand; NCCL names from a real H200 timeline."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import ROOT, copy_workflow, process_alive, snakemake
+
+from nsightflow.capture.comm import is_comm, overlapped
+
+STEPS, HIDDEN, LAYERS, BATCH, TOKENS = 2, 64, 2, 2, 16
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
+
+
+def _workflow(tmp_path, workloads):
+    work = copy_workflow(tmp_path / "wf")
+    (work / "examples").mkdir(exist_ok=True)
+    (work / "examples" / "ranks_program.py").write_text((ROOT / "examples" / "ranks_program.py").read_text())
+    cfg = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    cfg.update(workloads=workloads, profiler="torch")
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return work
+
+
+def test_overlap_counts_each_moment_of_compute_once():
+    # communication [0,10] [10,30] [50,60]; compute [5,9] [8,12] (overlapping: union [5,12]) [20,25] [55,100]
+    comm = np.array([0, 10, 50]), np.array([10, 30, 60])
+    got = overlapped(*comm, np.array([5, 8, 20, 55]), np.array([9, 12, 25, 100]))
+    assert list(got) == [5.0, 7.0, 5.0]  # [5,10]; [10,12]+[20,25]; [55,60]
+    assert list(overlapped(np.array([0]), np.array([10]), np.array([], dtype=int), np.array([], dtype=int))) == [0.0]
+
+
+def test_nccl_kernels_are_communication_and_nothing_else_is():
+    # names as nsys printed them for a DDP step on two H200s (scripts/ranks_diag.sh)
+    names = pd.Series(
+        [
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
+            "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
+            "void ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm *, unsigned long, ncclWork *)",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, T2, T3)",
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off",
+        ]
+    )
+    assert list(is_comm(names)) == [True, True, True, False, False]
+
+
+@pytest.mark.parametrize("parallel", ["data", "tensor"])
+def test_two_ranks_on_the_cpu_report_per_rank_stages(tmp_path, parallel):
+    args = ["--parallel", parallel, "--steps", str(STEPS), "--hidden", str(HIDDEN), "--layers", str(LAYERS)]
+    args += ["--batch", str(BATCH), "--tokens", str(TOKENS)]
+    work = _workflow(tmp_path, [{"name": "job", "command": _torchrun("examples/ranks_program.py", *args)}])
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "job"
+    stages = ["forward", "backward", "optimizer"] if parallel == "data" else ["prefill", "decode"]
+    steps = {"forward": STEPS, "backward": STEPS, "optimizer": STEPS, "prefill": 1, "decode": STEPS}
+    table = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert list(table.index) == stages
+    assert [int(table.loc[s, "range_instances"]) for s in stages] == [steps[s] for s in stages]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [r["rank"] for r in manifest["ranks"]] == [0, 1] and manifest["profiled_rank"] == 0
+    ranks = pd.DataFrame(json.loads((run / "summary.json").read_text())["ranks"])
+    assert sorted(zip(ranks["rank"], ranks["stage"], strict=True)) == sorted((r, s) for r in (0, 1) for s in stages)
+    for _, row in ranks.iterrows():
+        assert row["steps"] == steps[row["stage"]] and row["wall_ms"] > 0 and row["device"] == "cpu"
+    assert ranks.groupby("stage")["slowest"].sum().eq(1).all()  # one slowest rank per stage
+    # The profiled rank's analytic count: 2·tokens·in·out per linear; tensor parallel shards 4·hidden over 2 ranks.
+    per_token = 2 * 2 * HIDDEN * 4 * HIDDEN * LAYERS // (2 if parallel == "tensor" else 1)
+    first = "prefill" if parallel == "tensor" else "forward"
+    assert table.loc[first, "flops_analytic"] == per_token * BATCH * TOKENS * steps[first]
+    # Each rank's own torch.profiler trace; the run page shows the ranks side by side.
+    assert (run / "torch" / "trace.json").exists() and (run / "torch" / "trace.rank1.json").exists()
+    page = (run / "report.html").read_text()
+    assert "<h3>Ranks</h3>" in page and "slowest" in page
+
+
+def test_interrupting_a_job_of_ranks_leaves_none_behind(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "slow_ranks.py"
+    script.write_text(
+        "import os, time, nvtx\n"
+        f"open(os.path.join({str(marks)!r}, os.environ['RANK']), 'w').write(str(os.getpid()))\n"
+        "with nvtx.annotate('work', domain='job'):\n"
+        "    time.sleep(120)\n"
+    )
+    work = _workflow(tmp_path, [{"name": "slow", "command": _torchrun(str(script))}])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.time() + 120
+    while len(list(marks.iterdir())) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    pids = [int(p.read_text()) for p in marks.iterdir()]
+    assert len(pids) == 2, "the ranks did not start"
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the foreground group
+    proc.wait(timeout=120)
+    deadline = time.time() + 30
+    while any(process_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(process_alive(p) for p in pids)
+    left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
+    assert not left
