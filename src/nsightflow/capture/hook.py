@@ -21,8 +21,9 @@ seen) at exit, beside ``out`` (:func:`record_path`).
 A job of several processes (torchrun, ``torch.multiprocessing``): the settings stay in the environment, so every
 Python process the command starts loads the hook. A process that runs stage steps is a *rank* (``RANK``, else its
 ``torch.distributed`` rank at its first step). Under nsys every rank mirrors its steps into nsightflow's ranks
-domain (nsightflow.domains.ranks_domain) so the timeline gives each rank its stages; only the profiled rank
-(``HookSettings.rank``) is probed, counted, captured by ncu and measures the ceilings; under torch.profiler each
+domain (nsightflow.domains.ranks_domain) so the timeline gives each rank its stages, and every rank runs the probe
+(so that none waits in a collective on another's probing); only the profiled rank (``HookSettings.rank``) has its
+steps in nsightflow's own domains, is counted, captured by ncu and measures the ceilings; under torch.profiler each
 rank writes its own trace (nsightflow.records.trace_path).
 """
 

@@ -35,14 +35,19 @@ class _Ranges:
 
 
 class ProbeActions:
-    """Modes probe (ranges mirrored, operators marked and counted), ncu (windows) and count (operators counted)."""
+    """Modes probe (ranges mirrored, operators marked and counted), ncu (windows) and count (operators counted).
 
-    def __init__(self, s: HookSettings) -> None:
+    ``profiled`` False: a rank other than the profiled one under nsys, probed the same way (so that no rank waits in
+    a collective on another's probing) with its steps and operators in the ranks domain only, nothing counted."""
+
+    def __init__(self, s: HookSettings, profiled: bool = True) -> None:
         from nsightflow.capture.flops import Tally
         from nsightflow.capture.probe import graph_replays_counted
 
         self.s = s
-        self.tally = Tally() if s.mode in ("probe", "count") else None
+        self.profiled = profiled
+        self.ops_base = s.mirror if profiled else ranks_domain(s.mirror)  # where its operator marks go
+        self.tally = Tally() if s.mode in ("probe", "count") and profiled else None
         self.windows = None
         if s.mode == "ncu" and s.windows:
             from nsightflow.capture.harness import read_windows
@@ -51,7 +56,7 @@ class ProbeActions:
         # As the harness does: the probe run's steps in the stages' and the probe domain, the ncu run's in the probe
         # domain (its results' NVTX stacks say which step and operator); operators marked in both.
         probe = [ranks_domain(s.mirror), s.mirror, probe_domain(s.mirror)]
-        domains = {"probe": probe, "ncu": [probe_domain(s.mirror)]}.get(s.mode)
+        domains = {"probe": probe if profiled else probe[:1], "ncu": [probe_domain(s.mirror)]}.get(s.mode)
         self.marks = _Ranges(domains) if domains else None
         self.probe: Any = None
         self._replays = graph_replays_counted(self.tally)
@@ -67,7 +72,7 @@ class ProbeActions:
         if self.windows is not None:
             self.windows.begin_step(stage, step)
         if self.probe is None:  # made at the first step: a program that compiles has loaded dynamo by then
-            self.probe = op_probe(self.s.mirror if self.marks is not None else None, self.tally, self.windows)
+            self.probe = op_probe(self.ops_base if self.marks is not None else None, self.tally, self.windows)
         self.observed = self.windows is None or (
             self.windows.wanted(stage, step) and not self.windows.whole(stage, step)
         )
@@ -91,6 +96,8 @@ class ProbeActions:
         from nsightflow.records import Ceilings
 
         self._replays.__exit__(None, None, None)
+        if not self.profiled:
+            return {}
         counts = self.tally.result() if self.tally is not None else None
         if counts is not None and self.s.flops_out:
             counts.write(self.s.flops_out)
@@ -147,22 +154,6 @@ class TorchActions:
         return {"environment": environment(device_in_use()), "trace_labels": {v: k for k, v in self.s.labels.items()}}
 
 
-class RankActions:
-    """A rank that is not the profiled one, under nsys: its steps mirrored into the ranks domain, nothing else."""
-
-    def __init__(self, s: HookSettings) -> None:
-        self.marks = _Ranges([ranks_domain(s.mirror)])
-
-    def begin(self, stage: str, step: int) -> None:
-        self.marks.push(stage, step)
-
-    def end(self) -> None:
-        self.marks.pop()
-
-    def finish(self) -> dict:
-        return {}
-
-
 class TimedActions:
     """Mode timed, and a rank that is not profiled under ncu or in the count run: nothing at the steps."""
 
@@ -176,11 +167,11 @@ class TimedActions:
         return {}
 
 
-def for_mode(s: HookSettings, rank: int | None = None) -> ProbeActions | TorchActions | RankActions | TimedActions:
+def for_mode(s: HookSettings, rank: int | None = None) -> ProbeActions | TorchActions | TimedActions:
     """The actions of mode ``s.mode`` in a process of rank ``rank`` (None: a lone process, which is profiled)."""
     if s.mode == "torch":
         return TorchActions(s, rank)
     profiled = rank is None or rank == s.rank
     if s.mode == "timed" or (not profiled and s.mode != "probe"):
         return TimedActions()
-    return ProbeActions(s) if profiled else RankActions(s)
+    return ProbeActions(s, profiled)
