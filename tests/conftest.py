@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,3 +155,26 @@ def aggregate_recorded(d: Path, precision: str = "bf16", **kw):
         ceiling_json=d / "ceilings.json",
         **kw,
     )
+
+
+def sql_rank_kernels(sqlite, domain):
+    """Every kernel whose launch call lies in one of its own process's ranges of ``domain`` (domain ids are
+    numbered per process): pid, range name, kernel, start, end. Plain SQL over an nsys export, independent of
+    nsightflow's attribution."""
+
+    con = sqlite3.connect(sqlite)
+    q = """
+    WITH d AS (SELECT (globalTid >> 24) & 16777215 AS pid, domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?),
+    r AS (SELECT (n.globalTid >> 24) & 16777215 AS pid, COALESCE(n.text, s.value) AS name, n.start, n."end"
+          FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId JOIN d
+          ON d.pid = (n.globalTid >> 24) & 16777215 AND d.domainId = n.domainId WHERE n.eventType = 59),
+    k AS (SELECT (k.globalPid >> 24) & 16777215 AS pid, rt.start AS launch, kn.value AS kernel, k.start, k."end"
+          FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds kn ON kn.id = k.demangledName
+          JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
+           AND ((rt.globalTid >> 24) & 16777215) = ((k.globalPid >> 24) & 16777215))
+    SELECT r.pid, r.name, k.kernel, k.start, k."end"
+      FROM r JOIN k ON k.pid = r.pid AND k.launch BETWEEN r.start AND r."end"
+    """
+    rows = con.execute(q, (domain,)).fetchall()
+    con.close()
+    return pd.DataFrame(rows, columns=["pid", "stage", "kernel", "start", "end"])

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import ROOT, copy_workflow, snakemake
+from conftest import ROOT, copy_workflow, snakemake, sql_rank_kernels
 
 from nsightflow.analysis import torchprof
 from nsightflow.capture import ncu, ncu_csv
@@ -905,26 +905,6 @@ def _torchrun(parallel, python=sys.executable):
     return [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *job]
 
 
-def _sql_rank_launches(sqlite, domain):
-    """Kernels per (process, range name) whose launch call lies inside one of that process's own ranges of the
-    program's ``domain``, NCCL's apart: plain SQL over the export, independent of nsightflow's attribution."""
-    con = sqlite3.connect(sqlite)
-    q = """
-    WITH d AS (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?),
-    r AS (SELECT (n.globalTid >> 24) & 16777215 AS pid, COALESCE(n.text, s.value) AS name, n.start, n."end"
-          FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
-          WHERE n.eventType = 59 AND n.domainId IN (SELECT domainId FROM d)),
-    k AS (SELECT (k.globalPid >> 24) & 16777215 AS pid, rt.start AS launch, kn.value AS kernel
-          FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds kn ON kn.id = k.demangledName
-          JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
-           AND ((rt.globalTid >> 24) & 16777215) = ((k.globalPid >> 24) & 16777215))
-    SELECT r.pid, r.name, count(*), sum(k.kernel LIKE 'nccl%') FROM r JOIN k ON k.pid = r.pid
-     AND k.launch BETWEEN r.start AND r."end" GROUP BY r.pid, r.name"""
-    rows = con.execute(q, (domain,)).fetchall()
-    con.close()
-    return {(pid, name): (n, comm) for pid, name, n, comm in rows}
-
-
 def _rank_reference(tmp_path, parallel, stages):
     """ncu over every launch (NCCL's left out, as nsightflow leaves them) of ``stages`` in every rank of the job: the
     full capture; its results by rank (each rank prints its pid) and stage."""
@@ -947,9 +927,10 @@ def _check_ranks(run, parallel, reference, profiled_rank=0):
     manifest = json.loads((run / "manifest.json").read_text())
     assert [r["rank"] for r in manifest["ranks"]] == [0, 1] and manifest["profiled_rank"] == profiled_rank
     table = pd.DataFrame(json.loads((run / "summary.json").read_text())["ranks"])
-    sql = _sql_rank_launches(run / "timeline" / "timeline.sqlite", domain)
+    sql = sql_rank_kernels(run / "timeline" / "timeline.sqlite", domain)
     for _, row in table.iterrows():
-        n, comm = sql[(row["pid"], row["stage"])]
+        held = sql[(sql["pid"] == row["pid"]) & (sql["stage"] == row["stage"])]
+        n, comm = len(held), int(held["kernel"].str.startswith("nccl").sum())
         print(
             f"{parallel} rank {row['rank']} {row['stage']}: launches {row['launches']} (SQL {n}), comm "
             f"{row['comm_launches']} (SQL {comm}), wall {row['wall_ms']:.3f} ms, busy {row['gpu_busy_ms']:.3f}, comm "

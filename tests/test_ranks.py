@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import ROOT, copy_workflow, process_alive, snakemake
+from conftest import ROOT, copy_workflow, process_alive, snakemake, sql_rank_kernels
 
 from nsightflow.capture.comm import is_comm, overlapped
 
@@ -117,3 +117,51 @@ def test_interrupting_a_job_of_ranks_leaves_none_behind(tmp_path):
     assert not any(process_alive(p) for p in pids)
     left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
     assert not left
+
+
+# A real two-rank timeline: tensor-parallel decode over NCCL on two H200s (tests/data/h200x2_tp_ranks, trimmed by
+# scripts/trim_fixtures.py from the GPU tier's run). Domain ids are numbered per process in it: id 4 is
+# 'nsightflow' in rank 0 and 'nsightflow.ranks.ops' in rank 1.
+TP = ROOT / "tests" / "data" / "h200x2_tp_ranks"
+
+
+def _exposed_by_hand(g):
+    """Communication time with no compute kernel running, by walking each NCCL kernel's span over the others."""
+    compute = sorted((s, e) for k, s, e in zip(g["kernel"], g["start"], g["end"], strict=True) if "nccl" not in k)
+    exposed = 0
+    for k, s, e in zip(g["kernel"], g["start"], g["end"], strict=True):
+        if "nccl" not in k:
+            continue
+        t = s
+        for cs, ce in compute:
+            if ce <= t or cs >= e:
+                continue
+            exposed += max(0, cs - t)
+            t = max(t, ce)
+        exposed += max(0, e - t)
+    return exposed
+
+
+def test_a_real_two_rank_timeline_gives_each_rank_its_own_kernels():
+    from nsightflow.analysis import ranks
+    from nsightflow.capture.attribution import read_timeline
+    from nsightflow.records import Manifest
+
+    manifest = Manifest.read(TP / "manifest.json")
+    pids = {r["rank"]: r["pid"] for r in manifest.ranks}
+    truth = sql_rank_kernels(TP / "timeline.sqlite", "LLM")  # the program's own ranges, per process
+    # The stage tables are rank 0's: its kernels only, every one of them.
+    tl = read_timeline(TP / "timeline.sqlite", "nsightflow")
+    ranged = tl.launches[tl.launches["pass_"] == "ranged"]
+    want = truth[truth["pid"] == pids[0]].groupby("stage").size()
+    assert ranged.groupby("stage").size().to_dict() == want.to_dict() == {"prefill": 10, "decode": 31}
+    # Every rank's kernels in the ranks table, NCCL's apart, and the exposed part walked by hand.
+    table = ranks.rank_table(ranks.rank_launches(TP / "timeline.sqlite", "nsightflow"), manifest)
+    assert len(table) == 4 and set(table["device"]) == {"cuda:0", "cuda:1"}
+    for _, row in table.iterrows():
+        g = truth[(truth["pid"] == row["pid"]) & (truth["stage"] == row["stage"])]
+        comm = g[g["kernel"].str.startswith("nccl")]
+        assert row["launches"] == len(g) and row["comm_launches"] == len(comm) > 0
+        assert row["comm_ms"] == pytest.approx((comm["end"] - comm["start"]).sum() / 1e6)
+        assert row["comm_exposed_ms"] == pytest.approx(_exposed_by_hand(g) / 1e6)
+        assert row["comm_overlapped_ms"] + row["comm_exposed_ms"] == pytest.approx(row["comm_ms"])

@@ -38,11 +38,14 @@ def nvtx_events(con: sqlite3.Connection) -> pd.DataFrame:
         f"WHERE eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})",
         con,
     )
-    domains = df[df["eventType"] == DOMAIN_CREATE].set_index("domainId")["text"].to_dict()
-    df = df[(df["eventType"] != DOMAIN_CREATE) & df["end"].notna()].copy()
+    # Domain ids are numbered per process: several processes (ranks) give one id different names.
+    df["pid"] = pid_of(df["globalTid"].fillna(0))
+    made = df.loc[df["eventType"] == DOMAIN_CREATE, ["pid", "domainId", "text"]].rename(columns={"text": "domain"})
+    df = df[(df["eventType"] != DOMAIN_CREATE) & df["end"].notna()]
+    df = df.merge(made.drop_duplicates(["pid", "domainId"]), on=["pid", "domainId"], how="left")
     texts = strings(con, df["textId"].to_numpy(dtype=float))
     df["name"] = df["text"].where(df["text"].notna(), df["textId"].map(texts))
-    df["domain"] = df["domainId"].map(domains).fillna("")
+    df["domain"] = df["domain"].fillna("")
     df["end"] = df["end"].astype("int64")
     return df.sort_values("start", kind="stable").reset_index(drop=True)
 
