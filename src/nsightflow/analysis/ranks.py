@@ -130,6 +130,13 @@ def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[str]:
                 f"{walls.max() / walls.min() - 1:.1%} over the fastest rank)."
             )
         comm = g["comm_ms"].fillna(0)
+        over = g[comm > g["wall_ms"]]
+        if len(over):
+            notes.append(
+                f"{stage}: rank(s) {list(over['rank'])} spent longer in communication kernels under nsys than the "
+                "stage takes in the program: they waited in a collective for a peer slowed by profiling, so their "
+                "communication time is the profiled run's, not the program's."
+            )
         if comm.max() > 0:
             exposed = g["comm_exposed_ms"].fillna(0)
             worst = g.loc[exposed.sort_values().index[-1]]

@@ -37,8 +37,9 @@ class _Ranges:
 class ProbeActions:
     """Modes probe (ranges mirrored, operators marked and counted), ncu (windows) and count (operators counted).
 
-    ``profiled`` False: a rank other than the profiled one under nsys, probed the same way (so that no rank waits in
-    a collective on another's probing) with its steps and operators in the ranks domain only, nothing counted."""
+    ``profiled`` False: a rank other than the profiled one under nsys, probed and counted the same way (so that no
+    rank waits in a collective on another's probing) with its steps and operators in the ranks domain only, its
+    count not written."""
 
     def __init__(self, s: HookSettings, profiled: bool = True) -> None:
         from nsightflow.capture.flops import Tally
@@ -47,7 +48,7 @@ class ProbeActions:
         self.s = s
         self.profiled = profiled
         self.ops_base = s.mirror if profiled else ranks_domain(s.mirror)  # where its operator marks go
-        self.tally = Tally() if s.mode in ("probe", "count") and profiled else None
+        self.tally = Tally() if s.mode in ("probe", "count") else None
         self.windows = None
         if s.mode == "ncu" and s.windows:
             from nsightflow.capture.harness import read_windows
