@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, copy_workflow, snakemake
 
 CONFIGS = sorted((ROOT / ".test").glob("*.yaml"))
-ON_CPU = ["cpu", "sweep", "training", "captures", "command"]
+ON_CPU = ["cpu", "sweep", "training", "captures", "command", "ranks"]
 
 
 def _copy(tmp_path: Path, name: str) -> tuple[Path, Path]:

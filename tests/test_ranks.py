@@ -26,8 +26,6 @@ def _torchrun(*args: str) -> list[str]:
 
 def _workflow(tmp_path, workloads):
     work = copy_workflow(tmp_path / "wf")
-    (work / "examples").mkdir(exist_ok=True)
-    (work / "examples" / "ranks_program.py").write_text((ROOT / "examples" / "ranks_program.py").read_text())
     cfg = yaml.safe_load((work / "config" / "config.yaml").read_text())
     cfg.update(workloads=workloads, profiler="torch")
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -216,7 +216,7 @@ KERNELS: tuple[Column, ...] = (
 
 RANKS: tuple[Column, ...] = (
     Column("stage", "stage", "text"),
-    Column("rank", "rank", "count"),
+    Column("rank", "rank", "count", "the process's rank in the job (RANK, or its torch.distributed rank)"),
     Column("pid", "process", "count", "the rank's process id in the timeline's run", shown=False),
     Column("device", "device", "text", "the device the rank computed on"),
     Column("steps", "steps", "count", "the rank's steps of the stage (its NVTX ranges)"),

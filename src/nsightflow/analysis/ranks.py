@@ -119,7 +119,7 @@ def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[str]:
     notes = [
         f"{table['rank'].nunique()} ranks: the stage table's counters are rank {manifest.profiled_rank}'s (config "
         "rank:); every rank's time, communication and overlap are in the ranks table (busy and communication times "
-        "from the nsys run, in which every rank ran the same probe, so that none waited on another's profiling)."
+        "from the nsys run, in which every rank ran the same probe and count to keep the ranks in step)."
     ]
     for stage, g in table.groupby("stage", sort=False):
         walls = g["wall_ms"].dropna()

@@ -76,7 +76,11 @@ def _td_class(c: str, kind: str) -> str:
 
 
 def table(
-    df: pd.DataFrame, columns: dict[str, tuple[str, str]], cls: str = "", first: frozenset[str] | None = None
+    df: pd.DataFrame,
+    columns: dict[str, tuple[str, str]],
+    cls: str = "",
+    first: frozenset[str] | None = None,
+    tips: dict[str, str] | None = None,
 ) -> str:
     """An HTML table of ``columns`` (source -> (header, kind)); every cell formatted by its kind and
     HTML-escaped (C++ templates); headers carry their definition (nsightflow.columns) as a tooltip. With ``first``,
@@ -88,7 +92,7 @@ def table(
         return " more" if first is not None and c not in first else ""
 
     def th(c: str) -> str:
-        tip = TIPS.get(c)
+        tip = (TIPS if tips is None else tips).get(c)
         title = f' title="{html.escape(tip, quote=True)}"' if tip else ""
         klass = f" class='{more(c).strip()}'" if more(c) else ""
         return f"<th{klass}{title}>{html.escape(columns[c][0])}</th>"
@@ -146,7 +150,8 @@ def ranks_html(ranks: pd.DataFrame | None, backend: str) -> str:
     if ranks is None or ranks.empty:
         return ""
     cols = {c.name: (c.header, c.fmt) for c in columns.RANKS if c.shown and backend in c.backends}
-    return "<h3>Ranks</h3>" + table(ranks, cols, cls="ranks")
+    tips = {c.name: c.definition for c in columns.RANKS if c.definition}
+    return "<h3>Ranks</h3>" + table(ranks, cols, cls="ranks", tips=tips)
 
 
 def kernel_columns(on_cpu: bool, backend: str) -> dict[str, tuple[str, str]]:
