@@ -18,7 +18,7 @@ from nsightflow import columns
 from nsightflow.capture import nsys_sqlite
 from nsightflow.capture.attribution import top_level, window_of
 from nsightflow.capture.comm import is_comm, overlapped
-from nsightflow.capture.nsys_sqlite import PUSH_POP, pid_of
+from nsightflow.capture.nsys_sqlite import PUSH_POP
 from nsightflow.domains import ranks_domain
 from nsightflow.records import Manifest
 
@@ -29,9 +29,13 @@ def empty() -> pd.DataFrame:
 
 def rank_launches(sqlite: str | Path, mirror: str) -> pd.DataFrame:
     """Every kernel launched inside a rank's stage step: pid, stage, step, kernel, start, end (from the export)."""
-    nvtx, k, names, _ = nsys_sqlite.load(Path(sqlite))
-    r = nvtx[(nvtx["domain"] == ranks_domain(mirror)) & (nvtx["eventType"] == PUSH_POP)].copy()
-    r["pid"] = pid_of(r["globalTid"]).to_numpy()
+    con, _ = nsys_sqlite.connect(Path(sqlite))
+    with con:  # millions of kernels over many ranks: only the ranks' step ranges and the kernels' times and names
+        nvtx = nsys_sqlite.nvtx_events(con, domain=ranks_domain(mirror))
+        k = nsys_sqlite.kernel_times(con)
+        names = nsys_sqlite.strings(con, k["demangledName"].to_numpy(dtype=float))
+    con.close()
+    r = nvtx[(nvtx["domain"] == ranks_domain(mirror)) & (nvtx["eventType"] == PUSH_POP)]
     parts = []
     for pid, mine in r.groupby("pid"):
         steps = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))

@@ -185,7 +185,7 @@ def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = Fa
     holds other ranges is a container, not a stage. Otherwise (nsightflow's harness) the stages are the
     top-level ranges."""
     path = Path(sqlite_path)
-    nvtx, k, names, gpu = nsys_sqlite.load(path)
+    nvtx, k, names, gpu = nsys_sqlite.load(path, domain)  # a job of several ranks: the profiled one's
 
     if domain is None or (nested and not (nvtx["domain"] == domain).any()):
         domain = guess_domain(nvtx, k["launch_ns"].to_numpy())
