@@ -10,6 +10,7 @@ any thread of that process. The wall times come from the timed run in the manife
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -41,22 +42,30 @@ def rank_launches(sqlite: str | Path, mirror: str) -> pd.DataFrame:
         steps = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))
         kk = k[k["pid"] == pid]
         owner = window_of(kk["launch_ns"].to_numpy(), steps["start"].to_numpy(), steps["end"].to_numpy())
-        hit = kk[owner >= 0]
-        own = steps.iloc[owner[owner >= 0]]
+        hit, own = kk[owner >= 0], steps.iloc[owner[owner >= 0]]
         parts.append(
             pd.DataFrame(
                 {
                     "pid": int(pid),
-                    "stage": own["name"].astype(str).to_numpy(),
+                    "stage": own["name"].to_numpy(),
                     "step": own["payload"].fillna(-1).astype("int64").to_numpy(),
-                    "kernel": hit["demangledName"].map(names).fillna("?").to_numpy(),
+                    "name_id": hit["demangledName"].to_numpy(),
                     "start": hit["start"].to_numpy(),
                     "end": hit["end"].to_numpy(),
                 }
             )
         )
-    cols = ["pid", "stage", "step", "kernel", "start", "end"]
-    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+    cols = ["pid", "stage", "step", "kernel", "start", "end", "comm"]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(parts, ignore_index=True)
+    # Millions of launches, a few hundred kernels: names and the communication test per distinct kernel.
+    ids, codes = np.unique(out.pop("name_id").to_numpy(), return_inverse=True)
+    kernels = pd.Series([names.get(int(i), f"? (string {i})") for i in ids])
+    out["kernel"] = pd.Categorical.from_codes(codes, categories=pd.Index(kernels))
+    out["comm"] = is_comm(kernels)[codes]
+    out["stage"] = out["stage"].astype("category")
+    return out[cols]
 
 
 def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
@@ -64,13 +73,17 @@ def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     empty for a backend without a timeline) busy, compute, communication, overlapped and exposed time."""
     if not manifest.ranks:
         return empty()
-    launches = launches.copy()
-    launches["comm"] = is_comm(launches["kernel"]) if len(launches) else np.zeros(0, dtype=bool)
+    if "comm" not in launches:
+        launches = launches.assign(comm=is_comm(launches["kernel"]) if len(launches) else np.zeros(0, dtype=bool))
+    # one pass over the (millions of) launches: each rank's stage
+    groups = {
+        (int(key[0]), str(key[1])): g
+        for key, g in ((cast(tuple, k), g) for k, g in launches.groupby(["pid", "stage"], observed=True))
+    }
     rows = []
     for s in manifest.stages:  # stage by stage, the ranks side by side
         stage = s["name"]
         for r in manifest.ranks:
-            mine = launches[launches["pid"] == r["pid"]]
             walls = (r.get("program_wall_s") or {}).get(stage) or (r.get("stage_wall_s") or {}).get(stage) or []
             row = {
                 "rank": r.get("rank"),
@@ -82,7 +95,7 @@ def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
                 "profiled": r.get("rank") == manifest.profiled_rank,
             }
             if len(launches):
-                row.update(_busy(mine[mine["stage"] == stage]))
+                row.update(_busy(groups.get((int(r["pid"]), stage), launches.iloc[0:0])))
             rows.append(row)
     out = pd.DataFrame(rows)
     out["slowest"] = out["wall_ms"].eq(out.groupby("stage")["wall_ms"].transform("max")) & out["wall_ms"].notna()
