@@ -2,7 +2,8 @@
 each rank opens its own NVTX ranges (domain ``train`` or ``LLM``) and synchronizes the GPU before a range ends.
 
 ``--parallel data``: data-parallel training (DistributedDataParallel: the gradients' all-reduce during backward),
-stages ``forward``, ``backward``, ``optimizer``, one step each per iteration.
+stages ``forward``, ``backward``, ``optimizer``, one step each per iteration; ``--model llama`` trains a HuggingFace
+Llama built from a config (random weights, grouped-query attention; needs transformers) instead of the MLP stack.
 ``--parallel tensor``: tensor-parallel decode (each rank holds a column shard of every first linear and a row shard
 of every second one; an all-reduce per layer), stages ``prefill`` and ``decode``.
 
@@ -32,18 +33,39 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def data_parallel(a: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> None:
+def trained(a: argparse.Namespace, device: torch.device, dtype: torch.dtype):  # noqa: ANN201
+    """The model to train and its loss on a fixed batch."""
+    if a.model == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(
+            vocab_size=1024,
+            hidden_size=a.hidden,
+            intermediate_size=4 * a.hidden,
+            num_hidden_layers=a.layers,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            max_position_embeddings=max(2048, a.tokens),
+        )
+        model = LlamaForCausalLM(config).to(device=device, dtype=dtype)
+        ids = torch.randint(0, config.vocab_size, (a.batch, a.tokens), device=device)
+        return model, lambda m: m(input_ids=ids, labels=ids).loss
     model = torch.nn.Sequential(*layers(a.hidden, a.layers, 1, device, dtype))
+    x = torch.randn(a.batch, a.tokens, a.hidden, device=device, dtype=dtype)
+    return model, lambda m: m(x).float().pow(2).mean()
+
+
+def data_parallel(a: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> None:
+    model, loss_of = trained(a, device, dtype)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4, fused=device.type == "cuda")
-    x = torch.randn(a.batch, a.tokens, a.hidden, device=device, dtype=dtype)
 
     def step(ranged: bool) -> None:
         def stage(name: str):  # noqa: ANN202
             return nvtx.annotate(name, domain="train") if ranged else contextlib.nullcontext()
 
         with stage("forward"):
-            loss = ddp(x).float().pow(2).mean()
+            loss = loss_of(ddp)
             sync(device)
         with stage("backward"):
             loss.backward()
@@ -85,6 +107,7 @@ def tensor_parallel(a: argparse.Namespace, device: torch.device, dtype: torch.dt
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--parallel", choices=["data", "tensor"], default="data")
+    parser.add_argument("--model", choices=["mlp", "llama"], default="mlp", help="what --parallel data trains")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=512)

@@ -900,17 +900,18 @@ RANKS_ARGS = ["--hidden", "1024", "--layers", "2", "--batch", "4", "--tokens", "
 RANK_STAGES = {"tensor": ("LLM", ["prefill", "decode"]), "data": ("train", ["forward", "backward", "optimizer"])}
 
 
-def _torchrun(parallel, python=sys.executable):
-    job = ["examples/ranks_program.py", "--parallel", parallel, *RANKS_ARGS]
+def _torchrun(parallel, python=sys.executable, model="mlp"):
+    job = ["examples/ranks_program.py", "--parallel", parallel, "--model", model, *RANKS_ARGS]
     return [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *job]
 
 
-def _rank_reference(tmp_path, parallel, stages):
+def _rank_reference(tmp_path, parallel, stages, model="mlp"):
     """ncu over every launch (NCCL's left out, as nsightflow leaves them) of ``stages`` in every rank of the job: the
     full capture; its results by rank (each rank prints its pid) and stage."""
     domain = RANK_STAGES[parallel][0]
-    base = tmp_path / f"full_{parallel}"
-    argv = ncu.reference_argv(shutil.which("ncu"), base, domain, stages, ncu.DEFAULT_METRICS, _torchrun(parallel))
+    base = tmp_path / f"full_{parallel}_{model}"
+    program = _torchrun(parallel, model=model)
+    argv = ncu.reference_argv(shutil.which("ncu"), base, domain, stages, ncu.DEFAULT_METRICS, program)
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=560)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     ranks = {int(p): int(r) for r, p in re.findall(r"rank (\d+) of \d+ \(pid (\d+)\)", out.stdout + out.stderr)}
@@ -982,15 +983,18 @@ def test_nccl_ranks_on_two_gpus_report_communication_and_capture_without_deadloc
         {"name": "dp", "command": _torchrun("data"), "gpus": 2},
         {"name": "tp", "command": _torchrun("tensor"), "gpus": 2},
         {"name": "tp_rank1", "command": _torchrun("tensor"), "gpus": 2, "rank": 1},
+        {"name": "dp_llama", "command": _torchrun("data", model="llama"), "gpus": 2},  # HuggingFace Llama, DDP
     ]
     results, seconds = _run(tmp_path, "ranks_two_gpus", workloads=jobs)
-    print(f"three NCCL jobs of two ranks: workflow {seconds:.1f} s")
+    print(f"four NCCL jobs of two ranks: workflow {seconds:.1f} s")
     # Backward's kernels come from autograd's thread, outside the NVTX range ncu filters on: not in the reference.
     dp_ref = _rank_reference(tmp_path, "data", ["forward", "optimizer"])
     _check_ranks(results / "dp", "data", dp_ref)
     tp_ref = _rank_reference(tmp_path, "tensor", ["prefill", "decode"])
     _check_ranks(results / "tp", "tensor", tp_ref)
     _check_ranks(results / "tp_rank1", "tensor", tp_ref, profiled_rank=1)
+    llama_ref = _rank_reference(tmp_path, "data", ["forward", "optimizer"], model="llama")
+    _check_ranks(results / "dp_llama", "data", llama_ref)
     dp = pd.DataFrame(json.loads((results / "dp" / "summary.json").read_text())["ranks"]).set_index(["rank", "stage"])
     tp = pd.DataFrame(json.loads((results / "tp" / "summary.json").read_text())["ranks"]).set_index(["rank", "stage"])
     assert dp.loc[(0, "backward"), "comm_launches"] > 0 and tp.loc[(0, "decode"), "comm_launches"] > 0

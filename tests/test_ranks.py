@@ -54,9 +54,11 @@ def test_nccl_kernels_are_communication_and_nothing_else_is():
     assert list(is_comm(names)) == [True, True, True, False, False]
 
 
-@pytest.mark.parametrize("parallel", ["data", "tensor"])
+@pytest.mark.parametrize("parallel", ["data", "tensor", "data-llama"])
 def test_two_ranks_on_the_cpu_report_per_rank_stages(tmp_path, parallel):
+    parallel, _, model = parallel.partition("-")
     args = ["--parallel", parallel, "--steps", str(STEPS), "--hidden", str(HIDDEN), "--layers", str(LAYERS)]
+    args += ["--model", model or "mlp"]
     args += ["--batch", str(BATCH), "--tokens", str(TOKENS)]
     work = _workflow(tmp_path, [{"name": "job", "command": _torchrun("examples/ranks_program.py", *args)}])
     snakemake(work, "--cores", "1", "results/report.html")
@@ -73,10 +75,14 @@ def test_two_ranks_on_the_cpu_report_per_rank_stages(tmp_path, parallel):
     for _, row in ranks.iterrows():
         assert row["steps"] == steps[row["stage"]] and row["wall_ms"] > 0 and row["device"] == "cpu"
     assert ranks.groupby("stage")["slowest"].sum().eq(1).all()  # one slowest rank per stage
-    # The profiled rank's analytic count: 2·tokens·in·out per linear; tensor parallel shards 4·hidden over 2 ranks.
-    per_token = 2 * 2 * HIDDEN * 4 * HIDDEN * LAYERS // (2 if parallel == "tensor" else 1)
+    # The profiled rank's analytic count, from the model's shapes.
     first = "prefill" if parallel == "tensor" else "forward"
-    assert table.loc[first, "flops_analytic"] == per_token * BATCH * TOKENS * steps[first]
+    if not model:  # the MLP stack: 2·tokens·in·out per linear; tensor parallel shards 4·hidden over 2 ranks
+        per_token = 2 * 2 * HIDDEN * 4 * HIDDEN * LAYERS // (2 if parallel == "tensor" else 1)
+        assert table.loc[first, "flops_analytic"] == per_token * BATCH * TOKENS * steps[first]
+    else:  # a Llama's MLP alone (gate, up, down: 3 linears of hidden x 4·hidden) is a floor of its forward
+        mlp = 2 * 3 * HIDDEN * 4 * HIDDEN * LAYERS * BATCH * TOKENS * steps[first]
+        assert table.loc[first, "flops_analytic"] > mlp
     # Each rank's own torch.profiler trace; the run page shows the ranks side by side.
     assert (run / "torch" / "trace.json").exists() and (run / "torch" / "trace.rank1.json").exists()
     page = (run / "report.html").read_text()
