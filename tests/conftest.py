@@ -178,3 +178,32 @@ def sql_rank_kernels(sqlite, domain):
     rows = con.execute(q, (domain,)).fetchall()
     con.close()
     return pd.DataFrame(rows, columns=["pid", "stage", "kernel", "start", "end"])
+
+
+def torch_workflow(tmp_path: Path, workloads: list[dict]) -> Path:
+    """A fresh copy of the workflow with these workloads, on the torch.profiler backend."""
+    import yaml
+
+    work = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    cfg.update(workloads=workloads, profiler="torch")
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return work
+
+
+def exposed_by_hand(g: pd.DataFrame) -> int:
+    """Communication time (ns) with no compute kernel running, by walking each NCCL kernel's span over the other
+    kernels (``g``: kernel, start, end; sql_rank_kernels' rows of one rank's stage)."""
+    compute = sorted((s, e) for k, s, e in zip(g["kernel"], g["start"], g["end"], strict=True) if "nccl" not in k)
+    exposed = 0
+    for k, s, e in zip(g["kernel"], g["start"], g["end"], strict=True):
+        if "nccl" not in k:
+            continue
+        t = s
+        for cs, ce in compute:
+            if ce <= t or cs >= e:
+                continue
+            exposed += max(0, cs - t)
+            t = max(t, ce)
+        exposed += max(0, e - t)
+    return exposed

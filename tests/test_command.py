@@ -9,8 +9,7 @@ import sys
 
 import pandas as pd
 import pytest
-import yaml
-from conftest import ROOT, copy_workflow, snakemake
+from conftest import ROOT, snakemake, torch_workflow
 
 from nsightflow.capture.command import discover, fill
 from nsightflow.errors import ConfigError, WorkloadError
@@ -26,14 +25,6 @@ def _argv(**extra):
     return [sys.executable, "examples/nvtx_program.py", *flags]
 
 
-def _workflow(tmp_path, workloads):
-    work = copy_workflow(tmp_path / "wf")
-    cfg = yaml.safe_load((work / "config" / "config.yaml").read_text())
-    cfg.update(workloads=workloads, profiler="torch")
-    (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return work
-
-
 def _linear_flops(tokens: int) -> int:
     """2·tokens·in·out for each of the two linear layers of each block (hidden ↔ 4·hidden)."""
     return 2 * tokens * ARGS["hidden"] * 4 * ARGS["hidden"] * 2 * ARGS["layers"]
@@ -44,7 +35,7 @@ def test_a_script_with_its_own_nvtx_ranges_reports_its_stages(tmp_path, nvtx_api
     extra = ["--torch-nvtx"] if nvtx_api == "torch.cuda.nvtx" else []
     # The domain is discovered (LLM, or the default domain '' for torch.cuda.nvtx); a swept value fills {steps}.
     command = [*_argv()[:-1], "{steps}", *extra]
-    work = _workflow(tmp_path, [{"name": "script", "command": command, "args": {"steps": ARGS["steps"]}}])
+    work = torch_workflow(tmp_path, [{"name": "script", "command": command, "args": {"steps": ARGS["steps"]}}])
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "script"
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
@@ -61,11 +52,13 @@ def test_a_script_with_its_own_nvtx_ranges_reports_its_stages(tmp_path, nvtx_api
 
 
 def test_named_stages_and_a_missing_one(tmp_path):
-    work = _workflow(tmp_path, [{"name": "only_decode", "command": _argv(), "domain": "LLM", "stages": ["decode"]}])
+    only = {"name": "only_decode", "command": _argv(), "domain": "LLM", "stages": ["decode"]}
+    work = torch_workflow(tmp_path, [only])
     snakemake(work, "--cores", "1", "results/report.html")
     stages = pd.read_csv(work / "results" / "only_decode" / "stages.csv")
     assert stages["stage"].tolist() == ["decode"] and stages["range_instances"].tolist() == [ARGS["steps"]]
-    work = _workflow(tmp_path / "b", [{"name": "typo", "command": _argv(), "domain": "LLM", "stages": ["decoder"]}])
+    typo = {"name": "typo", "command": _argv(), "domain": "LLM", "stages": ["decoder"]}
+    work = torch_workflow(tmp_path / "b", [typo])
     proc = snakemake(work, "--cores", "1", "results/report.html", check=False)
     assert proc.returncode != 0
     log = (work / "results" / "typo" / "logs" / "torch_profile.log").read_text()
@@ -75,7 +68,7 @@ def test_named_stages_and_a_missing_one(tmp_path):
 def test_a_program_without_ranges_is_named_with_the_fix(tmp_path):
     script = tmp_path / "plain.py"
     script.write_text("import torch\nprint(torch.ones(3).sum())\n")
-    work = _workflow(tmp_path, [{"name": "plain", "command": [sys.executable, str(script)]}])
+    work = torch_workflow(tmp_path, [{"name": "plain", "command": [sys.executable, str(script)]}])
     proc = snakemake(work, "--cores", "1", "results/report.html", check=False)
     assert proc.returncode != 0
     log = (work / "results" / "plain" / "logs" / "torch_profile.log").read_text()

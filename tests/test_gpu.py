@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import ROOT, copy_workflow, snakemake, sql_rank_kernels
+from conftest import ROOT, copy_workflow, exposed_by_hand, snakemake, sql_rank_kernels
 
 from nsightflow.analysis import torchprof
 from nsightflow.capture import ncu, ncu_csv
@@ -939,6 +939,7 @@ def _check_ranks(run, parallel, reference, profiled_rank=0):
         )
         assert (row["launches"], row["comm_launches"]) == (n, comm)
         assert row["comm_overlapped_ms"] + row["comm_exposed_ms"] == pytest.approx(row["comm_ms"])
+        assert row["comm_exposed_ms"] == pytest.approx(exposed_by_hand(held) / 1e6)
     st = pd.read_csv(run / "stages.csv").set_index("stage")
     mine = reference[reference["rank"] == profiled_rank]
     truth = _cell_sums(mine, mine["nvtx_range"])

@@ -12,8 +12,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
-from conftest import ROOT, copy_workflow, process_alive, snakemake, sql_rank_kernels
+from conftest import ROOT, exposed_by_hand, process_alive, snakemake, sql_rank_kernels, torch_workflow
 
 from nsightflow.capture.comm import is_comm, overlapped
 
@@ -22,14 +21,6 @@ STEPS, HIDDEN, LAYERS, BATCH, TOKENS = 2, 64, 2, 2, 16
 
 def _torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
-
-
-def _workflow(tmp_path, workloads):
-    work = copy_workflow(tmp_path / "wf")
-    cfg = yaml.safe_load((work / "config" / "config.yaml").read_text())
-    cfg.update(workloads=workloads, profiler="torch")
-    (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return work
 
 
 def test_overlap_counts_each_moment_of_compute_once():
@@ -60,7 +51,7 @@ def test_two_ranks_on_the_cpu_report_per_rank_stages(tmp_path, parallel):
     args = ["--parallel", parallel, "--steps", str(STEPS), "--hidden", str(HIDDEN), "--layers", str(LAYERS)]
     args += ["--model", model or "mlp"]
     args += ["--batch", str(BATCH), "--tokens", str(TOKENS)]
-    work = _workflow(tmp_path, [{"name": "job", "command": _torchrun("examples/ranks_program.py", *args)}])
+    work = torch_workflow(tmp_path, [{"name": "job", "command": _torchrun("examples/ranks_program.py", *args)}])
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "job"
     stages = ["forward", "backward", "optimizer"] if parallel == "data" else ["prefill", "decode"]
@@ -99,7 +90,7 @@ def test_interrupting_a_job_of_ranks_leaves_none_behind(tmp_path):
         "with nvtx.annotate('work', domain='job'):\n"
         "    time.sleep(120)\n"
     )
-    work = _workflow(tmp_path, [{"name": "slow", "command": _torchrun(str(script))}])
+    work = torch_workflow(tmp_path, [{"name": "slow", "command": _torchrun(str(script))}])
     proc = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
         cwd=work,
@@ -129,23 +120,6 @@ def test_interrupting_a_job_of_ranks_leaves_none_behind(tmp_path):
 TP = ROOT / "tests" / "data" / "h200x2_tp_ranks"
 
 
-def _exposed_by_hand(g):
-    """Communication time with no compute kernel running, by walking each NCCL kernel's span over the others."""
-    compute = sorted((s, e) for k, s, e in zip(g["kernel"], g["start"], g["end"], strict=True) if "nccl" not in k)
-    exposed = 0
-    for k, s, e in zip(g["kernel"], g["start"], g["end"], strict=True):
-        if "nccl" not in k:
-            continue
-        t = s
-        for cs, ce in compute:
-            if ce <= t or cs >= e:
-                continue
-            exposed += max(0, cs - t)
-            t = max(t, ce)
-        exposed += max(0, e - t)
-    return exposed
-
-
 def test_a_real_two_rank_timeline_gives_each_rank_its_own_kernels():
     from nsightflow.analysis import ranks
     from nsightflow.capture.attribution import read_timeline
@@ -167,5 +141,5 @@ def test_a_real_two_rank_timeline_gives_each_rank_its_own_kernels():
         comm = g[g["kernel"].str.startswith("nccl")]
         assert row["launches"] == len(g) and row["comm_launches"] == len(comm) > 0
         assert row["comm_ms"] == pytest.approx((comm["end"] - comm["start"]).sum() / 1e6)
-        assert row["comm_exposed_ms"] == pytest.approx(_exposed_by_hand(g) / 1e6)
+        assert row["comm_exposed_ms"] == pytest.approx(exposed_by_hand(g) / 1e6)
         assert row["comm_overlapped_ms"] + row["comm_exposed_ms"] == pytest.approx(row["comm_ms"])

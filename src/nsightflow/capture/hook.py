@@ -109,7 +109,6 @@ class Tracker:
         self.inside = False  # the hook's own NVTX calls are not the program's
         self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
         self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
-        self.device: str | None = None
 
     def _is_step(self, domain: str, name: str, depth: int) -> bool:
         if self.s.domain is None or self.step is not None or domain != self.s.domain:
