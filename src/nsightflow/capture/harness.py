@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal
 from nsightflow import files
 from nsightflow.capture.flops import matmul_precision
 from nsightflow.capture.passes import capture_range, probe_pass, run_profiled, run_torch_profiled, trace_label
+from nsightflow.capture.progress import phase
 from nsightflow.domains import DEFAULT_DOMAIN
 from nsightflow.records import Ceilings
 from nsightflow.workloads.api import WorkloadError, build_workload
@@ -190,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
 
     die_with_parent()  # a workload never outlives the profiler (or job) that launched it
     try:
-        workload = build_workload(call.spec, call.args)
+        with phase("workload built"):
+            workload = build_workload(call.spec, call.args)
         result: dict = {}
         program = None
         if call.mode == "profile":
@@ -212,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             capture_range(False)  # the ceilings need no trace
         matmul = matmul_precision(workload.dtype, counts.stages if counts else None)
         if call.ceilings_out is not None:
-            Ceilings.from_dict(measure_ceilings(workload.device, matmul.dtype)).write(call.ceilings_out)
+            with phase("ceilings measured"):
+                Ceilings.from_dict(measure_ceilings(workload.device, matmul.dtype)).write(call.ceilings_out)
     except WorkloadError as exc:
         print(f"nsightflow: {exc}", file=sys.stderr)
         return 2

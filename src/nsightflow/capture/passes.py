@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nsightflow import files
+from nsightflow.capture.progress import phase
 from nsightflow.domains import DEFAULT_DOMAIN, probe_domain
 from nsightflow.records import AnalyticCounts
 from nsightflow.workloads.api import Stage, Workload, WorkloadError, steps
@@ -87,8 +88,10 @@ def probe_pass(
     tally = Tally() if count else None
     mark = _nvtx_ranges(probe_domain(domain)) if domain is not None else None
     probe = op_probe(domain, tally, windows)
+    what = "windowed" if windows is not None else "counting" if count else "marking"
     try:
-        _probe_steps(workload, tally, mark, probe, windows)
+        with phase(f"probe pass ({what})"):
+            _probe_steps(workload, tally, mark, probe, windows)
     except WorkloadError as exc:
         if tally is None or windows is not None:
             raise
@@ -151,13 +154,16 @@ def run_profiled(
 ) -> tuple[dict[str, list[float]], dict[str, list[float]] | None]:
     """Warm up outside any range; with ``timed``, run the timed pass and then open the profiler's capture range;
     then run every stage step inside its NVTX range. Returns (the ranged pass's step times, the timed pass's)."""
-    for _ in range(warmup):
-        _run_pass(workload, None)
+    for i in range(warmup):
+        with phase(f"warm-up pass {i + 1}"):
+            _run_pass(workload, None)
     program = None
     if timed:
-        program = timed_pass(workload)
+        with phase("timed pass"):
+            program = timed_pass(workload)
         capture_range(True)
-    return _run_pass(workload, _nvtx_ranges(domain)), program
+    with phase("ranged pass"):
+        return _run_pass(workload, _nvtx_ranges(domain)), program
 
 
 def trace_label(workload: Workload, name: str) -> str:

@@ -1,4 +1,5 @@
-"""Progress of a long capture in the terminal: launches profiled of those planned, and where in the run.
+"""Progress of a long capture in the terminal: launches profiled of those planned, and where in the run; the
+harness's phases, timed.
 
 ncu prints ``==PROF== Profiling "kernel" ...`` as it starts each result; the plan lists the launches in
 the order ncu meets them, so the Nth such line is the plan's Nth launch (stage and step known).
@@ -8,7 +9,21 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
+
+
+@contextmanager
+def phase(name: str, stream: TextIO | None = None) -> Iterator[None]:
+    """Time one phase of the harness (build, warm-up, a pass, the ceilings) and print it to stderr, so a job's log
+    says where a launch's time went (under a profiler, a pass slows by its launches; the export comes after)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        took = time.perf_counter() - start
+        print(f"nsightflow: {name}: {took:.2f} s", file=stream or sys.stderr, flush=True)
 
 
 class LaunchProgress:
