@@ -11,6 +11,7 @@ Usage: python3 scripts/benchmark.py [variant ...]. Variants:
   program_long, long, everything_long  the same three for the decoder at n_layers 8, decode_steps 32
   full, everything_full  'default' and 'everything' with all five tensor precisions and the SASS FLOP counts
   program_8b, 8b  the decoder at Llama-3-8B's shape (EIGHT_B) alone and through the workflow
+  idle_8b     the 8B-shaped program under ncu and nsys, nothing collected, flag by flag, phases timed
   everything_8b  ncu over every launch of its prefill and first decode step, extrapolated to all 32 steps
   train1, train4  the workflow on a training step (TRAIN) of 1 and of 4 iterations
   ncu_parts   where the ncu capture's time goes: the default plan's launches under growing metric sets
@@ -38,7 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from conftest import copy_workflow  # noqa: E402
 
-from nsightflow import ncu  # noqa: E402
+from nsightflow.capture import ncu  # noqa: E402
 
 
 def _program(args: dict, runs: int = 3) -> tuple[float, int]:
@@ -376,6 +377,15 @@ def _workflow_of(workloads: list[dict], key: str) -> tuple[float, int, dict]:
                 LAUNCHES[key] = sum(s["launches"] for s in plan["stages"].values())
             if keep:
                 shutil.copytree(wf / "results" / w["name"] / "logs", Path(keep) / f"logs_{key}", dirs_exist_ok=True)
+            for log in sorted((wf / "results" / w["name"] / "logs").glob("*.log")):
+                took = [ln for ln in log.read_text().splitlines() if ln.startswith("[nsightflow] the job took")]
+                print(f"  {w['name']} {log.stem}: {took[-1][13:] if took else '?'}", flush=True)
+        if keep and os.environ.get("NSIGHTFLOW_KEEP_RUN"):  # the run's files but its reports, to study the jobs after
+            subprocess.run(
+                ["tar", "cJf", f"{keep}/run_{key}.tar.xz", "--exclude=*.nsys-rep", "--exclude=*.ncu-rep", "results"],
+                cwd=wf,
+                check=True,
+            )
         return seconds, n, _jobs(wf)
 
 
@@ -434,6 +444,54 @@ def _everything_8b() -> tuple[float, int]:
     return base + per * total, total
 
 
+def _idle_8b() -> tuple[float, int]:
+    """The 8B-shaped program under each profiler with nothing collected, flag by flag (the harness prints each
+    phase's seconds): what the program launches under ncu and nsys cost before any profiling."""
+    from nsightflow.capture import nsys
+    from nsightflow.capture.comm import NCU_FILTER
+
+    program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(EIGHT_B)]
+    total = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        ncu_bin, nsys_bin = shutil.which("ncu"), shutil.which("nsys")
+        base = [ncu_bin, "--force-overwrite", "--export", f"{tmp}/i", "--profile-from-start", "off"]
+        base += ["--clock-control=none", "--metrics", "gpu__time_duration.sum"]
+        timeline = program + ["--timed", "--flops-out", f"{tmp}/f.json", "--ceilings-out", f"{tmp}/c.json"]
+        variants = {
+            "program alone": program,
+            "ncu --nvtx + NCCL filter (as captured)": base + ["--nvtx", *NCU_FILTER] + program,
+            "ncu --nvtx": base + ["--nvtx"] + program,
+            "ncu, NCCL filter": base + NCU_FILTER + program,
+            "ncu, neither": base + program,
+            "timeline program alone": timeline,
+            "nsys + sqlite export (as captured)": nsys.profile_argv(nsys_bin, f"{tmp}/a", timeline, capture_range=True),
+            "nsys, no export": [
+                a
+                for a in nsys.profile_argv(nsys_bin, f"{tmp}/b", timeline, capture_range=True)
+                if a != "--export=sqlite"
+            ],
+            "nsys export of that": [
+                nsys_bin,
+                "export",
+                "--type",
+                "sqlite",
+                "--force-overwrite",
+                "true",
+                "-o",
+                f"{tmp}/b.sqlite",
+                f"{tmp}/b.nsys-rep",
+            ],
+        }
+        for name, argv in variants.items():
+            start = time.time()
+            out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+            took = time.time() - start
+            total += took
+            phases = [ln.split("nsightflow: ", 1)[1] for ln in out.splitlines() if "nsightflow: " in ln]
+            print(f"  {name}: {took:.1f} s; {'; '.join(phases)}", flush=True)
+    return total, 0
+
+
 TRAIN = {"batch": 4, "seq": 256, "n_layers": 2, "optimizer": "adamw_fused"}
 
 # The richer metrics of earlier defaults: all five tensor precisions and the SASS (non-tensor) FLOP counts.
@@ -462,6 +520,7 @@ VARIANTS = {
         [{"name": "8b", "callable": "nsightflow.workloads.decoder:build", "args": EIGHT_B}], "8b"
     ),
     "everything_8b": _everything_8b,
+    "idle_8b": _idle_8b,
     "train1": lambda: _workflow_of(
         [{"name": "train", "callable": "nsightflow.workloads.training:build", "args": {**TRAIN, "iterations": 1}}],
         "train1",

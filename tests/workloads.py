@@ -130,6 +130,16 @@ def pass_durations(seconds: list[float], repeats: int = 1, **_):
     return Workload(setup=setup, stages=[Stage("step", step, repeats=repeats)])
 
 
+def pass_log(path: str, repeats: int = 2, **_):
+    """A stage whose setup (the start of each pass over the workload) appends a line to ``path``."""
+
+    def setup() -> None:
+        with open(path, "a") as f:
+            f.write("pass\n")
+
+    return Workload(setup=setup, stages=[Stage("step", lambda _: None, repeats=repeats)])
+
+
 def helper_process(marker: str, new_session: bool = False, hold_stdout: bool = False, append_to: str = "", **_):
     """A stage that starts a helper and returns without waiting for it, as user code sometimes does: ``sleep 97``
     (in a session of its own with ``new_session``; holding the harness's stdout with ``hold_stdout``), or a shell

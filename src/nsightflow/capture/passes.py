@@ -149,14 +149,20 @@ def capture_range(on: bool) -> None:
         (cuda_profiler.start if on else cuda_profiler.stop)()
 
 
+def warm_up(workload: Workload, passes: int) -> None:
+    """Run every stage step ``passes`` times outside any range: CUDA context, library handles, autotuning and
+    compilation happen here, so the passes that follow launch what the program launches in steady state."""
+    for i in range(passes):
+        with phase(f"warm-up pass {i + 1}"):
+            _run_pass(workload, None)
+
+
 def run_profiled(
     workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1, timed: bool = False
 ) -> tuple[dict[str, list[float]], dict[str, list[float]] | None]:
     """Warm up outside any range; with ``timed``, run the timed pass and then open the profiler's capture range;
     then run every stage step inside its NVTX range. Returns (the ranged pass's step times, the timed pass's)."""
-    for i in range(warmup):
-        with phase(f"warm-up pass {i + 1}"):
-            _run_pass(workload, None)
+    warm_up(workload, warmup)
     program = None
     if timed:
         with phase("timed pass"):
@@ -194,8 +200,7 @@ def run_torch_profiled(
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    for _ in range(warmup):
-        _run_pass(workload, None)
+    warm_up(workload, warmup)
     program = timed_pass(workload)  # before the profiler starts: the program's own step times
     activities = [ProfilerActivity.CPU]
     if workload.device.startswith("cuda"):

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nsightflow.capture.flops import Tally
+from nsightflow.capture.flops import DATA_DEPENDENT, Tally, call_key
 from nsightflow.domains import ops_domain
 
 WHOLE = None  # a window over the whole step
@@ -43,13 +43,6 @@ def _describe(x: Any) -> str:
     if x is None or isinstance(x, (bool, int, float, str)):
         return repr(x)
     return type(x).__name__
-
-
-# Operators whose work depends on their inputs' values, not only on their shapes: a grouped GEMM runs one GEMM per
-# group with sizes read from an offsets tensor (a mixture of experts' tokens per expert), so its tiles, and with
-# them its FLOPs and bytes, follow the routing. HuggingFace Mixtral's prefill measured +13.4% tensor FLOPs when its
-# two layers' grouped GEMMs, equal calls by shape, were taken as one class.
-DATA_DEPENDENT = frozenset({"_grouped_mm", "_scaled_grouped_mm", "segment_reduce", "_segment_reduce_backward"})
 
 
 def signature(func: Any, args: tuple, kwargs: dict, instance: int = 0) -> str:
@@ -130,6 +123,7 @@ class OpProbe(TorchDispatchMode):
         self._lock = threading.Lock()
         self._nvtx = None
         self._names: dict[str, object] = {}
+        self._attrs: dict[Any, object] = {}  # by call_key
         self._calls = 0
         if domain is not None:
             import nvtx
@@ -143,7 +137,9 @@ class OpProbe(TorchDispatchMode):
             self.index += 1
             if self.windows is not None:
                 self.windows.switch(2 * i + 1)
-        mark = self._mark(func, args, kwargs, i)
+        # Read before the call: an in-place operator changes its arguments (a resize_ their shapes).
+        key = call_key(func, args, kwargs) if self._nvtx is not None or self.tally is not None else None
+        mark = self._mark(func, args, kwargs, i, key)
         try:
             out = func(*args, **kwargs)
         finally:
@@ -153,17 +149,25 @@ class OpProbe(TorchDispatchMode):
                 with self._lock:
                     self.windows.switch(2 * i + 2)
         if self.tally is not None:
-            self.tally.add(func, args, kwargs, out)
+            self.tally.add(func, args, kwargs, out, key)
         return out
 
-    def _mark(self, func: Any, args: tuple, kwargs: dict, i: int) -> bool | None:
+    def _mark(self, func: Any, args: tuple, kwargs: dict, i: int, key: Any) -> bool | None:
         if self._nvtx is None:
             return None
         self._calls += 1
-        sig = signature(func, args, kwargs, self._calls)
-        attrs = self._names.get(sig)
-        if attrs is None:  # one registered message per distinct call; the payload (its index) changes per call
-            attrs = self._names[sig] = self._nvtx.get_event_attributes(message=sig)
+        # One registered message per distinct call (by its key: describing the arguments again costs more than the
+        # operator, in a launch-bound step); the payload (its index in the step) changes per call.
+        # (With no profiler attached nvtx gives None attributes: presence is what is cached, not truth.)
+        if key is not None and key in self._attrs:
+            attrs = self._attrs[key]
+        else:
+            sig = signature(func, args, kwargs, self._calls)
+            if sig not in self._names:
+                self._names[sig] = self._nvtx.get_event_attributes(message=sig)
+            attrs = self._names[sig]
+            if key is not None:
+                self._attrs[key] = attrs
         self._nvtx.push_range(attrs, payload=i)
         return True
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -50,6 +51,17 @@ def remove_staging(outputs: Sequence[str | Path]) -> None:
             path.unlink(missing_ok=True)
 
 
+def _since_start() -> str:
+    """How long ago this process started (Linux: /proc/self/stat's start against /proc/uptime), so a job's log
+    says what the interpreter and the imports before the body cost; nothing where that cannot be read."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return f" ({uptime - ticks / os.sysconf('SC_CLK_TCK'):.1f} s since its interpreter started)"
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
 @contextmanager
 def rule_job(log_path: str | Path, outputs: Sequence[str | Path] = ()) -> Iterator[None]:
     """Run a rule script's body: log its failure, remove its staging files on any way out but success, and end it
@@ -68,8 +80,10 @@ def rule_job(log_path: str | Path, outputs: Sequence[str | Path] = ()) -> Iterat
         os._exit(1)
 
     children.watch_workflow(workflow_died)
+    started = time.time()
     try:
         yield
+        _note(log_path, f"\n[nsightflow] the job took {time.time() - started:.2f} s{_since_start()}\n")
     except BaseException as exc:
         remove_staging(outputs)
         _note(log_path, f"\n[nsightflow] the job failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
