@@ -38,8 +38,11 @@ def non_tensor_collected(flops: pd.Series) -> bool:
     return bool(flops.notna().any())
 
 
-def _mean_strict(x: pd.Series) -> float:
-    return x.mean(skipna=False)
+def strict(g: Any, how: str) -> pd.DataFrame:
+    """Each group's mean or sum (``how``) of each column, NaN where any member has no number: never a partial
+    result. Vectorized (a Python function per group took 0.8 s over the 10,000 classes of an 8B-shaped decode)."""
+    got = getattr(g, how)()
+    return got.where(g.count().eq(g.size(), axis=0))
 
 
 def launch_values(
@@ -64,15 +67,15 @@ def launch_values(
         out["profiled"] = 0
         return out
     g = matched.groupby(["stage", "step", "class_key"])
-    reps = g[COUNTERS].agg(_mean_strict).join(g.size().rename("profiled"))
+    reps = strict(g[COUNTERS], "mean").join(g.size().rename("profiled"))
     out = out.merge(reps, left_on=["stage", "step", "class_key"], right_index=True, how="left")
     out["profiled"] = out["profiled"].fillna(0).astype("int64")
     if by_call:
         calls = pd.Series(call_classes(ranged), index=ranged.index)
-        per_call = out[calls & (out["profiled"] > 0)].groupby(["stage", "class_key"])[COUNTERS].agg(_mean_strict)
+        per_call = strict(out[calls & (out["profiled"] > 0)].groupby(["stage", "class_key"])[COUNTERS], "mean")
         _fill(out, calls & (out["profiled"] == 0), per_call, ["stage", "class_key"])
     win = pd.Series(pd.MultiIndex.from_frame(out[["stage", "step"]]).isin(list(chosen)), index=out.index)
-    slots = out[win].groupby(["stage", "structure", "seq"])[COUNTERS].agg(_mean_strict)
+    slots = strict(out[win].groupby(["stage", "structure", "seq"])[COUNTERS], "mean")
     _fill(out, ~win & out[COUNTERS].isna().all(axis=1), slots, ["stage", "structure", "seq"])
     return out
 
@@ -87,8 +90,9 @@ def _fill(out: pd.DataFrame, rows: pd.Series, table: pd.DataFrame, keys: list[st
 
 def _add_counter_totals(out: pd.DataFrame, g: Any) -> None:
     """Each counter's total per group (NaN when any member has no number, never a partial sum) and per launch."""
+    totals = strict(g[COUNTERS], "sum")
     for c in COUNTERS:
-        out[c] = g[c].agg(lambda x: x.sum(skipna=False)).to_numpy()
+        out[c] = totals[c].to_numpy()
         out[f"{c}_per_launch"] = out[c] / out["instances"]
 
 

@@ -129,9 +129,8 @@ def with_range_totals(
     per-kernel totals: tensor FLOPs and DRAM bytes (range replay cannot count SASS instructions)."""
     res = range_results(export, plan_json)
     n = tl.ranges.groupby("stage").size()
-    per = res.groupby("stage").agg(
-        tensor=("flops_tensor", metrics._mean_strict), dram=("dram_bytes", metrics._mean_strict)
-    )
+    per = metrics.strict(res.groupby("stage")[["flops_tensor", "dram_bytes"]], "mean")
+    per = per.rename(columns={"flops_tensor": "tensor", "dram_bytes": "dram"})
     out = stages.copy()
     out["flops_tensor_ranges"] = [per.loc[s, "tensor"] * n[s] if s in per.index else np.nan for s in out["stage"]]
     out["dram_bytes_ranges"] = [per.loc[s, "dram"] * n[s] if s in per.index else np.nan for s in out["stage"]]

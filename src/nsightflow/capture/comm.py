@@ -19,8 +19,11 @@ NCU_FILTER = ["--kernel-name", "regex:^(?!nccl)"]
 
 
 def is_comm(names: pd.Series) -> np.ndarray:
-    """Whether each kernel (by its demangled name) is a communication kernel."""
-    return names.astype(str).str.contains(PATTERN, case=False, regex=True).to_numpy(dtype=bool)
+    """Whether each kernel (by its demangled name) is a communication kernel. The pattern runs once per distinct
+    name (a timeline repeats a few hundred names over its launches)."""
+    codes, uniques = pd.factorize(names.astype(str))
+    found = pd.Series(uniques).str.contains(PATTERN, case=False, regex=True).to_numpy(dtype=bool)
+    return found[codes] if len(uniques) else np.zeros(len(names), dtype=bool)
 
 
 def overlapped(starts: np.ndarray, ends: np.ndarray, busy_starts: np.ndarray, busy_ends: np.ndarray) -> np.ndarray:
