@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nsightflow import files
@@ -45,6 +46,17 @@ def probe_argv(ncu: str, python: str, metrics: str = "gpu__time_duration.sum") -
     return [ncu, "--metrics", metrics, "--clock-control", "none", python, "-c", PROBE]
 
 
+def _version(tool: str) -> str | None:
+    return tool_version(tool) if found(tool) else None
+
+
+def _probe(argv: list[str], timeout_s: float) -> str:
+    try:
+        return run(argv, timeout_s=timeout_s)[0]
+    except subprocess.TimeoutExpired:
+        return f"probe did not finish within {timeout_s} s"
+
+
 def run_checks(
     nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300, device: str | None = None
 ) -> list[dict]:
@@ -54,8 +66,18 @@ def run_checks(
     GPU must be that one, or the numbers would be filed under another GPU's name.
     """
     python = python or sys.executable
+    argv = probe_argv(ncu, python)
+    # Each query waits on a tool's start (nvidia-smi, nsys, ncu: about a second each): all run at once, the counter
+    # probe too (it is only reported when the rest passed).
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        got_names = pool.submit(gpus)
+        got_driver = pool.submit(lambda: host_info().get("driver"))
+        got_versions = {t: pool.submit(_version, t) for t in (nsys, ncu)}
+        got_probe = pool.submit(_probe, argv, timeout_s) if found(ncu) else None
+        names, driver = got_names.result(), got_driver.result()
+        versions = {t: f.result() for t, f in got_versions.items()}
+        probe_out = got_probe.result() if got_probe is not None else ""
     checks = []
-    names = gpus()
     checks.append(
         {
             "name": "GPU",
@@ -76,24 +98,20 @@ def run_checks(
                 "have this GPU, e.g. a cluster's login node)",
             }
         )
-    checks.append({"name": "driver", "ok": bool(names), "detail": str(host_info().get("driver")), "fix": ""})
+    checks.append({"name": "driver", "ok": bool(names), "detail": str(driver), "fix": ""})
     for tool, key in ((nsys, "nsys"), (ncu, "ncu")):
-        ok = found(tool)
+        ok = versions[tool] is not None
         checks.append(
             {
                 "name": key,
                 "ok": ok,
-                "detail": tool_version(tool) if ok else f"{tool!r} not found",
+                "detail": versions[tool] if ok else f"{tool!r} not found",
                 "fix": f"install Nsight {'Systems' if key == 'nsys' else 'Compute'} or set `tools: {key}:` "
                 "to its full path",
             }
         )
     if all(c["ok"] for c in checks):
-        argv = probe_argv(ncu, python)
-        try:
-            out, _ = run(argv, timeout_s=timeout_s)
-        except subprocess.TimeoutExpired:
-            out = f"probe did not finish within {timeout_s} s"
+        out = probe_out
         if "ERR_NVGPUCTRPERM" in out:
             checks.append(
                 {
