@@ -87,12 +87,20 @@ def _config(**workload):
         ({"command": ["python", "x.py", "--n", "{n}"]}, "placeholder {n} with no value"),
         ({"callable": "a.b:c", "stages": ["x"]}, "apply to a command: workload only"),
         ({"command": []}, "should be non-empty"),
+        ({"callable": "a.b:c", "rank": 1}, "also to a callable with nprocs > 1"),
+        ({"callable": "a.b:c", "nprocs": 2, "stages": ["x"]}, "stages apply to a command: workload only;"),
+        ({"command": ["python", "x.py"], "nprocs": 2}, "a command starts its own processes"),
+        ({"callable": "a.b:c", "nprocs": 0}, "nprocs"),
     ],
 )
 def test_bad_command_entries_are_refused_with_the_key(workload, needle):
     with pytest.raises(ConfigError, match="workloads") as err:
         check(_config(**workload), SCHEMA)
     assert needle in str(err.value)
+
+
+def test_a_callable_of_several_processes_takes_a_rank_and_gpus():
+    check(_config(callable="a.b:c", nprocs=2, rank=1, gpus=2), SCHEMA)
 
 
 def test_placeholders_take_swept_values():

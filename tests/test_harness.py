@@ -299,14 +299,14 @@ def test_ncu_launch_runs_the_warm_up_then_the_windowed_probe_pass_and_no_ranged_
     argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:pass_log"]
     argv += ["--args", json.dumps({"path": str(log)}), "--warmup", str(warmup)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    for extra, passes in (
+    for extra, runs in (
         (["--windows", str(plan)], warmup + 1),
         (["--flops-out", str(tmp_path / "f.json")], warmup + 2),
     ):
         log.unlink(missing_ok=True)
         proc = subprocess.run(argv + extra, capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stderr
-        assert log.read_text().count("pass") == passes, proc.stderr
+        assert log.read_text().count("pass") == runs, proc.stderr
 
 
 def test_harness_cli_profile_mode_writes_manifest_counts_and_ceilings(tmp_path):

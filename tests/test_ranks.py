@@ -80,6 +80,26 @@ def test_two_ranks_on_the_cpu_report_per_rank_stages(tmp_path, parallel):
     assert "<h3>Ranks</h3>" in page and "slowest" in page
 
 
+def test_a_callable_launched_as_two_processes_reports_each_rank(tmp_path):
+    # config nprocs: the callable runs as two torchrun processes (nsightflow.capture.runner), a job of ranks like a
+    # command's: each rank's own rows, the profiled rank counted. Expected FLOPs from the shapes: 2·tokens·hidden²
+    # per step (the all-reduce's additions are communication, not operator FLOPs).
+    hidden, tokens, steps = 32, 8, 3
+    args = {"hidden": hidden, "tokens": tokens, "steps": steps}
+    job = {"name": "job", "callable": "workloads:ranks_matmul", "nprocs": 2, "rank": 1, "args": args}
+    work = torch_workflow(tmp_path, [job])
+    snakemake(work, "--cores", "1", "results/report.html", env={**os.environ, "PYTHONPATH": str(work / "tests")})
+    run = work / "results" / "job"
+    table = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert list(table.index) == ["forward"] and int(table.loc["forward", "range_instances"]) == steps
+    assert table.loc["forward", "flops_analytic"] == 2 * tokens * hidden * hidden * steps
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [r["rank"] for r in manifest["ranks"]] == [0, 1] and manifest["profiled_rank"] == 1
+    ranks = pd.DataFrame(json.loads((run / "summary.json").read_text())["ranks"])
+    assert sorted(ranks["rank"]) == [0, 1] and (ranks["steps"] == steps).all() and (ranks["wall_ms"] > 0).all()
+    assert ranks.set_index("rank").loc[1, "profiled"] and not ranks.set_index("rank").loc[0, "profiled"]
+
+
 def test_interrupting_a_job_of_ranks_leaves_none_behind(tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()

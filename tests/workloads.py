@@ -140,6 +140,26 @@ def pass_log(path: str, repeats: int = 2, **_):
     return Workload(setup=setup, stages=[Stage("step", lambda _: None, repeats=repeats)])
 
 
+def ranks_matmul(hidden: int = 64, tokens: int = 16, steps: int = 2, **_):
+    """One rank of a job of several processes (torchrun's environment): each step multiplies its own shard
+    (tokens x hidden by hidden x hidden) and all-reduces the result over gloo."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    gen = torch.Generator().manual_seed(dist.get_rank())
+    x, w = torch.randn(tokens, hidden, generator=gen), torch.randn(hidden, hidden, generator=gen)
+
+    def forward(_: int) -> None:
+        y = x @ w
+        dist.all_reduce(y)
+
+    return Workload(
+        setup=lambda: None, stages=[Stage("forward", forward, repeats=steps)], params={"rank": dist.get_rank()}
+    )
+
+
 def helper_process(marker: str, new_session: bool = False, hold_stdout: bool = False, append_to: str = "", **_):
     """A stage that starts a helper and returns without waiting for it, as user code sometimes does: ``sleep 97``
     (in a session of its own with ``new_session``; holding the harness's stdout with ``hold_stdout``), or a shell

@@ -51,7 +51,8 @@ def gpu_jobs(wildcards):
 
 def harness_call(wildcards):
     """The workload's launch (nsightflow.capture.harness.HarnessCall's fields, or a command's:
-    nsightflow.capture.command.CommandCall's): what the profilers run; the interpreter's path canonical, so that
+    nsightflow.capture.command.CommandCall's, also for a callable run as several processes: nsightflow.capture.runner):
+    what the profilers run; the interpreter's path canonical, so that
     the same Python under another name reruns nothing."""
     from nsightflow.capture.harness import canonical_python
 
@@ -71,13 +72,29 @@ def harness_call(wildcards):
                 "gpus": spec.get("gpus") or 1,
             }
         )
+    python = canonical_python(config["tools"]["python"] or sys.executable)
+    if (spec.get("nprocs") or 1) > 1:
+        from nsightflow.capture.runner import command_fields
+
+        return _canonical(
+            command_fields(
+                spec["callable"],
+                spec["args"],
+                spec["nprocs"],
+                config["warmup"],
+                python,
+                config["nvtx_domain"],
+                spec.get("rank") or 0,
+                spec.get("gpus") or 1,
+            )
+        )
     return _canonical(
         {
             "spec": spec["callable"],
             "args": spec["args"],
             "domain": config["nvtx_domain"],
             "warmup": config["warmup"],
-            "python": canonical_python(config["tools"]["python"] or sys.executable),
+            "python": python,
         }
     )
 

@@ -116,6 +116,7 @@ def check(config: dict, schema_path: str | Path) -> None:
 
 
 COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus")
+SEVERAL_PROCESSES = ("rank", "gpus")  # also a callable's, when it runs as several processes (nprocs)
 
 
 def _program(i: int, name: str, w: dict) -> None:
@@ -127,10 +128,21 @@ def _program(i: int, name: str, w: dict) -> None:
             + ("not both" if "callable" in w else "neither is there")
         )
     if "callable" in w:
-        extra = [k for k in COMMAND_ONLY if w.get(k) not in (None, {}, [], 0) and (k, w.get(k)) != ("gpus", 1)]
+        several = (w.get("nprocs") or 1) > 1  # a job of several processes: a rank and GPUs to choose
+        only = [k for k in COMMAND_ONLY if not (several and k in SEVERAL_PROCESSES)]
+        extra = [k for k in only if w.get(k) not in (None, {}, [], 0) and (k, w.get(k)) != ("gpus", 1)]
         if extra:
-            raise ConfigError(f"{where}: {', '.join(extra)} apply to a command: workload only; remove them")
+            raise ConfigError(
+                f"{where}: {', '.join(extra)} apply to a command: workload only"
+                + ("" if several else " (rank and gpus also to a callable with nprocs > 1)")
+                + "; remove them"
+            )
         return
+    if (w.get("nprocs") or 1) != 1:
+        raise ConfigError(
+            f"{where}: nprocs applies to a callable; a command starts its own processes (e.g. command: [torchrun, "
+            "--nproc_per_node, '2', script.py]): remove nprocs"
+        )
     from nsightflow.capture.command import PLACEHOLDER
 
     known = set(w.get("args") or {}) | set(w.get("sweep") or {})

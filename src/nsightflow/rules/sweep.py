@@ -43,7 +43,7 @@ def points(sweep: dict, mode: str = "product") -> list[dict]:
 
 
 # What a run keeps of its workload besides its name and arguments: the callable, or the command and its settings.
-PROGRAM_KEYS = ("callable", "command", "env", "cwd", "domain", "stages", "rank", "gpus", "code_version")
+PROGRAM_KEYS = ("callable", "command", "env", "cwd", "domain", "stages", "rank", "gpus", "nprocs", "code_version")
 
 
 def expand(workloads: list[dict]) -> dict[str, dict]:
