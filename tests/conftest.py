@@ -114,6 +114,49 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def foreground_workflow(workdir: Path, env: dict | None = None) -> subprocess.Popen:
+    """``snakemake --cores 1 results/report.html`` started as a shell's foreground job is: in a process group of its
+    own and with Ctrl-C's default disposition (a test run started in the background by a non-interactive shell
+    ignores SIGINT, and children inherit that; a terminal's foreground job never does)."""
+    import signal
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def slow_ranks_script(path: Path, marks: Path, mode: str | None = None, device: str = "cpu") -> Path:
+    """A rank program for interrupt tests: a step in NVTX range ``work`` (domain ``job``) that writes its pid to
+    ``marks/<RANK>`` and sleeps 120 s; with ``mode``, only in the launch the hook runs in that mode (else the step
+    does a little work on ``device`` and ends)."""
+    path.write_text(
+        "import json, os, time, nvtx, torch\n"
+        "mode = json.loads(os.environ.get('NSIGHTFLOW_HOOK') or '{}').get('mode')\n"
+        "with nvtx.annotate('work', domain='job'):\n"
+        f"    (torch.ones(1024, device={device!r}) * 2).sum().item()\n"
+        f"    if {mode!r} in (None, mode):\n"
+        f"        open(os.path.join({str(marks)!r}, os.environ['RANK']), 'w').write(str(os.getpid()))\n"
+        "        time.sleep(120)\n"
+    )
+    return path
+
+
+def wait_gone(pids: list[int], seconds: float = 30) -> bool:
+    """Whether every process of ``pids`` has ended within ``seconds``."""
+    import time
+
+    deadline = time.time() + seconds
+    while any(process_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.2)
+    return not any(process_alive(p) for p in pids)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """No test leaves a process behind: every process below the test run at its end fails the run, named."""
     import time

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DATA, ROOT, copy_workflow, process_alive, snakemake
+from conftest import DATA, ROOT, copy_workflow, foreground_workflow, process_alive, snakemake
 
 from nsightflow.capture import ncu, ncu_csv, nsys
 
@@ -212,18 +212,7 @@ def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
     wf, env = _workflow(
         tmp_path, [{"name": "w", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 30}}]
     )
-    # Snakemake in a process group of its own, as a shell's foreground job is, and with Ctrl-C's default
-    # disposition: a test run started in the background by a non-interactive shell ignores SIGINT, and
-    # children inherit that (a terminal's foreground job never does).
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
-        cwd=wf,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = foreground_workflow(wf, env)
     deadline = time.time() + 120
     while not (marker.exists() and marker.read_text()) and time.time() < deadline:
         time.sleep(0.2)

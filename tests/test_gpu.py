@@ -22,7 +22,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import ROOT, copy_workflow, exposed_by_hand, snakemake, sql_rank_kernels
+from conftest import (
+    ROOT,
+    copy_workflow,
+    exposed_by_hand,
+    foreground_workflow,
+    slow_ranks_script,
+    snakemake,
+    sql_rank_kernels,
+    wait_gone,
+)
 
 from nsightflow.analysis import torchprof
 from nsightflow.capture import ncu, ncu_csv
@@ -899,7 +908,11 @@ def test_cards_of_the_top_classes_come_from_a_capture_of_those_launches(tmp_path
 
 
 RANKS_ARGS = ["--hidden", "1024", "--layers", "2", "--batch", "4", "--tokens", "256", "--steps", "3"]
-RANK_STAGES = {"tensor": ("LLM", ["prefill", "decode"]), "data": ("train", ["forward", "backward", "optimizer"])}
+RANK_STAGES = {
+    "tensor": ("LLM", ["prefill", "decode"]),
+    "data": ("train", ["forward", "backward", "optimizer"]),
+    "callable": ("nsightflow.callable", ["forward"]),  # nsightflow.capture.runner's ranges (config nprocs)
+}
 
 
 def _torchrun(parallel, python=sys.executable, model="mlp"):
@@ -975,6 +988,57 @@ def test_two_ranks_on_one_gpu_report_per_rank_stages(tmp_path):
     finally:
         del os.environ["CUDA_VISIBLE_DEVICES"]
     _check_ranks(results / "tp1", "tensor", reference)
+
+
+def test_a_callable_as_two_processes_on_one_gpu_matches_a_full_capture(tmp_path):
+    # config nprocs: 2 runs the callable under torchrun (nsightflow.capture.runner), two ranks on one GPU over gloo;
+    # rank 1 captured; against ncu over every launch of both ranks' stage ranges, run the same way.
+    from nsightflow.capture.runner import ARGS_ENV, DOMAIN
+
+    args = {"hidden": 1024, "tokens": 128, "steps": 3, "device": "cuda", "dtype": "bfloat16"}
+    job = {"name": "np", "callable": "workloads:ranks_matmul", "nprocs": 2, "rank": 1, "args": args}
+    results, seconds = _run(tmp_path, "nprocs", workloads=[job])
+    print(f"a callable as two processes on one GPU: workflow {seconds:.1f} s")
+    program = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    program += ["-m", "nsightflow.capture.runner", "--callable", "workloads:ranks_matmul"]
+    base = tmp_path / "full_nprocs"
+    argv = ncu.reference_argv(shutil.which("ncu"), base, DOMAIN, ["forward"], ncu.DEFAULT_METRICS, program)
+    env = {**os.environ, ARGS_ENV: json.dumps(args), "PYTHONPATH": str(ROOT / "tests")}
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    ranks = {int(p): int(r) for r, p in re.findall(r"rank (\d+) of \d+ \(pid (\d+)\)", out.stdout + out.stderr)}
+    text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
+    full, _ = ncu_csv.parse_raw_csv(text)
+    full["rank"] = full["Process ID"].astype(int).map(ranks)
+    _check_ranks(results / "np", "callable", full, profiled_rank=1)
+    st = pd.read_csv(results / "np" / "stages.csv").set_index("stage")
+    model = 2 * args["tokens"] * args["hidden"] ** 2 * args["steps"]
+    print(f"analytic FLOPs {st.loc['forward', 'flops_analytic']:.6g}, model 2·tokens·hidden²·steps {model:.6g}")
+    assert st.loc["forward", "flops_analytic"] == model
+
+
+def test_interrupting_a_job_of_ranks_under_ncu_leaves_none_behind(tmp_path):
+    # Two ranks on the GPU; each sleeps inside its stage range in the ncu capture's launch (the hook's mode says which
+    # launch it is), where Ctrl-C reaches the workflow: no rank, launcher or ncu may outlive it.
+    import signal
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = slow_ranks_script(tmp_path / "slow_ranks.py", marks, mode="ncu", device="cuda")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    work = copy_workflow(tmp_path / "wf")
+    proc = foreground_workflow(work, _configure(work, workloads=[{"name": "slow", "command": command}]))
+    deadline = time.time() + 300
+    while len(list(marks.iterdir())) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    pids = [int(p.read_text()) for p in marks.iterdir()]
+    assert len(pids) == 2, f"the ranks did not reach the ncu launch (workflow exit {proc.poll()})"
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the foreground group
+    proc.wait(timeout=120)
+    gone = wait_gone(pids)
+    left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
+    print(f"ranks {pids} interrupted under ncu: all gone {gone}; processes of the script left {left}")
+    assert gone and not left
 
 
 def test_nccl_ranks_on_two_gpus_report_communication_and_capture_without_deadlock(tmp_path):

@@ -12,7 +12,16 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, exposed_by_hand, process_alive, snakemake, sql_rank_kernels, torch_workflow
+from conftest import (
+    ROOT,
+    exposed_by_hand,
+    foreground_workflow,
+    slow_ranks_script,
+    snakemake,
+    sql_rank_kernels,
+    torch_workflow,
+    wait_gone,
+)
 
 from nsightflow.capture.comm import is_comm, overlapped
 
@@ -103,22 +112,9 @@ def test_a_callable_launched_as_two_processes_reports_each_rank(tmp_path):
 def test_interrupting_a_job_of_ranks_leaves_none_behind(tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
-    script = tmp_path / "slow_ranks.py"
-    script.write_text(
-        "import os, time, nvtx\n"
-        f"open(os.path.join({str(marks)!r}, os.environ['RANK']), 'w').write(str(os.getpid()))\n"
-        "with nvtx.annotate('work', domain='job'):\n"
-        "    time.sleep(120)\n"
-    )
+    script = slow_ranks_script(tmp_path / "slow_ranks.py", marks)
     work = torch_workflow(tmp_path, [{"name": "slow", "command": _torchrun(str(script))}])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
-        cwd=work,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = foreground_workflow(work)
     deadline = time.time() + 120
     while len(list(marks.iterdir())) < 2 and time.time() < deadline:
         time.sleep(0.2)
@@ -126,10 +122,7 @@ def test_interrupting_a_job_of_ranks_leaves_none_behind(tmp_path):
     assert len(pids) == 2, "the ranks did not start"
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the foreground group
     proc.wait(timeout=120)
-    deadline = time.time() + 30
-    while any(process_alive(p) for p in pids) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not any(process_alive(p) for p in pids)
+    assert wait_gone(pids)
     left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
     assert not left
 

@@ -140,23 +140,38 @@ def pass_log(path: str, repeats: int = 2, **_):
     return Workload(setup=setup, stages=[Stage("step", lambda _: None, repeats=repeats)])
 
 
-def ranks_matmul(hidden: int = 64, tokens: int = 16, steps: int = 2, **_):
+def ranks_matmul(hidden: int = 64, tokens: int = 16, steps: int = 2, device: str = "cpu", dtype: str = "float32", **_):
     """One rank of a job of several processes (torchrun's environment): each step multiplies its own shard
-    (tokens x hidden by hidden x hidden) and all-reduces the result over gloo."""
+    (tokens x hidden by hidden x hidden, ``dtype``) and all-reduces the result over gloo (on CUDA tensors too). Says
+    its rank and pid on stderr, so a capture of the job can tell its ranks apart."""
+    import os
+    import sys
+
     import torch
     import torch.distributed as dist
 
     if not dist.is_initialized():
         dist.init_process_group("gloo")
-    gen = torch.Generator().manual_seed(dist.get_rank())
-    x, w = torch.randn(tokens, hidden, generator=gen), torch.randn(hidden, hidden, generator=gen)
+    rank = dist.get_rank()
+    print(f"rank {rank} of {dist.get_world_size()} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    on = torch.device(
+        device if device == "cpu" else f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
+    )
+    gen = torch.Generator().manual_seed(rank)
+    kind = getattr(torch, dtype)
+    x = torch.randn(tokens, hidden, generator=gen).to(on, kind)
+    w = torch.randn(hidden, hidden, generator=gen).to(on, kind)
 
     def forward(_: int) -> None:
         y = x @ w
         dist.all_reduce(y)
 
     return Workload(
-        setup=lambda: None, stages=[Stage("forward", forward, repeats=steps)], params={"rank": dist.get_rank()}
+        setup=lambda: None,
+        stages=[Stage("forward", forward, repeats=steps)],
+        device=str(on),
+        dtype=dtype,
+        params={"rank": rank},
     )
 
 

@@ -221,42 +221,6 @@ def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[str, int, 
     return klass, int(formula(*args, **kwargs, out_val=out)), 0
 
 
-# Operators whose work depends on their inputs' values, not only on their shapes: a grouped GEMM runs one GEMM per
-# group with sizes read from an offsets tensor (a mixture of experts' tokens per expert), so its tiles, and with
-# them its FLOPs and bytes, follow the routing. HuggingFace Mixtral's prefill measured +13.4% tensor FLOPs when its
-# two layers' grouped GEMMs, equal calls by shape, were taken as one class.
-DATA_DEPENDENT = frozenset({"_grouped_mm", "_scaled_grouped_mm", "segment_reduce", "_segment_reduce_backward"})
-
-
-def _arg_key(x: Any) -> Hashable:
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return (x.dtype, x.shape, x.stride())
-    kind = type(x)
-    if kind is float:
-        return ("float", repr(x))  # -0.0 and 0.0 are equal keys otherwise
-    if x is None or kind is bool or kind is int or kind is str:
-        return (kind, x)
-    if isinstance(x, (list, tuple)):
-        return tuple([_arg_key(y) for y in x])
-    if isinstance(x, (bool, int, float, str)):  # subclasses: as they are described, by value
-        return (kind, repr(x))
-    return kind.__name__
-
-
-def call_key(func: Any, args: tuple, kwargs: dict) -> Hashable | None:
-    """What an operator call's FLOPs and signature follow from: the operator, its tensors' dtypes, shapes and
-    strides, its other arguments as written (as ``probe.signature`` describes them). None where equal keys may do
-    different work (DATA_DEPENDENT operators) or a tensor has no strides (sparse): such calls are never cached."""
-    if func.overloadpacket.__name__ in DATA_DEPENDENT:
-        return None
-    try:
-        return (func, _arg_key(args), tuple((k, _arg_key(v)) for k, v in sorted(kwargs.items())))
-    except (RuntimeError, NotImplementedError, TypeError):  # e.g. stride() of a sparse tensor
-        return None
-
-
 def moved_bytes(inputs: list, output: Any, gathers: bool = False) -> int:
     """Bytes an operator touches: each distinct input tensor once, plus new outputs.
 
@@ -364,8 +328,8 @@ class Tally:
             self.current.graph_replays += 1
 
     def add(self, func: Any, args: tuple, kwargs: dict, out: Any, key: Hashable | None = None) -> None:
-        """Count one operator call; ``key`` (its call_key, where the caller has it) lets equal calls reuse the first
-        one's FLOPs: the formulas read shapes only, and a decode step repeats its layers' calls."""
+        """Count one operator call; ``key`` (nsightflow.capture.callkey's, where the caller has it) lets equal calls
+        reuse the first one's FLOPs: the formulas read shapes only, and a decode step repeats its layers' calls."""
         s = self.current
         if s is None:
             return

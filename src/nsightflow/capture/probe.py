@@ -27,7 +27,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nsightflow.capture.flops import DATA_DEPENDENT, Tally, call_key
+from nsightflow.capture.callkey import DATA_DEPENDENT, call_key
+from nsightflow.capture.flops import Tally
 from nsightflow.domains import ops_domain
 
 WHOLE = None  # a window over the whole step
