@@ -61,7 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     except WorkloadError as exc:
         print(f"nsightflow (rank {os.environ.get('RANK', '0')}): {exc}", file=sys.stderr)
         return 2
+    _end_process_group()
     return 0
+
+
+def _end_process_group() -> None:
+    """Wait for every rank, then end the process group the callable started: a rank that exits while its peers still
+    talk to it, or leaves gloo's group to the interpreter's exit, can be aborted (SIGABRT, seen on 2 CPU cores)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
