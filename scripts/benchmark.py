@@ -156,6 +156,11 @@ def _passes() -> tuple[float, int]:
     return time.time() - start, 0
 
 
+def _no_export(argv: list[str]) -> list[str]:
+    """An ``nsys profile`` command line without its SQLite export (to time the export apart)."""
+    return [a for a in argv if a != "--export=sqlite"]
+
+
 def _timeline_parts() -> tuple[float, int]:
     """Where the timeline job's time goes: the program alone, with the analytic count and ceilings it adds,
     under nsys without and with the SQLite export (one launch each)."""
@@ -169,9 +174,7 @@ def _timeline_parts() -> tuple[float, int]:
         variants = {
             "program": base,
             "program + flops + ceilings": base + extra,
-            "nsys, no export": [
-                a for a in nsys.profile_argv(nsys_bin, f"{tmp}/a", base + extra) if a != "--export=sqlite"
-            ],
+            "nsys, no export": _no_export(nsys.profile_argv(nsys_bin, f"{tmp}/a", base + extra)),
             "nsys + sqlite export": nsys.profile_argv(nsys_bin, f"{tmp}/b", base + extra),
         }
         for name, argv in variants.items():
@@ -465,11 +468,7 @@ def _idle_8b() -> tuple[float, int]:
             "ncu, neither": base + program,
             "timeline program alone": timeline,
             "nsys + sqlite export (as captured)": nsys.profile_argv(nsys_bin, f"{tmp}/a", timeline, capture_range=True),
-            "nsys, no export": [
-                a
-                for a in nsys.profile_argv(nsys_bin, f"{tmp}/b", timeline, capture_range=True)
-                if a != "--export=sqlite"
-            ],
+            "nsys, no export": _no_export(nsys.profile_argv(nsys_bin, f"{tmp}/b", timeline, capture_range=True)),
             "nsys export of that": [
                 nsys_bin,
                 "export",

@@ -4,7 +4,6 @@ import csv
 import hashlib
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -147,14 +146,7 @@ def test_kill_9_then_rerun_incomplete_completes_and_keeps_earlier_results(tmp_pa
     )
     snakemake(wf, "--cores", "1", "results/a/stages.csv", env=env)
     before = {p: _digest(p) for p in (wf / "results" / "a").rglob("*") if p.is_file()}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
-        cwd=wf,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = foreground_workflow(wf, env)
     deadline = time.time() + 120
     while not marker.exists() and time.time() < deadline:
         time.sleep(0.2)

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         program = None
         if call.windows is not None:
             # ncu's launch: the windows open in the probe pass, so no ranged pass (under ncu every launch outside a
-            # window still costs about 0.15 ms: a pass of the 8B-shaped decoder took 5.4 s there, 0.7 s alone)
+            # window still costs about 0.1 ms: a pass of the 8B-shaped decoder took 4-5 s there, 0.85 s alone)
             warm_up(workload, call.warmup)
         elif call.mode == "profile":
             result["stage_wall_s"], program = run_profiled(workload, call.domain, call.warmup, call.timed)
