@@ -62,3 +62,28 @@ def test_every_launch_mode_and_bad_modes():
         plan.plan_capture(tl, "nsightflow", [3], "some")
     with pytest.raises(plan.PlanError, match="no NVTX range of the harness's domain"):
         plan.plan_capture(attribution.read_timeline(D / "timeline.sqlite", "LLM"), "LLM", [3], "representatives")
+
+
+def test_ncu_tests_launches_against_its_nccl_filter_only_where_the_stages_communicate(tmp_path):
+    from nsightflow.capture import ncu
+
+    def argv(p: plan.CapturePlan) -> list[str]:
+        settings = {"replay_mode": "kernel", "clock_control": "none", "cache_control": "all"}
+        return ncu.capture_argv("ncu", "o", ["p"], comm_filter=p.communicates(), **settings)
+
+    # The decoder on one H200: no NCCL kernel in its stages, so no kernel-name filter for ncu to test each launch on.
+    alone = make_plan(
+        D / "timeline.sqlite", "nsightflow", ["first"], "representatives", tmp_path / "a.json", tmp_path / "l"
+    )
+    assert not alone.communicates() and "--kernel-name" not in argv(alone)
+    # Tensor-parallel decode on two H200s: NCCL's all-reduces in rank 0's stages, the filter keeps them out of windows.
+    tp = plan.plan_capture(
+        attribution.read_timeline(DATA / "h200x2_tp_ranks" / "timeline.sqlite", "nsightflow"),
+        "nsightflow",
+        ["first"],
+        "representatives",
+    )
+    assert tp.stages["decode"]["comm_launches"] > 0 and tp.communicates()
+    assert argv(tp)[argv(tp).index("--kernel-name") + 1] == "regex:^(?!nccl)"
+    # A plan that does not say (written before it counted them): the filter stays.
+    assert plan.CapturePlan("representatives", "nsightflow", [], [], {"decode": {"launches": 3}}).communicates()

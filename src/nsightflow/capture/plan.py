@@ -91,6 +91,10 @@ class CapturePlan:
     def write(self, path: str | Path) -> None:
         files.write_json(path, {"schema": SCHEMA, **asdict(self)}, indent=1)
 
+    def communicates(self) -> bool:
+        """Whether a stage launched communication kernels (NCCL's) in the timeline; True where the plan does not say."""
+        return not self.stages or any(s.get("comm_launches", 1) for s in self.stages.values())
+
     @classmethod
     def read(cls, path: str | Path) -> CapturePlan:
         data = load_object(path, "capture plan (plan.json)")
