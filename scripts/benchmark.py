@@ -361,8 +361,9 @@ def _phases() -> tuple[float, int]:
     return total, 0
 
 
-def _workflow_of(workloads: list[dict], key: str) -> tuple[float, int, dict]:
-    """The workflow, cold, over ``workloads`` (config entries); launches profiled summed over their runs."""
+def _workflow_of(workloads: list[dict], key: str, after=None) -> tuple[float, int, dict]:
+    """The workflow, cold, over ``workloads`` (config entries); launches profiled summed over their runs.
+    ``after(wf)``: more measurements in the finished run's copy."""
     with tempfile.TemporaryDirectory() as tmp:
         wf = copy_workflow(Path(tmp))
         cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
@@ -389,10 +390,79 @@ def _workflow_of(workloads: list[dict], key: str) -> tuple[float, int, dict]:
                 cwd=wf,
                 check=True,
             )
-        return seconds, n, _jobs(wf)
+        jobs = _jobs(wf)
+        if after is not None:
+            after(wf)
+        return seconds, n, jobs
 
 
 LAUNCHES = {}  # per workflow variant: the launches of its stages in the timeline
+
+
+def _parts_8b(wf: Path) -> None:
+    """In a finished 8B run: what Snakemake's own start costs (a dry run, an up-to-date run); the run's timeline
+    launch again as captured and with nsys flags changed; its ncu capture again as captured, with no warm-up pass and
+    without the NCCL name filter, each timed and checked against the plan (the check the capture job makes)."""
+    for what, extra in (("dry run", ["-n"]), ("up-to-date run", [])):
+        start = time.time()
+        argv = [sys.executable, "-m", "snakemake", "--cores", "1", *extra, "results/report.html"]
+        subprocess.run(argv, cwd=wf, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(f"  snakemake, {what}: {time.time() - start:.1f} s", flush=True)
+    run = wf / "results" / "8b"
+    timeline = json.loads((run / "manifest.json").read_text())["commands"][0]["argv"]
+    out = timeline[timeline.index("-o") + 1]
+    timeline = [str(wf / "parts") if a == out else a for a in timeline]
+    for name, argv in {
+        "as captured": timeline,
+        "no --cuda-graph-trace=node": [a for a in timeline if a != "--cuda-graph-trace=node"],
+        "--capture-range-end=none": [
+            "--capture-range-end=none" if a == "--capture-range-end=stop" else a for a in timeline
+        ],
+    }.items():
+        _timed_launch(f"timeline, {name}", argv, wf)
+    captured = json.loads((run / "ncu" / "capture.cmd.json").read_text())["argv"]
+    out = captured[captured.index("--export") + 1]
+    captured = [str(wf / "parts") if a == out else a for a in captured]
+    warm = captured.index("--warmup") + 1
+    cold = captured[:warm] + ["0"] + captured[warm + 1 :]
+    name_filter = cold.index("--kernel-name")
+    for name, argv in {
+        "as captured": captured,
+        "no warm-up pass": cold,
+        "no warm-up pass, no NCCL name filter": cold[:name_filter] + cold[name_filter + 2 :],
+    }.items():
+        _timed_launch(f"ncu capture, {name}", argv, wf)
+        _check_against_plan(wf / "parts.ncu-rep", run / "plan.json")
+
+
+def _timed_launch(label: str, argv: list[str], cwd: Path) -> None:
+    """Run a profiler's launch; print its seconds, the harness's phases and what the profiler took after it."""
+    start = time.time()
+    got = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+    end = time.time()
+    phases = [ln.split("nsightflow: ", 1)[1] for ln in got.splitlines() if ln.startswith("nsightflow: ")]
+    ends = [float(p.rsplit(" ", 1)[1]) for p in phases if p.startswith("the harness ends at")]
+    after = f", {end - ends[-1]:.1f} s after the harness ended" if ends else ""
+    print(f"  {label}: {end - start:.1f} s{after}\n    {'; '.join(phases)}", flush=True)
+
+
+def _check_against_plan(rep: Path, plan_json: Path) -> None:
+    """The capture job's check of a report against its plan, and the CSV export's seconds."""
+    from nsightflow.capture import ncu_csv
+    from nsightflow.capture.matching import match_to_plan
+    from nsightflow.capture.plan import CapturePlan, expected_frame
+
+    start = time.time()
+    text = subprocess.run(ncu.export_argv(shutil.which("ncu"), rep), capture_output=True, text=True).stdout
+    exported = time.time() - start
+    try:
+        raw, _ = ncu_csv.parse_raw_csv(text, rep.name)
+        match_to_plan(ncu_csv.result_metrics(raw), expected_frame(CapturePlan.read(plan_json)), rep.name)
+        verdict = f"{len(raw)} results, the plan's launches"
+    except Exception as exc:  # the experiment reports, it does not stop the benchmark
+        verdict = f"does not match the plan: {str(exc)[:300]}"
+    print(f"    export {exported:.1f} s: {verdict}", flush=True)
+
 
 # Llama-3-8B's shape in the built-in decoder (multi-head attention: 32 heads of 128), bf16 random weights; batch 1,
 # a 512-token prompt and 32 decode steps, eager: a launch-bound decode of about 450 launches a step.
@@ -518,6 +588,9 @@ VARIANTS = {
     "8b": lambda: _workflow_of(
         [{"name": "8b", "callable": "nsightflow.workloads.decoder:build", "args": EIGHT_B}], "8b"
     ),
+    "8b_parts": lambda: _workflow_of(
+        [{"name": "8b", "callable": "nsightflow.workloads.decoder:build", "args": EIGHT_B}], "8b", _parts_8b
+    ),
     "everything_8b": _everything_8b,
     "idle_8b": _idle_8b,
     "train1": lambda: _workflow_of(
@@ -543,7 +616,7 @@ if __name__ == "__main__":
     print(f"\n{'variant':16} {'seconds':>8} {'x program':>10} {'launches':>9}")
     for name, got in rows.items():
         base = "program_long" if name.endswith("_long") or name == "long" else "program"
-        base = "program_8b" if name.endswith("8b") else base
+        base = "program_8b" if "8b" in name else base
         alone = rows.get(base, (None,))[0]
         ratio = f"{got[0] / alone:10.1f}" if alone else f"{'':>10}"
         print(f"{name:16} {got[0]:8.1f} {ratio} {got[1]:9d}")
@@ -553,8 +626,9 @@ if __name__ == "__main__":
         print(f"ncu over everything / workflow, {FULL}: {rows['everything_full'][0] / rows['full'][0]:.1f}x")
     if "long" in rows and "everything_long" in rows:
         print(f"ncu over everything / workflow, {LONG}: {rows['everything_long'][0] / rows['long'][0]:.1f}x")
-    if "8b" in rows and "everything_8b" in rows:
-        ratio = rows["everything_8b"][0] / rows["8b"][0]
+    eight_b = rows.get("8b") or rows.get("8b_parts")
+    if eight_b and "everything_8b" in rows:
+        ratio = rows["everything_8b"][0] / eight_b[0]
         print(f"ncu over everything (extrapolated) / workflow, 8B shape: {ratio:.1f}x")
     if "train1" in rows and "train4" in rows:
         print(f"training, 4 iterations / 1 iteration (workflow): {rows['train4'][0] / rows['train1'][0]:.2f}x")

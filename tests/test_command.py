@@ -149,3 +149,21 @@ def test_the_hook_follows_the_programs_child_processes(tmp_path):
     assert len(records) == 2 and record_path(tmp_path / "rec.json", child_pid).exists()
     ranged = primary(records, 0)
     assert ranged["pid"] == child_pid and [r[:2] for r in ranged["ranges"]] == [["D", "work"]]
+
+
+@pytest.mark.parametrize("work, warmups", [([], [0, 1]), (["torch.compile made 1 graph(s)"], [1]), (None, [1])])
+def test_ncu_windows_a_callables_first_pass_only_where_the_timeline_saw_no_one_time_work(tmp_path, work, warmups):
+    from nsightflow.capture.command import program_launches
+    from nsightflow.capture.harness import HarnessCall
+    from nsightflow.records import Manifest
+
+    Manifest(callable="workloads:first_use_state", first_pass_work=work).write(tmp_path / "manifest.json")
+    fields = {"spec": "workloads:first_use_state", "args": {}, "warmup": 1}
+    got = program_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json")
+    calls = [HarnessCall.parse(launch.argv[3:]) for launch in got]
+    assert [c.warmup for c in calls] == warmups  # the last one always warms up as configured
+    assert all(c.windows == str((tmp_path / "plan.json").resolve()) for c in calls)
+    # warm-up 0 configured: the timeline's launch had none either, so neither has ncu's
+    Manifest(first_pass_work=None).write(tmp_path / "manifest.json")
+    got = program_launches({**fields, "warmup": 0}, tmp_path / "plan.json", tmp_path / "manifest.json")
+    assert [HarnessCall.parse(launch.argv[3:]).warmup for launch in got] == [0]

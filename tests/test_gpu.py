@@ -228,6 +228,12 @@ def test_one_launch_per_class_is_profiled_and_nothing_else(run_dir):
     cmd = json.loads((run / "ncu" / "capture.cmd.json").read_text())
     print(f"tensor precisions collected: {cmd['tensor_precisions']}")
     assert cmd["tensor_precisions"] == ["bf16"]
+    # The eager decoder's first pass does no one-time work that launches kernels: ncu windowed the program's first
+    # pass (no warm-up pass under ncu), and that capture matched the plan the first time.
+    work = json.loads((run / "manifest.json").read_text())["first_pass_work"]
+    program = cmd["argv"][cmd["argv"].index("-m") + 1 :]
+    print(f"first pass's one-time work: {work}; ncu's launch: --warmup {program[program.index('--warmup') + 1]}")
+    assert work == [] and program[program.index("--warmup") + 1] == "0" and cmd["set_aside"] is None
     pre = json.loads(next((run_dir / "preflight").glob("*.json")).read_text())
     print("preflight:", {c["name"]: c["detail"] for c in pre["checks"]})
     assert all(c["ok"] for c in pre["checks"])
@@ -301,6 +307,28 @@ def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path
         )
         assert abs(mf / f - 1) < 0.01 and abs(mt / t - 1) < 0.01 and abs(md / d - 1) < 0.01
     print(f"full capture of the small decoder: {len(full)} launches in {full_s:.1f} s")
+
+
+def test_a_first_pass_that_differs_from_steady_state_is_captured_again_after_the_warm_up(tmp_path):
+    # The step makes a buffer on its first call and keeps it (tests/workloads.py: first_use_state): one allocation,
+    # so the timeline's harness sees no one-time work and ncu's launch windows the first pass, where the window of
+    # the step's first operator holds the buffer's fill, not the planned GEMM. The capture job must see the
+    # difference and capture again after the warm-up: the report then holds the GEMM, as planned.
+    wl = {"name": "lazy", "callable": "workloads:first_use_state", "args": {"n": 1024, "device": "cuda"}}
+    results, _ = _run(tmp_path, "lazy", workloads=[wl])
+    run = results / "lazy"
+    cmd = json.loads((run / "ncu" / "capture.cmd.json").read_text())
+    log = (run / "logs" / "ncu_capture.log").read_text()
+    work = json.loads((run / "manifest.json").read_text())["first_pass_work"]
+    print(f"first pass's one-time work: {work}; set aside: {cmd['set_aside']}")
+    assert work == [] and "differs from the plan" in log and cmd["set_aside"]
+    program = cmd["argv"][cmd["argv"].index("-m") + 1 :]
+    assert program[program.index("--warmup") + 1] == "1"  # the capture kept is the warmed-up one
+    raw, _ = ncu_csv.parse_raw_csv(run / "ncu" / "capture.raw.csv")
+    plan = json.loads((run / "plan.json").read_text())
+    print(f"profiled: {list(raw['Kernel Name'])}; planned: {[e['kernel'][:60] for e in plan['expected']]}")
+    assert list(raw["Kernel Name"]) == [e["mangled"] for e in plan["expected"]]
+    assert not any("fill" in e["kernel"].lower() for e in plan["expected"])
 
 
 def test_depth_does_not_grow_the_capture(run_dir, tmp_path):

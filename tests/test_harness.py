@@ -472,3 +472,30 @@ def test_a_grouped_gemm_call_is_never_the_same_as_another(monkeypatch):
     mm = [s for s in seen if s.startswith("mm#")]
     assert len(grouped) == 2 and grouped[0] != grouped[1]
     assert len(mm) == 2 and mm[0] == mm[1]
+
+
+@pytest.mark.parametrize(
+    "args, work",
+    [({}, []), ({"cudnn_benchmark": True}, ["torch.backends.cudnn.benchmark is on"])],
+)
+def test_the_timeline_launch_records_what_the_first_pass_did_once(tmp_path, args, work):
+    # What lets ncu's launch window the program's first pass (nsightflow.capture.command.program_launches): on the
+    # CPU no device memory is counted, so only torch's own switches speak.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:first_use_state", "--timed"]
+    argv += ["--args", json.dumps(args), "--out", str(tmp_path / "run.json")]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "run.json").read_text())["first_pass_work"] == work
+    assert f"the first pass's one-time work: {'; '.join(work) or 'none seen'}" in proc.stderr
+
+
+def test_the_first_pass_work_names_state_kept_beyond_the_libraries_workspaces(monkeypatch):
+    for module in ("triton", "torch._dynamo"):  # loaded by other tests of this process; a harness has neither
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    assert passes.first_pass_work(10, 10 + passes.LIBRARY_ALLOCATIONS) == []
+    assert passes.first_pass_work(10, 11 + passes.LIBRARY_ALLOCATIONS) == [
+        f"{1 + passes.LIBRARY_ALLOCATIONS} device allocations made in the first pass outlive it"
+    ]
+    assert passes.first_pass_work(None, 3) == ["CUDA was first used in the first pass"]
+    assert passes.first_pass_work(None, None) == []  # no CUDA in use: nothing to count

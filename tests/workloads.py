@@ -253,3 +253,19 @@ def nvtx_program(batch: int = 2, prompt: int = 64, hidden: int = 256, layers: in
 
     stages = [Stage("prefill", prefill), Stage("decode", decode, repeats=steps)]
     return Workload(setup=state.clear, stages=stages, device=device, dtype=str(dtype).removeprefix("torch."))
+
+
+def first_use_state(n: int = 256, cudnn_benchmark: bool = False, device: str = "cpu", **_):
+    """A stage that makes a buffer on its first call and keeps it (as an optimizer makes its moments): its first pass
+    launches work a later pass does not. ``cudnn_benchmark``: turn on cuDNN's benchmarking, as a convolution net
+    does."""
+    torch.backends.cudnn.benchmark = cudnn_benchmark
+    kept: list[torch.Tensor] = []
+    a = torch.randn(n, n, device=device)
+
+    def step(_: int) -> None:
+        if not kept:
+            kept.append(torch.full((n, n), 2.0, device=device))
+        a @ kept[0]
+
+    return Workload(setup=lambda: None, stages=[Stage("step", step, repeats=2)], device=device)

@@ -178,6 +178,7 @@ class CaptureRecord(_Record):
     precisions_seen: list[str] | None = None  # by the probe pass; None: it could not tell
     precisions_how: list[str] = field(default_factory=list)
     simt_share: float | None = None
+    set_aside: str | None = None  # why a first capture (of the program's first pass) was made again after a warm-up
 
     WHAT = "capture record (capture.cmd.json)"
     REQUIRED = ("argv", "report")
@@ -215,6 +216,9 @@ class Manifest(_Record):
     captures: dict | None = None  # an analysis of captures made elsewhere: what was recognised (imported's index)
     ranks: list[dict] = field(default_factory=list)  # a job of several processes: rank, pid, device, wall per stage
     profiled_rank: int | None = None  # the rank whose stages ncu captures (None: one process)
+    # what the harness's first warm-up pass did once that launches kernels (compilation, state made on first use):
+    # none ([]) lets ncu's launch window the first pass (nsightflow.capture.command.program_launches); None: unknown
+    first_pass_work: list[str] | None = None
 
     WHAT = "run manifest (manifest.json)"  # an older one, without a precision, gets none: no peak, never a wrong one
 

@@ -1,7 +1,7 @@
 """Rules ncu_capture, ncu_ranges: one Nsight Compute run of the whole program, windowed by its plan, exported."""
 
-from nsightflow.capture.command import program_launch
-from nsightflow.capture.tools import capture_counters, ncu_capture
+from nsightflow.capture.command import program_launches
+from nsightflow.capture.ncu_capture import capture_counters, ncu_capture
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
@@ -9,7 +9,7 @@ with rule_job(sm.log[0], sm.output):
     ncu_capture(
         sm.params.ncu,
         sm.input.plan,
-        program_launch(dict(sm.params.harness), sm.input.plan, sm.input.manifest),
+        program_launches(dict(sm.params.harness), sm.input.plan, sm.input.manifest),
         sm.output.rep,
         sm.output.csv,
         sm.output.cmd,

@@ -5,6 +5,7 @@ runs them as a program."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -146,15 +147,65 @@ def capture_range(on: bool) -> None:
     if torch.cuda.is_available():
         import torch.cuda.profiler as cuda_profiler
 
-        (cuda_profiler.start if on else cuda_profiler.stop)()
+        with phase(f"capture range {'opened' if on else 'closed'}"):  # under nsys, its tracing starts or flushes
+            (cuda_profiler.start if on else cuda_profiler.stop)()
 
 
-def warm_up(workload: Workload, passes: int) -> None:
+# Live device allocations a first pass may leave without making state of its own: cuBLAS's and cuBLASLt's workspaces.
+LIBRARY_ALLOCATIONS = 4
+
+
+def warm_up(workload: Workload, passes: int) -> list[str]:
     """Run every stage step ``passes`` times outside any range: CUDA context, library handles, autotuning and
-    compilation happen here, so the passes that follow launch what the program launches in steady state."""
+    compilation happen here, so the passes that follow launch what the program launches in steady state. Returns
+    what the first pass did once that launches kernels of its own (see ``first_pass_work``)."""
+    work: list[str] = []
     for i in range(passes):
+        before = _live_allocations()
         with phase(f"warm-up pass {i + 1}"):
-            _run_pass(workload, None)
+            times = _run_pass(workload, None)
+        if i == 0:
+            work = first_pass_work(before, _live_allocations())
+        # where a first pass's extra time goes (library handles, autotuning, compilation): each stage's first step
+        split = ", ".join(f"{k} {t[0]:.2f} s first step, {sum(t[1:]):.2f} s the rest" for k, t in times.items())
+        print(f"nsightflow: warm-up pass {i + 1} by stage: {split}", file=sys.stderr, flush=True)
+    return work
+
+
+def _live_allocations() -> int | None:
+    """Device memory blocks the program holds now (torch's caching allocator), or None without CUDA in use."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return None
+    return int(torch.cuda.memory_stats().get("allocation.all.current", 0))
+
+
+def first_pass_work(before: int | None, after: int | None) -> list[str]:
+    """What a workload's first pass did once that launches kernels a later pass does not, from what torch records:
+    compilation (with its autotuning), cuDNN's benchmarking, Triton in use (its autotuner times kernels on their first
+    call), state made on first use and kept (an optimizer's moments: device allocations that outlive the pass,
+    beyond the math libraries' workspaces). Empty: ncu's launch may window the program's first pass
+    (nsightflow.capture.command.program_launches)."""
+    import torch
+
+    work = []
+    if "torch._dynamo" in sys.modules:
+        from torch._dynamo.utils import counters
+
+        graphs = int(counters["stats"]["unique_graphs"])
+        if graphs:
+            work.append(f"torch.compile made {graphs} graph(s)")
+    if torch.backends.cudnn.benchmark:
+        work.append("torch.backends.cudnn.benchmark is on")
+    if "triton" in sys.modules:
+        work.append("Triton is imported")
+    if before is not None and after is not None and after - before > LIBRARY_ALLOCATIONS:
+        work.append(f"{after - before} device allocations made in the first pass outlive it")
+    if before is None and after is not None:
+        work.append("CUDA was first used in the first pass")
+    print(f"nsightflow: the first pass's one-time work: {'; '.join(work) or 'none seen'}", file=sys.stderr, flush=True)
+    return work
 
 
 def run_profiled(
