@@ -26,7 +26,7 @@ SCHEMA = 1  # every record file carries it; a newer one is refused, an older (ab
 R = TypeVar("R", bound="_Record")
 
 
-def load_object(path: str | Path, what: str) -> dict:
+def load_object(path: str | Path, what: str) -> dict[str, Any]:
     """A JSON object from ``path``, or an error naming the file and the rule that makes it."""
     path = Path(path)
     try:
@@ -51,7 +51,7 @@ class _Record:
     REQUIRED: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls: type[R], data: dict, where: str = "") -> R:
+    def from_dict(cls: type[R], data: dict[str, Any], where: str = "") -> R:
         missing = [k for k in cls.REQUIRED if k not in data]
         if missing:
             raise RecordError(f"{where or cls.WHAT}: key(s) {missing} missing from the {cls.WHAT}; rerun its rule")
@@ -62,7 +62,7 @@ class _Record:
     def read(cls: type[R], path: str | Path) -> R:
         return cls.from_dict(load_object(path, cls.WHAT), str(path))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, **asdict(self)}  # type: ignore[call-overload]
 
     def write(self, path: str | Path) -> None:
@@ -120,7 +120,7 @@ class AnalyticCounts(_Record):
     REQUIRED = ("stages",)
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "") -> AnalyticCounts:
+    def from_dict(cls, data: dict[str, Any], where: str = "") -> AnalyticCounts:
         where = where or cls.WHAT
         raw = data.get("stages")
         if not isinstance(raw, dict):
@@ -136,7 +136,7 @@ class AnalyticCounts(_Record):
             stages[str(name)] = StageCount(**{k: v for k, v in entry.items() if k in known})
         return cls(stages=stages, method=str(data.get("method", "")))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "stages": {n: asdict(s) for n, s in self.stages.items()}, "method": self.method}
 
 
@@ -191,30 +191,34 @@ class Manifest(_Record):
 
     callable: str = ""
     command: list[str] = field(default_factory=list)  # a command workload's argv (then callable is '')
-    args: dict = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
     domain: str = ""  # nsightflow's domain of the stage ranges in the timeline
     stage_domain: str | None = None  # a command's own NVTX domain of its stages, and how it was chosen
     stage_domain_how: str = ""
-    params: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     dtype: str = "float32"
     precision: str = "unknown"
     precision_source: str = ""
     precision_level: str = ""
     precision_why: str = ""
     iterations: int = 1
-    stages: list[dict] = field(default_factory=list)  # name, repeats, steps
+    stages: list[dict[str, Any]] = field(default_factory=list)  # name, repeats, steps
     trace_labels: dict[str, str] = field(default_factory=dict)
-    environment: dict = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
     stage_wall_s: dict[str, list[float]] | None = None  # the ranged (profiled) pass's steps
     program_wall_s: dict[str, list[float]] | None = None  # the timed pass's: the program's own
-    analytic: dict | None = None
-    versions: dict = field(default_factory=dict)
-    settings: dict = field(default_factory=dict)
-    host: dict = field(default_factory=dict)
-    commands: list[dict] = field(default_factory=list)
+    analytic: dict[str, Any] | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    host: dict[str, Any] = field(default_factory=dict)
+    commands: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    captures: dict | None = None  # an analysis of captures made elsewhere: what was recognised (imported's index)
-    ranks: list[dict] = field(default_factory=list)  # a job of several processes: rank, pid, device, wall per stage
+    captures: dict[str, Any] | None = (
+        None  # an analysis of captures made elsewhere: what was recognised (imported's index)
+    )
+    ranks: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # a job of several processes: rank, pid, device, wall per stage
     profiled_rank: int | None = None  # the rank whose stages ncu captures (None: one process)
     # what the harness's first warm-up pass did once that launches kernels (compilation, state made on first use):
     # none ([]) lets ncu's launch window the first pass (nsightflow.capture.command.program_launches); None: unknown

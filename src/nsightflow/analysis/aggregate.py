@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -85,7 +85,7 @@ def tables(
     tl: attribution.Timeline,
     matched: pd.DataFrame,
     chosen: set[tuple[str, int]],
-    analytic: dict,
+    analytic: dict[str, Any],
     pk: Peaks,
     divergence: float,
     top_n: int | None,

@@ -4,7 +4,7 @@ estimates, precisions collected), as typed records made where the facts are know
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,7 @@ MODE_TEXT = {
 }
 
 
-def wall_note(program: dict | None, profiler: str) -> str:
+def wall_note(program: dict[str, Any] | None, profiler: str) -> str:
     """What the wall times on the page are."""
     if program:
         return (
@@ -115,7 +115,7 @@ def flop_notes(s: pd.Series) -> list[str]:
     return notes
 
 
-def command_records(records: list[CaptureRecord], ncu_bin: str) -> list[dict]:
+def command_records(records: list[CaptureRecord], ncu_bin: str) -> list[dict[str, Any]]:
     """The ncu capture and export commands behind a run's numbers, from the capture rule's records."""
     out = []
     for rec in sorted(records, key=lambda r: r.report):

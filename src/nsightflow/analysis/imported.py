@@ -15,6 +15,7 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from nsightflow import files
 from nsightflow.capture import ncu, ncu_csv
@@ -103,7 +104,7 @@ def import_captures(
     nsys_bin: str = "nsys",
     ncu_bin: str = "ncu",
     log: str | Path | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Recognise and normalise a captures directory into ``out_dir``; returns the index of what was found.
 
     Layout written: stats/{nvtx_sum,nvtx_kern_sum}.csv, timeline.sqlite, ncu/<n>.raw.csv,
@@ -136,10 +137,18 @@ def import_captures(
 
 
 def _import(
-    directory: Path, out_dir: Path, tmp: Path, found: dict, unknown: list, nsys_bin: str, ncu_bin: str, log: Path
-) -> dict:
+    directory: Path,
+    out_dir: Path,
+    tmp: Path,
+    found: dict[str, Any],
+    unknown: list[Any],
+    nsys_bin: str,
+    ncu_bin: str,
+    log: Path,
+) -> dict[str, Any]:
     from nsightflow.capture.backend import found as tool_found
-    from nsightflow.capture.tools import ToolError, run_tool, stats
+    from nsightflow.capture.tools import run_tool, stats
+    from nsightflow.errors import ToolError
 
     kern_sum, nvtx_sum, sqlite = _one(found, "nvtx_kern_sum"), _one(found, "nvtx_sum"), _one(found, "sqlite")
     rep = _one(found, "nsys_rep")

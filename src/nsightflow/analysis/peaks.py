@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -96,13 +97,13 @@ class Peaks:
     datasheet_dram: float | None = None
     datasheet_source: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """As summary.json holds it (absent optional values left out; the device's name is kept, null where
         nothing named it)."""
         return {k: v for k, v in asdict(self).items() if v is not None or k == "device_name"}
 
     @classmethod
-    def from_dict(cls, data: dict) -> Peaks:
+    def from_dict(cls, data: dict[str, Any]) -> Peaks:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     def source(self, which: str) -> str:
@@ -117,7 +118,7 @@ def peaks(results: pd.DataFrame, device_name: str | None, precision: str) -> Pea
     dram_hz = results["dram_hz"].replace(0, np.nan).median() if len(results) else np.nan
     sheet_key = next((k for k in DATASHEET if device_name and k in device_name), None)
     sheet = DATASHEET.get(sheet_key, {}) if sheet_key else {}
-    out: dict = {"precision": precision, "device_name": device_name, "sm_hz": sm_hz, "dram_hz": dram_hz}
+    out: dict[str, Any] = {"precision": precision, "device_name": device_name, "sm_hz": sm_hz, "dram_hz": dram_hz}
 
     per_cycle = {
         "bf16": results["bf16_dense_per_cycle"].max() if len(results) else 0,
@@ -163,7 +164,7 @@ def ceiling_peaks(ceiling: Ceilings, precision: str) -> Peaks:
     if not ceiling.measured:
         why = f"unknown: the ceiling was {ceiling.error or 'not measured'}"
         return Peaks(precision, name, np.nan, why, np.nan, why)
-    out: dict = {
+    out: dict[str, Any] = {
         "precision": precision,
         "device_name": name,
         "compute": ceiling.matmul_flops_per_s if precision != UNKNOWN else np.nan,

@@ -10,7 +10,7 @@ any thread of that process. The wall times come from the timed run in the manife
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -78,7 +78,7 @@ def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     # one pass over the (millions of) launches: each rank's stage
     groups = {
         (int(key[0]), str(key[1])): g
-        for key, g in ((cast(tuple, k), g) for k, g in launches.groupby(["pid", "stage"], observed=True))
+        for key, g in ((cast(tuple[Any, ...], k), g) for k, g in launches.groupby(["pid", "stage"], observed=True))
     }
     rows = []
     for s in manifest.stages:  # stage by stage, the ranks side by side
@@ -102,7 +102,7 @@ def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     return out.reindex(columns=columns.names("ranks"))
 
 
-def _busy(g: pd.DataFrame) -> dict:
+def _busy(g: pd.DataFrame) -> dict[str, Any]:
     """Busy, compute and communication time of one rank's stage, and its communication overlapped by compute."""
     dur = (g["end"] - g["start"]).to_numpy(dtype="float64")
     comm = g["comm"].to_numpy(dtype=bool)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -38,7 +38,7 @@ class Run(TypedDict):
     notes: list[str]
     manifest: Manifest
     diagnostics: list[Diagnostic]
-    commands: list[dict]
+    commands: list[dict[str, Any]]
     ranks: pd.DataFrame
 
 
@@ -62,7 +62,7 @@ def write_run(
     kernels_csv: str | Path,
     stages_csv: str | Path,
     summary_json: str | Path,
-    commands: list[dict],
+    commands: list[dict[str, Any]],
     diagnostics: list[Diagnostic],
 ) -> None:
     """The run's tables as CSV (for pandas and diffs) and its peaks, notes, diagnostics and commands as JSON.
@@ -89,9 +89,9 @@ def write_run(
     )
 
 
-def _records(df: pd.DataFrame) -> list[dict]:
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """A table's rows as JSON objects, a missing value as null (never NaN, which JSON has not)."""
-    return [{k: (None if pd.isna(v) else v) for k, v in row.items()} for row in df.to_dict("records")]
+    return [{str(k): (None if pd.isna(v) else v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
 def load_run(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ KERNEL_CATEGORIES = ("kernel",)
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 
-def load_trace(path: str | Path) -> dict:
+def load_trace(path: str | Path) -> dict[str, Any]:
     """The trace's JSON, with a clear error when it is not a torch.profiler Chrome trace."""
     path = Path(path)
     try:
@@ -39,7 +40,7 @@ def load_trace(path: str | Path) -> dict:
     return data
 
 
-def _complete_events(trace: dict) -> pd.DataFrame:
+def _complete_events(trace: dict[str, Any]) -> pd.DataFrame:
     rows = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e]
     df = pd.DataFrame(
         {
@@ -56,7 +57,7 @@ def _complete_events(trace: dict) -> pd.DataFrame:
     return df
 
 
-def ranges(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
+def ranges(trace: dict[str, Any], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Annotated ranges (``record_function``), in start order: domain, stage, ts, end, tid, range_index.
 
     ``labels`` maps trace labels back to stage names (see nsightflow.capture.harness.trace_label); when given,
@@ -111,7 +112,7 @@ def _self_times(ops: pd.DataFrame) -> pd.Series:
     return self_t.clip(lower=0)
 
 
-def activity(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
+def activity(trace: dict[str, Any], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Every kernel (GPU) or operator (CPU) inside an annotated range: domain, stage, range_index, kernel, ns."""
     ev = _complete_events(trace)
     rng = ranges(trace, labels)
@@ -144,12 +145,12 @@ def activity(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
     return out[["domain", "stage", "range_index", "kernel", "duration_ns"]]
 
 
-def device_kind(trace: dict) -> str:
+def device_kind(trace: dict[str, Any]) -> str:
     """'gpu' when the trace holds CUDA kernels, else 'cpu' (operators)."""
     return "gpu" if any(e.get("cat") in KERNEL_CATEGORIES for e in trace["traceEvents"]) else "cpu"
 
 
-def kernel_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
+def kernel_table(trace: dict[str, Any], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Time per (stage, kernel or operator), columns as ``nsys.kernel_table``."""
     act = activity(trace, labels)
     n_ranges = ranges(trace, labels).groupby(["domain", "stage"]).size().rename("range_instances").reset_index()
@@ -161,7 +162,7 @@ def kernel_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFr
     return out.sort_values(["stage", "total_ns"], ascending=[True, False], ignore_index=True)
 
 
-def stage_table(trace: dict, labels: dict[str, str] | None = None) -> pd.DataFrame:
+def stage_table(trace: dict[str, Any], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Wall time per annotated range, in the order the stages first ran; columns as ``nsys.stage_table``."""
     rng = ranges(trace, labels)
     out = rng.groupby(["domain", "stage"], as_index=False, sort=False).agg(

@@ -6,7 +6,7 @@ import platform
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from nsightflow.errors import ConfigError
 from nsightflow.files import safe_name
@@ -115,7 +115,7 @@ def tool_version(binary: str) -> str:
     return lines[-1] if lines else out.strip()
 
 
-def tool_versions(backend: str, nsys: str, ncu: str) -> dict:
+def tool_versions(backend: str, nsys: str, ncu: str) -> dict[str, Any]:
     """Versions of the software that produces a backend's numbers (torch read without importing it)."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -131,9 +131,9 @@ def tool_versions(backend: str, nsys: str, ncu: str) -> dict:
     return out
 
 
-def host_info() -> dict:
+def host_info() -> dict[str, Any]:
     """Host name, GPUs and driver as nvidia-smi reports them (for manifests)."""
-    info: dict = {"hostname": platform.node(), "cpu": cpu_name(), "gpus": gpus()}
+    info: dict[str, Any] = {"hostname": platform.node(), "cpu": cpu_name(), "gpus": gpus()}
     if shutil.which("nvidia-smi"):
         info["driver"] = next(iter(smi_query("driver_version")), None)
     return info

@@ -31,7 +31,7 @@ def _arg_key(x: Any) -> Hashable:
     return kind.__name__
 
 
-def call_key(func: Any, args: tuple, kwargs: dict) -> Hashable | None:
+def call_key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable | None:
     """What an operator call's FLOPs and signature follow from: the operator, its tensors' dtypes, shapes and
     strides, its other arguments as written (as ``probe.signature`` describes them). None where equal keys may do
     different work (DATA_DEPENDENT operators) or a tensor has no strides (sparse): such calls are never cached."""

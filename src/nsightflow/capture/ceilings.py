@@ -55,7 +55,7 @@ def _faster_layout(device: str, dtype: Any, timed: Callable[[Callable[[], Any]],
 
     x = torch.randn(256, 256, device=device).to(dtype)
     y = torch.randn(256, 256, device=device).to(dtype)
-    runs = {"a @ b.T": lambda: x @ y.t(), "a @ b": lambda: x @ y}
+    runs: dict[str, Callable[[], object]] = {"a @ b.T": lambda: x @ y.t(), "a @ b": lambda: x @ y}
     best: dict[str, float] = {}
     for name, fn in runs.items():
         fn()
@@ -65,7 +65,7 @@ def _faster_layout(device: str, dtype: Any, timed: Callable[[Callable[[], Any]],
 
 def measure(
     device: str, dtype: str, matmul_n: int | None = None, copy_bytes: int | None = None, reps: int | None = None
-) -> dict:
+) -> dict[str, Any]:
     """Best achieved matmul FLOP/s (2·n³ per n×n product, in ``dtype``, best layout) and copy bytes/s (read + write)."""
     import torch
 
@@ -82,7 +82,9 @@ def measure(
     # Two layouts: a @ b, and a @ bᵀ as nn.Linear multiplies (on some CPUs bf16 a @ b takes a path 20x slower):
     # the faster one, chosen on small matrices, is the one timed.
     layout = _faster_layout(device, torch_dtype, timed)
-    fn = (lambda: torch.matmul(a, b.t(), out=c)) if layout == "a @ b.T" else (lambda: torch.matmul(a, b, out=c))
+    fn: Callable[[], object] = (
+        (lambda: torch.matmul(a, b.t(), out=c)) if layout == "a @ b.T" else (lambda: torch.matmul(a, b, out=c))
+    )
     fn()  # warm-up: library handles, autotuning
     mm = min(timed(fn) for _ in range(reps))
     src = torch.empty(nbytes // 4, device=device, dtype=torch.float32).fill_(1.0)

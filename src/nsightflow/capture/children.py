@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -213,7 +214,7 @@ class Output:
 
 def run(
     argv: list[str],
-    env: dict | None = None,
+    env: dict[str, Any] | None = None,
     timeout_s: float | None = None,
     on_line: Callable[[str], None] | None = None,
     cwd: str | None = None,
@@ -272,7 +273,7 @@ def run(
     return out, proc.returncode
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL the child's process group (the profiler and the program it launched) and reap the child."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)

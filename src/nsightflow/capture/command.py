@@ -20,6 +20,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -37,10 +38,10 @@ from nsightflow.records import HOOK_ENV, HookMode, HookSettings, Manifest
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def fill(argv: list[str], args: dict) -> list[str]:
+def fill(argv: list[str], args: dict[str, Any]) -> list[str]:
     """The command's argv with each ``{name}`` replaced by the run's value of ``name`` (its args and sweep point)."""
 
-    def value(m: re.Match) -> str:
+    def value(m: re.Match[str]) -> str:
         if m.group(1) not in args:
             raise ConfigError(
                 f"command argument {m.string!r}: placeholder {{{m.group(1)}}} has no value; give it under the "
@@ -56,8 +57,8 @@ class CommandCall:
     """One command workload as the config gives it (fields of ``command_call`` in common.smk)."""
 
     command: list[str]
-    args: dict = field(default_factory=dict)
-    env: dict = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
     cwd: str | None = None
     domain: str | None = None  # the program's NVTX domain of its stages; None: discovered
     stages: list[str] | None = None  # its stage range names; None: the domain's top-level ranges
@@ -91,12 +92,12 @@ class CommandCall:
         return self.launch(settings)
 
 
-def program_call(fields: dict) -> HarnessCall | CommandCall:
+def program_call(fields: dict[str, Any]) -> HarnessCall | CommandCall:
     """The call a rule's ``harness`` params describe: a command workload's or a callable's."""
     return CommandCall(**fields) if "command" in fields else HarnessCall(**fields)
 
 
-def program_launches(fields: dict, plan_json: str | Path, manifest: str | Path) -> list[Launch]:
+def program_launches(fields: dict[str, Any], plan_json: str | Path, manifest: str | Path) -> list[Launch]:
     """What ncu runs for the plan ``plan_json``, in the order to try: a callable whose first pass did no one-time
     work that launches kernels (the timeline's harness looked: nsightflow.capture.passes.first_pass_work) first
     without its warm-up pass, the windows in the program's first pass (under ncu a pass of an 8B-shaped decoder costs
@@ -124,7 +125,7 @@ class Discovery:
 RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end"]
 
 
-def discover(record: dict, domain: str | None, stages: list[str] | None) -> Discovery:
+def discover(record: dict[str, Any], domain: str | None, stages: list[str] | None) -> Discovery:
     """The stage steps of a command's timed run (its hook record): the ranges of ``domain`` named ``stages`` (else
     its top-level ones), one at a time (a stage range inside another step is part of that step). Without a domain,
     the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time."""
@@ -167,7 +168,7 @@ def discover(record: dict, domain: str | None, stages: list[str] | None) -> Disc
 
 def _run(
     call: CommandCall, settings: HookSettings, log: str | Path, timeout_s: float | None, wrap: list[str]
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One run of the command with the hook (under ``wrap``, a profiler's argv prefix): the record of every Python
     process it started (nsightflow.capture.hook.record_path), each with the run's output."""
     launch = call.launch(settings)
@@ -188,12 +189,12 @@ def _run(
     return records
 
 
-def _active(records: list[dict]) -> list[dict]:
+def _active(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records of processes that ran stage steps (or, timed, opened ranges): a job's ranks."""
     return [r for r in records if r.get("steps") or r.get("ranges")]
 
 
-def primary(records: list[dict], rank: int) -> dict:
+def primary(records: list[dict[str, Any]], rank: int) -> dict[str, Any]:
     """The record of the process whose stages are profiled: the only one that opened ranges, else rank ``rank``."""
     active = _active(records)
     if len(active) <= 1:
@@ -209,7 +210,7 @@ def primary(records: list[dict], rank: int) -> dict:
     return mine[0]
 
 
-def rank_rows(timed: list[dict], profiled: list[dict], found: Discovery) -> list[dict]:
+def rank_rows(timed: list[dict[str, Any]], profiled: list[dict[str, Any]], found: Discovery) -> list[dict[str, Any]]:
     """Per rank of a job of several processes: rank, pid and device in the profiled run, and each stage's step
     times in the timed run (the program's own) and in the profiled one; [] for a single process."""
     active = _active(profiled)
@@ -228,7 +229,7 @@ def rank_rows(timed: list[dict], profiled: list[dict], found: Discovery) -> list
     ]
 
 
-def _same_steps(timed: Discovery, other: dict, what: str) -> None:
+def _same_steps(timed: Discovery, other: dict[str, Any], what: str) -> None:
     got = {k: len(v) for k, v in (other.get("steps") or {}).items()}
     want = {k: len(v) for k, v in timed.walls.items()}
     if got != want:
@@ -238,7 +239,9 @@ def _same_steps(timed: Discovery, other: dict, what: str) -> None:
         )
 
 
-def _record(call: CommandCall, found: Discovery, profiled: dict, extra: dict, ranks: list[dict]) -> dict:
+def _record(
+    call: CommandCall, found: Discovery, profiled: dict[str, Any], extra: dict[str, Any], ranks: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The harness-shaped record of a command's runs (nsightflow.records.Manifest's fields)."""
     return {
         "callable": "",
@@ -258,7 +261,9 @@ def _record(call: CommandCall, found: Discovery, profiled: dict, extra: dict, ra
     }
 
 
-def _timed(call: CommandCall, tmp: str, log: str | Path, timeout_s: float | None) -> tuple[Discovery, list[dict]]:
+def _timed(
+    call: CommandCall, tmp: str, log: str | Path, timeout_s: float | None
+) -> tuple[Discovery, list[dict[str, Any]]]:
     """The timed run (nothing collecting), the stages found in the profiled rank's ranges, and every process's
     record."""
     settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
@@ -275,8 +280,8 @@ def timeline(
     flops: str | Path,
     ceilings: str | Path,
     log: str | Path,
-    versions: dict,
-    settings: dict,
+    versions: dict[str, Any],
+    settings: dict[str, Any],
     timeout_s: float | None,
 ) -> None:
     """The timed run, then nsys over the probe run: the timeline, analytic count, ceilings and manifest."""
@@ -321,8 +326,8 @@ def torch_profile(
     flops: str | Path,
     ceilings: str | Path,
     log: str | Path,
-    versions: dict,
-    settings: dict,
+    versions: dict[str, Any],
+    settings: dict[str, Any],
     timeout_s: float | None = None,
 ) -> None:
     """The timed run, the command under torch.profiler (its steps as ``record_function`` ranges), then a count run
@@ -362,7 +367,7 @@ def torch_profile(
         write_manifest(harness_json, manifest, versions, commands, settings, tool_warnings(profiled["output"]))
 
 
-def profile_timeline(nsys_bin: str, fields: dict, *rest: object, **kw: object) -> None:
+def profile_timeline(nsys_bin: str, fields: dict[str, Any], *rest: object, **kw: object) -> None:
     """Rule timeline for either kind of workload (see nsightflow.capture.tools.timeline, :func:`timeline`)."""
     from nsightflow.capture import tools
 
@@ -371,7 +376,7 @@ def profile_timeline(nsys_bin: str, fields: dict, *rest: object, **kw: object) -
     run(nsys_bin, call, *rest, **kw)  # type: ignore[arg-type]
 
 
-def profile_torch(fields: dict, *rest: object, **kw: object) -> None:
+def profile_torch(fields: dict[str, Any], *rest: object, **kw: object) -> None:
     """Rule torch_profile for either kind of workload (see nsightflow.capture.tools.torch_profile,
     :func:`torch_profile`)."""
     from nsightflow.capture import tools

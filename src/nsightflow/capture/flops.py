@@ -64,7 +64,7 @@ SIMT = "fp32"  # float32 matrix work on the FMA units (without TF32): its FLOPs 
 UNKNOWN = "unknown"  # no precision can be told (or one with no FLOP peak, integers): no compute peak is taken
 
 
-def input_precisions(name: str, klass: str, args: tuple) -> list[str]:
+def input_precisions(name: str, klass: str, args: tuple[Any, ...]) -> list[str]:
     """The precision of each input of a GEMM (two operands) or an attention (query, key, value), in order:
     tensor-core ones, or 'fp32' for float32 where TF32 is not allowed; empty for other operators."""
     import torch
@@ -166,7 +166,7 @@ def causal_kept(sq: int, sk: int) -> int:
     return sk * (sk + 1) // 2 + (sq - sk) * sk
 
 
-def _named_args(func: Any, args: tuple, kwargs: dict) -> dict:
+def _named_args(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """Arguments of an aten call by schema name (positions differ between operators and versions)."""
     names = [a.name for a in func._schema.arguments]
     out = dict(zip(names, args, strict=False))
@@ -174,7 +174,7 @@ def _named_args(func: Any, args: tuple, kwargs: dict) -> dict:
     return out
 
 
-def attention_flops(name: str, func: Any, args: tuple, kwargs: dict) -> tuple[int, int]:
+def attention_flops(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
     """(FLOPs in full, FLOPs the causal mask removes) of one SDPA call, from its shapes.
 
     Forward: Q·Kᵀ and P·V, 2·b·hq·sq·sk·(d + dv). Backward: dV, dP, dQ, dK, twice the forward
@@ -206,7 +206,7 @@ def op_class(name: str) -> str:
     return "gemm" if name in GEMM_OPS else "other"
 
 
-def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[str, int, int]:
+def op_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> tuple[str, int, int]:
     """(class, FLOPs, FLOPs masked by causality) of one operator; raises when its formula fails."""
     from torch.utils.flop_counter import flop_registry
 
@@ -221,7 +221,7 @@ def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[str, int, 
     return klass, int(formula(*args, **kwargs, out_val=out)), 0
 
 
-def moved_bytes(inputs: list, output: Any, gathers: bool = False) -> int:
+def moved_bytes(inputs: list[Any], output: Any, gathers: bool = False) -> int:
     """Bytes an operator touches: each distinct input tensor once, plus new outputs.
 
     Outputs that alias an input (views, in-place results) add nothing; a lookup (``gathers``)
@@ -231,7 +231,7 @@ def moved_bytes(inputs: list, output: Any, gathers: bool = False) -> int:
     """
     import torch
 
-    def flat(x: Any, into: list) -> list:
+    def flat(x: Any, into: list[Any]) -> list[Any]:
         if isinstance(x, torch.Tensor):
             into.append(x)
         elif isinstance(x, (list, tuple)):
@@ -272,13 +272,13 @@ class StageTally:
     masked: int = 0
     attention_full: int = 0
     bytes: int = 0
-    by_class: dict = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
-    by_op: dict = field(default_factory=dict)
-    failures: dict = field(default_factory=dict)  # op -> first error
+    by_class: dict[str, Any] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
+    by_op: dict[str, Any] = field(default_factory=dict)
+    failures: dict[str, Any] = field(default_factory=dict)  # op -> first error
     graph_replays: int = 0
     stopped: str = ""  # why the counting pass stopped, if it did
-    precisions: set = field(default_factory=set)  # tensor-core precisions of its GEMMs and attentions
-    by_precision: dict = field(default_factory=dict)  # their FLOPs, by the precision of the first input
+    precisions: set[Any] = field(default_factory=set)  # tensor-core precisions of its GEMMs and attentions
+    by_precision: dict[str, Any] = field(default_factory=dict)  # their FLOPs, by the precision of the first input
 
     def record(self) -> StageCount:
         """The stage's entry in analytic_flops.json; FLOPs are None when part of the work was not counted."""
@@ -327,7 +327,9 @@ class Tally:
         if self.current is not None:
             self.current.graph_replays += 1
 
-    def add(self, func: Any, args: tuple, kwargs: dict, out: Any, key: Hashable | None = None) -> None:
+    def add(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, key: Hashable | None = None
+    ) -> None:
         """Count one operator call; ``key`` (nsightflow.capture.callkey's, where the caller has it) lets equal calls
         reuse the first one's FLOPs: the formulas read shapes only, and a decode step repeats its layers' calls."""
         s = self.current

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 LOCK_DIR = Path(".snakemake") / "nsightflow-gpu-locks"
 
@@ -25,9 +25,9 @@ def claim(
     n_devices: int | None = None,
     lock_dir: str | Path = LOCK_DIR,
     poll_s: float = 0.5,
-    env: dict | None = None,
+    env: dict[str, Any] | None = None,
     want: int = 1,
-) -> Iterator[tuple[dict, str]]:
+) -> Iterator[tuple[dict[str, Any], str]]:
     """Yield (environment for the child, what was decided) while holding the locks of ``want`` devices (a job of
     several processes, one GPU per rank, asks for as many as it has ranks)."""
     env = dict(os.environ if env is None else env)

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from nsightflow import files
 from nsightflow.capture.flops import matmul_precision
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from nsightflow.capture.probe import Windows
 
 
-def environment(device: str) -> dict:
+def environment(device: str) -> dict[str, Any]:
     """Versions and facts of the workload's device (``cuda[:n]`` or ``cpu``) for the run's manifest."""
     import torch
 
@@ -58,7 +58,7 @@ def environment(device: str) -> dict:
     return env
 
 
-def measure_ceilings(device: str, dtype: str) -> dict:
+def measure_ceilings(device: str, dtype: str) -> dict[str, Any]:
     """The device's measured matmul rate (in ``dtype``) and copy bandwidth, or why they could not be."""
     from nsightflow.capture.ceilings import measure
 
@@ -96,7 +96,7 @@ class HarnessCall:
     the one place the harness's arguments are written and read."""
 
     spec: str
-    args: dict = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
     domain: str = DEFAULT_DOMAIN
     warmup: int = 1
     python: str | None = None
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with phase("workload built"):
             workload = build_workload(call.spec, call.args)
-        result: dict = {}
+        result: dict[str, Any] = {}
         program = None
         if call.windows is not None:
             # ncu's launch: the windows open in the probe pass, so no ranged pass (under ncu every launch outside a

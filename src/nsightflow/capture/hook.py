@@ -180,7 +180,7 @@ class Tracker:
         finally:
             self.inside = False
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         return {
             "mode": self.s.mode,
             "pid": os.getpid(),

@@ -91,7 +91,7 @@ class ProbeActions:
         if self.marks is not None:
             self.marks.pop()
 
-    def finish(self) -> dict:
+    def finish(self) -> dict[str, Any]:
         from nsightflow.capture.flops import matmul_precision
         from nsightflow.capture.harness import environment, measure_ceilings
         from nsightflow.records import Ceilings
@@ -143,7 +143,7 @@ class TorchActions:
     def end(self) -> None:
         self.ranges.pop().__exit__(None, None, None)
 
-    def finish(self) -> dict:
+    def finish(self) -> dict[str, Any]:
         from nsightflow import files
         from nsightflow.capture.harness import environment
 
@@ -164,7 +164,7 @@ class TimedActions:
     def end(self) -> None:
         pass
 
-    def finish(self) -> dict:
+    def finish(self) -> dict[str, Any]:
         return {}
 
 

@@ -14,7 +14,7 @@ import json
 import os
 import platform
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from nsightflow.capture.backend import device_label, gpus, resolve, slug, tool_versions
 
@@ -29,15 +29,15 @@ class HostFacts:
     reason: str  # why that backend, in words
     device: str  # folder-safe device name (preflight results are cached under it)
     gpu_jobs: bool  # whether profiling jobs need a GPU (what they request from a scheduler)
-    versions: dict = field(default_factory=dict)
+    versions: dict[str, Any] = field(default_factory=dict)
     decided_on: str = ""  # host name of the machine that decided
-    request: dict = field(default_factory=dict)  # the config values the decision was made from
+    request: dict[str, Any] = field(default_factory=dict)  # the config values the decision was made from
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def request_of(config: dict) -> dict:
+def request_of(config: dict[str, Any]) -> dict[str, Any]:
     """The config values the facts depend on: a job whose config differs from these must not reuse them."""
     tools = config["tools"]
     return {
@@ -49,7 +49,7 @@ def request_of(config: dict) -> dict:
     }
 
 
-def decide(config: dict) -> HostFacts:
+def decide(config: dict[str, Any]) -> HostFacts:
     """Probe this host and decide (config ``profiler``, ``device``, ``tools``, ``captures``)."""
     req = request_of(config)
     local_gpus = [] if req["captures"] else gpus()
@@ -72,7 +72,7 @@ def decide(config: dict) -> HostFacts:
     )
 
 
-def shared(config: dict, environ: os._Environ | dict = os.environ) -> HostFacts:
+def shared(config: dict[str, Any], environ: os._Environ[str] | dict[str, Any] = os.environ) -> HostFacts:
     """The facts of this invocation: those in ``environ`` when a submitting host decided them for the
     same config, else decided here and put into ``environ`` for the jobs this process starts."""
     text = environ.get(ENV)

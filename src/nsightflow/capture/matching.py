@@ -11,6 +11,7 @@ counters on another.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pandas as pd
 
@@ -73,7 +74,7 @@ def match_to_plan(results: pd.DataFrame, expected: pd.DataFrame, capture: str) -
     return res
 
 
-def _stage_of(stack: list[dict] | None, domain: str) -> tuple[str, str, int] | None:
+def _stage_of(stack: list[dict[str, Any]] | None, domain: str) -> tuple[str, str, int] | None:
     """(pass, stage, step) from an ncu NVTX stack: the range in the stages' domain (ranged pass) or in
     nsightflow's probe domain (a capture of the probe pass); None when neither is on the stack."""
     for entry in reversed(stack or []):
@@ -109,7 +110,7 @@ def search_timeline(results: pd.DataFrame, launches: pd.DataFrame, domain: str, 
     res = res[placed].reset_index(drop=True)
     where = [w for w in where if w is not None]
     res["_pass"], res["_stage"], res["_step"] = zip(*where, strict=True)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     for (pass_, stage, payload), group in res.groupby(["_pass", "_stage", res["_step"].fillna(-1)], sort=False):
         step = int(payload)
         mine = launches[(launches["pass_"] == pass_) & (launches["stage"] == stage)]

@@ -17,7 +17,7 @@ from nsightflow.capture.matching import match_to_plan
 from nsightflow.capture.plan import CapturePlan, expected_frame
 from nsightflow.capture.progress import LaunchProgress
 from nsightflow.capture.tools import append_log, require, run_tool
-from nsightflow.errors import MatchError, ToolError
+from nsightflow.errors import CaptureError, MatchError, ToolError
 from nsightflow.records import AnalyticCounts, CaptureRecord
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def ncu_capture(
         try:
             text, raw = _checked_capture(ncu_bin, out, rc, produced, log, what, expected, plan, rep.name, ranges)
             break
-        except (ncu.CaptureError, MatchError) as exc:
+        except (CaptureError, MatchError) as exc:
             if i == len(tries) - 1 or not (isinstance(exc, MatchError) or ncu.differs_from_plan(out, rc, expected)):
                 raise
             set_aside = str(exc).splitlines()[0][:500]

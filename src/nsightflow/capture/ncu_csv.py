@@ -33,7 +33,7 @@ _NVTX_ENTRY = re.compile(
 )
 
 
-def parse_nvtx(cell: str) -> list[dict]:
+def parse_nvtx(cell: str) -> list[dict[str, Any]]:
     """The push/pop stack of an ncu NVTX cell, outermost first.
 
     A cell reads like ``642  "nsightflow:decode:Int64:3:RGB:0xff:REGISTERED:decode" ``:

@@ -32,7 +32,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _run_pass(workload: Workload, annotate: Callable | None) -> dict[str, list[float]]:
+def _run_pass(workload: Workload, annotate: Callable[..., Any] | None) -> dict[str, list[float]]:
     """Run setup and every stage step once; return each step's wall time in seconds."""
     _setup(workload)
     times: dict[str, list[float]] = {}
@@ -65,10 +65,10 @@ def _call(stage: Stage, step: int) -> None:
         ) from exc
 
 
-def _nvtx_ranges(domain: str) -> Callable[[str, int], AbstractContextManager]:
+def _nvtx_ranges(domain: str) -> Callable[[str, int], AbstractContextManager[Any]]:
     import nvtx
 
-    def annotate(name: str, step: int) -> AbstractContextManager:
+    def annotate(name: str, step: int) -> AbstractContextManager[Any]:
         return nvtx.annotate(message=name, domain=domain, payload=step)
 
     return annotate
@@ -148,7 +148,10 @@ def capture_range(on: bool) -> None:
         import torch.cuda.profiler as cuda_profiler
 
         with phase(f"capture range {'opened' if on else 'closed'}"):  # under nsys, its tracing starts or flushes
-            (cuda_profiler.start if on else cuda_profiler.stop)()
+            if on:
+                cuda_profiler.start()
+            else:
+                cuda_profiler.stop()
 
 
 # Live device allocations a first pass may leave without making state of its own: cuBLAS's and cuBLASLt's workspaces.
@@ -257,7 +260,7 @@ def run_torch_profiled(
     if workload.device.startswith("cuda"):
         activities.append(ProfilerActivity.CUDA)
 
-    def annotate(name: str, step: int) -> AbstractContextManager:
+    def annotate(name: str, step: int) -> AbstractContextManager[Any]:
         return record_function(f"{domain}:{trace_label(workload, name)}")
 
     with profile(activities=activities) as prof:

@@ -43,7 +43,7 @@ CaptureMode = Literal["representatives", "every_launch"]
 MODES = ("representatives", "every_launch")
 
 
-def resolve_steps(spec: list, repeats: int) -> list[int]:
+def resolve_steps(spec: list[Any], repeats: int) -> list[int]:
     """Decode steps to sample: items 'first', 'middle', 'last', 'every:K', or step indices."""
     steps: set[int] = set()
     for item in spec:
@@ -85,8 +85,8 @@ class CapturePlan:
     mode: CaptureMode
     domain: str
     windows: list[Window]
-    expected: list[dict]  # launches ncu must profile, in order (EXPECTED_COLUMNS)
-    stages: dict = field(default_factory=dict)  # per stage: classes, steps, sampled, launches, profiled
+    expected: list[dict[str, Any]]  # launches ncu must profile, in order (EXPECTED_COLUMNS)
+    stages: dict[str, Any] = field(default_factory=dict)  # per stage: classes, steps, sampled, launches, profiled
 
     def write(self, path: str | Path) -> None:
         files.write_json(path, {"schema": SCHEMA, **asdict(self)}, indent=1)
@@ -117,7 +117,7 @@ def _stage_order(tl: Timeline) -> list[str]:
     return list(dict.fromkeys(tl.ranges.sort_values("start")["stage"]))
 
 
-def chosen_steps(tl: Timeline, stage: str, sample_steps: list) -> tuple[list[int], list[int]]:
+def chosen_steps(tl: Timeline, stage: str, sample_steps: list[Any]) -> tuple[list[int], list[int]]:
     """(sampled steps, extra steps) of a stage: the sampled ones, plus the first step of each structure
     (launch sequence) that no sampled step has."""
     ranges = tl.ranges[tl.ranges["stage"] == stage].sort_values("start")
@@ -135,7 +135,7 @@ def chosen_steps(tl: Timeline, stage: str, sample_steps: list) -> tuple[list[int
     return sampled, extra
 
 
-def plan_capture(tl: Timeline, domain: str, sample_steps: list, mode: CaptureMode) -> CapturePlan:
+def plan_capture(tl: Timeline, domain: str, sample_steps: list[Any], mode: CaptureMode) -> CapturePlan:
     """The capture plan of one run from its attributed timeline."""
     if mode not in MODES:
         raise PlanError(f"capture mode {mode!r}: use one of {', '.join(MODES)}")
@@ -143,7 +143,7 @@ def plan_capture(tl: Timeline, domain: str, sample_steps: list, mode: CaptureMod
     ranged = tl.launches[tl.launches["pass_"] == "ranged"]
     probe = tl.launches[tl.launches["pass_"] == "probe"]
     chosen: set[tuple[str, int]] = set()
-    summary: dict[str, dict] = {}
+    summary: dict[str, dict[str, Any]] = {}
     for stage in _stage_order(tl):
         mine = ranged[ranged["stage"] == stage]
         sampled, extra = chosen_steps(tl, stage, sample_steps)
@@ -269,7 +269,7 @@ def expected_frame(plan: CapturePlan) -> pd.DataFrame:
 
 
 def make_plan(
-    sqlite: str | Path, domain: str, sample_steps: list, mode: CaptureMode, plan_out: str | Path, log: str | Path
+    sqlite: str | Path, domain: str, sample_steps: list[Any], mode: CaptureMode, plan_out: str | Path, log: str | Path
 ) -> CapturePlan:
     """Attribute the timeline and write the run's capture plan (nsightflow.capture.plan); the log says what it chose."""
     tl = read_timeline(sqlite, domain)
@@ -289,7 +289,7 @@ def make_plan(
     return plan
 
 
-def range_plan(sqlite: str | Path, domain: str, sample_steps: list, plan_out: str | Path) -> CapturePlan:
+def range_plan(sqlite: str | Path, domain: str, sample_steps: list[Any], plan_out: str | Path) -> CapturePlan:
     """Whole-step windows over the sampled steps: one range-replay result per window."""
     plan = plan_capture(read_timeline(sqlite, domain), domain, sample_steps, "every_launch")
     sampled = {(stage, step) for stage, s in plan.stages.items() for step in s["sampled_steps"]}

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from nsightflow import files
 from nsightflow.capture.backend import found, gpus, host_info, slug, tool_version
@@ -59,7 +60,7 @@ def _probe(argv: list[str], timeout_s: float) -> str:
 
 def run_checks(
     nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300, device: str | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Every check as {name, ok, detail, fix}; the counter probe runs only when the rest passed.
 
     ``device``: the device name the workflow planned for (its files are named after it); this host's
@@ -138,7 +139,7 @@ def run_checks(
 
 def preflight(
     nsys: str, ncu: str, out_json: str | Path, python: str | None = None, device: str | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Run the checks; write ``out_json`` only when all pass, else raise PreflightError listing the failures."""
     checks = run_checks(nsys, ncu, python, device=device)
     failed = [c for c in checks if not c["ok"] and c["fix"]]

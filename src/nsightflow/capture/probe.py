@@ -46,7 +46,7 @@ def _describe(x: Any) -> str:
     return type(x).__name__
 
 
-def signature(func: Any, args: tuple, kwargs: dict, instance: int = 0) -> str:
+def signature(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], instance: int = 0) -> str:
     """An operator call's identity: its name and a digest of its arguments (tensor shapes, dtypes and
     strides; other values as written). Two launches of one kernel with one grid can still do different work
     (a GEMM's K is not in its launch configuration); launches of equal calls do the same, except for the
@@ -118,7 +118,7 @@ class OpProbe(TorchDispatchMode):
         return False
 
     def __init__(self, domain: str | None, tally: Tally | None, windows: Windows | None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
         self.tally, self.windows = tally, windows
         self.index = 0
         self._lock = threading.Lock()
@@ -131,7 +131,9 @@ class OpProbe(TorchDispatchMode):
 
             self._nvtx = nvtx.get_domain(ops_domain(domain))
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         with self._lock:
             i = self.index
@@ -153,7 +155,7 @@ class OpProbe(TorchDispatchMode):
             self.tally.add(func, args, kwargs, out, key)
         return out
 
-    def _mark(self, func: Any, args: tuple, kwargs: dict, i: int, key: Any) -> bool | None:
+    def _mark(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], i: int, key: Any) -> bool | None:
         if self._nvtx is None:
             return None
         self._calls += 1

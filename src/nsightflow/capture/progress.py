@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from typing import Any, TextIO
 
 
 @contextmanager
@@ -29,7 +29,7 @@ def phase(name: str, stream: TextIO | None = None) -> Iterator[None]:
 class LaunchProgress:
     """Callable on each output line of an ncu run; prints at most every ``every_s`` seconds and at the end."""
 
-    def __init__(self, label: str, expected: list[dict], every_s: float = 10.0, stream: TextIO = sys.stderr):
+    def __init__(self, label: str, expected: list[dict[str, Any]], every_s: float = 10.0, stream: TextIO = sys.stderr):
         self.label, self.expected, self.every_s, self.stream = label, expected, every_s, stream
         self.done = 0
         self.started = self.last = time.monotonic()

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 from nsightflow.workloads.api import WorkloadError, build_workload
 
@@ -25,8 +26,8 @@ ARGS_ENV = "NSIGHTFLOW_CALLABLE_ARGS"  # the callable's arguments, JSON (never i
 
 
 def command_fields(
-    spec: str, args: dict, nprocs: int, warmup: int, python: str, mirror: str, rank: int, gpus: int
-) -> dict:
+    spec: str, args: dict[str, Any], nprocs: int, warmup: int, python: str, mirror: str, rank: int, gpus: int
+) -> dict[str, Any]:
     """The command workload (nsightflow.capture.command.CommandCall's fields) that runs ``spec`` as ``nprocs``
     processes: its stages are the runner's ranges, ``rank`` is the one probed and captured."""
     argv = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nprocs)]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from nsightflow import files
 from nsightflow.capture import children, nsys
@@ -120,8 +121,8 @@ def timeline(
     flops: str | Path,
     ceilings: str | Path,
     log: str | Path,
-    versions: dict,
-    settings: dict,
+    versions: dict[str, Any],
+    settings: dict[str, Any],
     timeout_s: float | None,
 ) -> None:
     """nsys profile → ``rep`` (.nsys-rep) and its SQLite export, the analytic count and the measured ceilings from
@@ -159,9 +160,9 @@ def tool_warnings(output: str) -> list[str]:
 def write_manifest(
     harness_json: str | Path,
     manifest: str | Path,
-    versions: dict,
-    commands: list[dict],
-    settings: dict | None = None,
+    versions: dict[str, Any],
+    commands: list[dict[str, Any]],
+    settings: dict[str, Any] | None = None,
     warnings: list[str] | None = None,
 ) -> Manifest:
     """The run's manifest: the harness's record (args, params, environment), the settings that shaped
@@ -189,8 +190,8 @@ def torch_profile(
     flops: str | Path,
     ceilings: str | Path,
     log: str | Path,
-    versions: dict,
-    settings: dict,
+    versions: dict[str, Any],
+    settings: dict[str, Any],
     timeout_s: float | None = None,
 ) -> None:
     """The workload under torch.profiler → Chrome trace ``trace``; the analytic count and the measured

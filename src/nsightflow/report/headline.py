@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import math
 import re
+from typing import Any
 
 import pandas as pd
 
@@ -38,7 +39,7 @@ def _top(kernels: pd.DataFrame, stage: str, n: int = 3) -> str:
     )
 
 
-def headline_rows(stages: pd.DataFrame, kernels: pd.DataFrame | None) -> list[dict]:
+def headline_rows(stages: pd.DataFrame, kernels: pd.DataFrame | None) -> list[dict[str, Any]]:
     """One dict per stage: stage, share (of the run's wall time), bound, why, advice, mfu_wall, mfu_busy, memory
     (DRAM use on busy time, measured or from the operators' bytes), top (HTML)."""
     wall = (

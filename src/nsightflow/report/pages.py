@@ -176,7 +176,7 @@ def _backend_line(backend: str, reason: str) -> str:
     return f"<p>Backend: <b>{html.escape(backend)}</b>" + (f" — {html.escape(reason)}" if reason else "") + "</p>"
 
 
-def _on_cpu(run: dict) -> bool:
+def _on_cpu(run: dict[str, Any]) -> bool:
     """Whether the run's numbers come from CPU operators (torch.profiler on the CPU)."""
     manifest = run.get("manifest")
     return manifest is not None and manifest.environment.get("device") == "cpu"
@@ -202,7 +202,7 @@ def peaks_html(pk: Peaks) -> str:
     return "<h3>Peaks</h3><ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
 
-def kernels_html(kernels: pd.DataFrame, columns: dict, noun: str = "kernels") -> str:
+def kernels_html(kernels: pd.DataFrame, columns: dict[str, Any], noun: str = "kernels") -> str:
     """The report's focus per stage (the top-N kernels) in view; every other kernel folded below it."""
     if "selected" not in kernels.columns or not kernels["selected"].fillna(False).astype(bool).any():
         return table(kernels, columns)
@@ -218,7 +218,9 @@ def kernels_html(kernels: pd.DataFrame, columns: dict, noun: str = "kernels") ->
     return out
 
 
-def render_run(run: dict, backend: str, reason: str, settings: dict, title: str = "nsightflow report") -> str:
+def render_run(
+    run: dict[str, Any], backend: str, reason: str, settings: dict[str, Any], title: str = "nsightflow report"
+) -> str:
     """One run's page. ``run`` as runfiles.load_run gives it; ``settings``: the config values that shaped it."""
     pk = run["peaks"]
     on_cpu = _on_cpu(run)
@@ -333,7 +335,7 @@ COMPARE_COLUMNS = {
 }
 
 
-def comparison(runs: list[dict]) -> pd.DataFrame:
+def comparison(runs: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per (run, stage): the run's name and swept values beside the stage's numbers."""
     rows = []
     for run in runs:
@@ -344,7 +346,7 @@ def comparison(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def render_index(runs: list[dict], backend: str, reason: str, title: str = "nsightflow report") -> str:
+def render_index(runs: list[dict[str, Any]], backend: str, reason: str, title: str = "nsightflow report") -> str:
     """The cross-run report: every sweep point's stages side by side, where the time goes, charts per swept
     parameter, links to the run pages."""
     df = comparison(runs)

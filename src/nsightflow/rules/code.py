@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 
 def _module_file(name: str) -> Path | None:
@@ -31,13 +32,13 @@ def _script(command: list[str], cwd: str | None) -> Path | None:
     return None
 
 
-def code_identity(spec: dict) -> dict:
+def code_identity(spec: dict[str, Any]) -> dict[str, Any]:
     """``{"file", "sha256"}`` of the workload's own source where it can be found, and its declared ``version``."""
     if "command" in spec:
         path = _script(list(spec["command"]), spec.get("cwd"))
     else:
         path = _module_file(str(spec["callable"]).split(":", 1)[0])
-    out: dict = {"version": spec.get("code_version")}
+    out: dict[str, Any] = {"version": spec.get("code_version")}
     if path is not None:
         out.update(file=str(path), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
     return out

@@ -54,7 +54,7 @@ def _scalar(text: str) -> Any:
     return value if value is None or isinstance(value, (bool, int, float)) else text
 
 
-def _types(spec: dict) -> set[str]:
+def _types(spec: dict[str, Any]) -> set[str]:
     t = spec.get("type", [])
     return set(t if isinstance(t, list) else [t])
 
@@ -70,7 +70,7 @@ def _json_type(value: Any) -> set[str]:
     return {"number"}
 
 
-def coerce(value: Any, spec: dict) -> Any:
+def coerce(value: Any, spec: dict[str, Any]) -> Any:
     """``value`` with strings turned into the numbers, booleans or nulls the schema asks for (Snakemake 9 passes
     ``--config select='{top_n: 3}'`` as {'top_n': '3'}); workload ``args`` take plain numbers and booleans."""
     if isinstance(value, dict):
@@ -95,7 +95,7 @@ def coerce(value: Any, spec: dict) -> Any:
     return value
 
 
-def normalize(config: dict, schema_path: str | Path) -> None:
+def normalize(config: dict[str, Any], schema_path: str | Path) -> None:
     """Coerce command-line strings in ``config`` (in place) to the types the schema asks for."""
     schema = yaml.safe_load(Path(schema_path).read_text())
     fixed = coerce(config, schema)
@@ -103,7 +103,7 @@ def normalize(config: dict, schema_path: str | Path) -> None:
     config.update(fixed)
 
 
-def check(config: dict, schema_path: str | Path) -> None:
+def check(config: dict[str, Any], schema_path: str | Path) -> None:
     """Raise ConfigError for the first schema violation (most relevant first) or semantic problem."""
     import jsonschema
 
@@ -119,7 +119,7 @@ COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus")
 SEVERAL_PROCESSES = ("rank", "gpus")  # also a callable's, when it runs as several processes (nprocs)
 
 
-def _program(i: int, name: str, w: dict) -> None:
+def _program(i: int, name: str, w: dict[str, Any]) -> None:
     """A workload is a callable or a command, never both; a command's placeholders all have values."""
     where = f"config workloads[{i}] ({name})"
     if ("callable" in w) == ("command" in w):
@@ -155,7 +155,7 @@ def _program(i: int, name: str, w: dict) -> None:
                 )
 
 
-def semantic(config: dict) -> None:
+def semantic(config: dict[str, Any]) -> None:
     """What the schema cannot say: dtypes, JSON-able workload arguments, a selection criterion."""
     for i, w in enumerate(config.get("workloads") or []):
         name = w.get("name", f"#{i}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Any
 
 from nsightflow.errors import ConfigError
 from nsightflow.files import safe_name
@@ -17,12 +18,12 @@ def _token(value: object) -> str:
     return safe_name(text, "x")
 
 
-def run_id(name: str, point: dict) -> str:
+def run_id(name: str, point: dict[str, Any]) -> str:
     """``name/key~value/...`` in the sweep's key order: readable, stable, one folder level per swept key."""
     return "/".join([name] + [f"{k}~{_token(v)}" for k, v in point.items()])
 
 
-def points(sweep: dict, mode: str = "product") -> list[dict]:
+def points(sweep: dict[str, Any], mode: str = "product") -> list[dict[str, Any]]:
     """Sweep points: the cartesian product of the value lists, or (``zip``) their element-wise pairing."""
     if not sweep:
         return [{}]
@@ -34,7 +35,7 @@ def points(sweep: dict, mode: str = "product") -> list[dict]:
             raise ConfigError(
                 f"sweep_mode zip needs lists of one length; got {dict(zip(keys, map(len, lists), strict=True))}"
             )
-        combos: Iterable[tuple] = zip(*lists, strict=True)
+        combos: Iterable[tuple[Any, ...]] = zip(*lists, strict=True)
     elif mode == "product":
         combos = itertools.product(*lists)
     else:
@@ -46,10 +47,10 @@ def points(sweep: dict, mode: str = "product") -> list[dict]:
 PROGRAM_KEYS = ("callable", "command", "env", "cwd", "domain", "stages", "rank", "gpus", "nprocs", "code_version")
 
 
-def expand(workloads: list[dict]) -> dict[str, dict]:
+def expand(workloads: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """run id → {name, callable or command (and its env, cwd, domain, stages), args (base args updated with the
     point), point}; ids must be unique."""
-    runs: dict[str, dict] = {}
+    runs: dict[str, dict[str, Any]] = {}
     for w in workloads:
         for point in points(w.get("sweep") or {}, w.get("sweep_mode", "product")):
             rid = run_id(w["name"], point)

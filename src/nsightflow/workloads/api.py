@@ -36,7 +36,7 @@ class Workload:
     # The dtype of the model's matrix work, where the probe pass cannot tell: MFU divides by the peak of the
     # precision most GEMM and attention FLOPs ran in (nsightflow.capture.flops.matmul_precision).
     dtype: str | None = None
-    params: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     iterations: int = 1
 
 
@@ -71,7 +71,7 @@ def load_callable(spec: str) -> Callable[..., Workload]:
     return fn
 
 
-def build_workload(spec: str, args: dict) -> Workload:
+def build_workload(spec: str, args: dict[str, Any]) -> Workload:
     fn = load_callable(spec)
     try:
         workload = fn(**args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -69,7 +70,7 @@ class TinyDecoder(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff) for _ in range(n_layers))
         self.norm = RMSNorm(d_model)
 
-    def forward(self, tokens: torch.Tensor, caches: list, pos: int) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, caches: list[Any], pos: int) -> torch.Tensor:
         x = self.embed(tokens)
         for block, cache in zip(self.blocks, caches, strict=True):
             x = block(x, cache, pos)
@@ -111,7 +112,7 @@ def resolve_device(device: str) -> str:
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 
 
-def _sdpa_context(backend: str | None) -> Callable[[], AbstractContextManager]:
+def _sdpa_context(backend: str | None) -> Callable[[], AbstractContextManager[Any]]:
     """A factory of contexts that restrict SDPA to ``backend`` (a no-op for None)."""
     if backend is None:
         return nullcontext
@@ -174,7 +175,7 @@ def build(
         for _ in range(n_layers)
     ]
     token = torch.zeros((batch, 1), dtype=torch.long, device=device)  # static: CUDA graphs read and write it
-    graphs: list = []
+    graphs: list[Any] = []
 
     @torch.no_grad()
     def run_decode(step: int) -> None:

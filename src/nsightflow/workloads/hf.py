@@ -27,7 +27,7 @@ def _transformers() -> Any:
 
 
 def load_model(
-    model: str | None, config: dict | None, dtype: str, device: str, attn_implementation: str, seed: int
+    model: str | None, config: dict[str, Any] | None, dtype: str, device: str, attn_implementation: str, seed: int
 ) -> torch.nn.Module:
     """A causal LM from a local checkpoint directory or from a config; raises WorkloadError naming the fix."""
     tf = _transformers()
@@ -65,7 +65,7 @@ def load_model(
 
 def build(
     model: str | None = None,
-    config: dict | None = None,
+    config: dict[str, Any] | None = None,
     batch: int = 1,
     prompt: int = 128,
     decode_steps: int = 8,
@@ -82,7 +82,7 @@ def build(
     tokens = torch.randint(0, net.config.vocab_size, (batch, prompt), generator=gen, device=device)
     # Only the last position's logits pick the next token (as transformers' generate asks for them).
     last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(net.forward).parameters else {}
-    state: dict = {}
+    state: dict[str, Any] = {}
 
     def setup() -> None:
         state.clear()

@@ -10,6 +10,7 @@ are counted in backward all the same (see nsightflow.capture.attribution).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -20,7 +21,7 @@ from nsightflow.workloads.api import Stage, Workload, require_sizes
 from nsightflow.workloads.decoder import make_model, resolve_device
 
 # The optimizers people train with, as torch implements them (each launches different kernels).
-OPTIMIZERS = {
+OPTIMIZERS: dict[str, Callable[[list[torch.nn.Parameter], float], torch.optim.Optimizer]] = {
     "adamw": lambda p, lr: torch.optim.AdamW(p, lr=lr),
     "adamw_fused": lambda p, lr: torch.optim.AdamW(p, lr=lr, fused=True),
     "adamw_foreach": lambda p, lr: torch.optim.AdamW(p, lr=lr, foreach=True),
@@ -38,7 +39,7 @@ def build(
     lr: float = 1e-4,
     seed: int = 0,
     model: str | None = None,
-    config: dict | None = None,
+    config: dict[str, Any] | None = None,
     attn_implementation: str = "sdpa",
     optimizer: str = "adamw",
     autocast: str | None = None,
@@ -76,7 +77,7 @@ def build(
     mixed = (
         torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, autocast)) if autocast else nullcontext()
     )
-    state: dict = {}
+    state: dict[str, Any] = {}
 
     def setup() -> None:
         opt.zero_grad(set_to_none=True)
