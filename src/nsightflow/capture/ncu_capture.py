@@ -54,7 +54,7 @@ def capture_counters(
 def ncu_capture(
     ncu_bin: str,
     plan_json: str | Path,
-    programs: Launch | list[Launch],
+    programs: list[Launch],
     rep: str | Path,
     csv_out: str | Path,
     cmd_json: str | Path,
@@ -87,8 +87,7 @@ def ncu_capture(
         if ranges
         else f"{expected} planned launches in {len(plan.windows)} windows ({plan.mode})"
     )
-    tries = [programs] if isinstance(programs, Launch) else list(programs)
-    tries = tries[-1:] if ranges else tries
+    tries = programs[-1:] if ranges else programs
     set_aside = None
     for i, program in enumerate(tries):
         argv = ncu.capture_argv(

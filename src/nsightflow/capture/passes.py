@@ -169,6 +169,8 @@ def warm_up(workload: Workload, passes: int) -> list[str]:
             times = _run_pass(workload, None)
         if i == 0:
             work = first_pass_work(before, _live_allocations())
+            seen = "; ".join(work) or "none seen"
+            print(f"nsightflow: the first pass's one-time work: {seen}", file=sys.stderr, flush=True)
         # where a first pass's extra time goes (library handles, autotuning, compilation): each stage's first step
         split = ", ".join(f"{k} {t[0]:.2f} s first step, {sum(t[1:]):.2f} s the rest" for k, t in times.items())
         print(f"nsightflow: warm-up pass {i + 1} by stage: {split}", file=sys.stderr, flush=True)
@@ -207,7 +209,6 @@ def first_pass_work(before: int | None, after: int | None) -> list[str]:
         work.append(f"{after - before} device allocations made in the first pass outlive it")
     if before is None and after is not None:
         work.append("CUDA was first used in the first pass")
-    print(f"nsightflow: the first pass's one-time work: {'; '.join(work) or 'none seen'}", file=sys.stderr, flush=True)
     return work
 
 
