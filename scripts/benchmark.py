@@ -57,9 +57,9 @@ def _program(args: dict, runs: int = 3) -> tuple[float, int]:
     return sorted(times)[len(times) // 2], 0
 
 
-def _snakemake(wf: Path, target: str) -> None:
+def _snakemake(wf: Path, target: str, env: dict | None = None) -> None:
     argv = [sys.executable, "-m", "snakemake", "--cores", "1", target]
-    subprocess.run(argv, cwd=wf, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, cwd=wf, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 def _workflow(args: dict, key: str, ncu_cfg: dict | None = None) -> tuple[float, int, dict]:
@@ -370,7 +370,7 @@ def _workflow_of(workloads: list[dict], key: str, after=None) -> tuple[float, in
         cfg["workloads"] = workloads
         (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         start = time.time()
-        _snakemake(wf, "results/report.html")
+        _snakemake(wf, "results/report.html", {**os.environ, "PYTHONPATH": str(wf / "tests")})  # tests' workloads
         seconds = time.time() - start
         keep = os.environ.get("OUT")
         n = 0
@@ -394,6 +394,29 @@ def _workflow_of(workloads: list[dict], key: str, after=None) -> tuple[float, in
         if after is not None:
             after(wf)
         return seconds, n, jobs
+
+
+# examples/nvtx_program.py as the GPU tier runs it: a command with its own NVTX ranges, and its twin callable.
+NVTX_PROGRAM = {"batch": 4, "prompt": 256, "hidden": 1024, "layers": 4, "steps": 4}
+NVTX_COMMAND = {
+    "name": "nvtx_command",
+    "command": [sys.executable, "examples/nvtx_program.py"] + [f"--{k}={v}" for k, v in NVTX_PROGRAM.items()],
+    "domain": "LLM",
+}
+NVTX_CALLABLE = {"name": "nvtx_callable", "callable": "workloads:nvtx_program", "args": NVTX_PROGRAM}
+
+
+def _command_pair(rounds: int = 3) -> tuple[float, int]:
+    """The command workload's workflow against the same program as a callable, cold, alternating ``rounds`` times
+    (machines drift: pairs run back to back); the median of the pairs' ratios."""
+    ratios = []
+    for i in range(rounds):
+        cmd = _workflow_of([NVTX_COMMAND], "command")[0]
+        twin = _workflow_of([NVTX_CALLABLE], "callable")[0]
+        ratios.append(cmd / twin)
+        print(f"  pair {i + 1}: command {cmd:.1f} s, callable {twin:.1f} s: {cmd / twin:.2f}x", flush=True)
+    print(f"  command / callable, median of {rounds} pairs: {sorted(ratios)[rounds // 2]:.2f}x", flush=True)
+    return sorted(ratios)[rounds // 2], 0
 
 
 LAUNCHES = {}  # per workflow variant: the launches of its stages in the timeline
@@ -602,6 +625,7 @@ VARIANTS = {
         "train4",
     ),
     "everything_full": lambda: _everything({}, "full"),
+    "command_pair": _command_pair,
 }
 
 if __name__ == "__main__":
