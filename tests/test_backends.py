@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 from conftest import DATA, copy_workflow, snakemake
 
+from nsightflow.records import Summary
+
 F = DATA / "h200_tinyllm_filtered"
 SASS = {"fadd": 1, "fmul": 1, "ffma": 2, "dadd": 1, "dmul": 1, "dfma": 2, "hadd": 2, "hmul": 2, "hfma": 4}
 
@@ -49,7 +51,7 @@ def test_default_config_on_the_cpu_reports_every_stage(cpu_run):
         assert len(ranges) == len(timed)
         assert st.loc[stage, "wall_profiled_ms"] == pytest.approx(sum(ranges) / 1e3)
     # The CPU's measured matmul rate is a reference, not a bound: a stage that runs faster says so.
-    notes = json.loads((cpu_run / "results" / "tinyllm" / "summary.json").read_text())["notes"]
+    notes = Summary.read(cpu_run / "results" / "tinyllm" / "summary.json").notes()
     for stage in ("prefill", "decode"):
         exceeded = any(n.startswith(f"{stage}: MFU") and "exceed the peak" in n for n in notes)
         assert exceeded == (st.loc[stage, "mfu_busy"] > 1)

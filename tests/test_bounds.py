@@ -9,7 +9,7 @@ import pytest
 from conftest import DATA, aggregate_recorded
 
 from nsightflow.analysis import bounds
-from nsightflow.analysis.peaks import Peaks
+from nsightflow.records import Peaks
 from nsightflow.report.headline import headline_html, headline_line, short_kernel
 
 V3 = DATA / "h200_v3" / "default"

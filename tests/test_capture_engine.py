@@ -12,7 +12,7 @@ from conftest import DATA, aggregate_recorded
 
 from nsightflow.analysis import aggregate, diagnostics, metrics
 from nsightflow.capture import attribution, flops, matching, ncu, ncu_csv, plan
-from nsightflow.records import CaptureRecord, Manifest
+from nsightflow.records import CaptureRecord, Diagnostic, Manifest, Summary
 
 V2 = DATA / "h200_v2"
 V3 = DATA / "h200_v3"  # runs whose captures collected only the FLOP counters their workloads need
@@ -188,7 +188,7 @@ def test_cuda_graph_kernels_belong_to_their_decode_steps_and_measure_what_eager_
     st = graph.stages.set_index("stage")
     assert st.loc["decode", "flops_measured"] == pytest.approx(eager.loc["decode", "flops_measured"], rel=1e-3)
     assert st.loc["decode", "coverage"] == 1.0
-    assert any("replays CUDA graphs" in n for n in graph.notes)  # and no analytic FLOPs are made up for it
+    assert any("replays CUDA graphs" in n.message for n in graph.notes)  # and no analytic FLOPs are made up for it
 
 
 def test_range_replay_totals_beside_the_kernel_totals():
@@ -236,21 +236,26 @@ def test_diagnostics_are_records_that_survive_the_run_files(tmp_path):
     agg = _agg("default")
     rec = CaptureRecord(what="representatives", clock_control="none", warnings=["==WARNING== something ncu said"])
     got = diagnostics.diagnose(agg, [rec], Manifest(warnings=["an nsys warning"]))
-    assert got[0] == aggregate.Diagnostic("warning", "nsys", "an nsys warning")
-    assert aggregate.Diagnostic("warning", "ncu capture (representatives)", "==WARNING== something ncu said") in got
+    assert got[0] == Diagnostic("warning", "nsys", "an nsys warning")
+    assert Diagnostic("warning", "ncu capture (representatives)", "==WARNING== something ncu said") in got
     assert any(d.level == "info" and "clocks not locked" in d.message for d in got)
     # Decode is profiled in its first and last steps and scaled to all 8: said as an estimate per stage.
     scaled = [d for d in got if d.level == "estimate" and d.source == "decode"]
-    assert scaled and all(isinstance(d, aggregate.Diagnostic) for d in got)
+    assert scaled and all(isinstance(d, Diagnostic) for d in got)
     assert not [d for d in got if d.source == "workload"]  # the decoder declared its dtype: nothing to say
     why = "not declared by the workload: 100% of the GEMM and attention FLOPs of the probe pass ran in bf16"
     inferred = diagnostics.diagnose(agg, [rec], Manifest(precision_level="info", precision_why=why))
-    assert aggregate.Diagnostic("info", "workload", f"MFU against the bf16 peak: {why}") in inferred
+    assert Diagnostic("info", "workload", f"MFU against the bf16 peak: {why}") in inferred
     paths = [tmp_path / n for n in ("kernels.csv", "stages.csv", "summary.json")]
     runfiles.write_run(agg, *paths, [], got)
     Manifest(precision="bf16").write(tmp_path / "manifest.json")
     back = runfiles.load_run("r", *paths, tmp_path / "manifest.json")
-    assert back["diagnostics"] == got and back["peaks"] == agg.peaks
+    assert back["diagnostics"] == agg.notes + got and back["peaks"] == agg.peaks
+    # notes and diagnostics are one list of records; each notes a fact once
+    assert all(d.level == "note" for d in agg.notes) and not [d for d in got if d.level == "note"]
+    texts = [d.text for d in back["diagnostics"]]
+    assert len(texts) == len(set(texts))
+    assert Summary.read(paths[2]).notes()[0].startswith("capture: one profiled launch per class")
 
 
 def test_measured_flops_by_the_operator_that_launched_each_kernel():

@@ -36,6 +36,7 @@ from conftest import (
 from nsightflow.analysis import torchprof
 from nsightflow.capture import ncu, ncu_csv
 from nsightflow.capture.matching import name_key
+from nsightflow.records import Summary
 
 pytestmark = pytest.mark.gpu
 
@@ -490,7 +491,7 @@ def test_cuda_graph_decode_is_attributed_and_measures_what_eager_does(small, tmp
     assert abs(rel) < 0.01 and st.loc["decode", "coverage"] == 1.0
     # The graph's precisions are those the eagerly run prefill's operators ran in: one, not all five.
     assert cmd["tensor_precisions"] == ["bf16"]
-    notes = json.loads((run / "summary.json").read_text())["notes"]
+    notes = Summary.read(run / "summary.json").notes()
     assert any("replays CUDA graphs" in n for n in notes)  # no analytic decode FLOPs, and the report says why
 
 

@@ -15,13 +15,14 @@ result carries, and nsys stats' own range totals.
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections import defaultdict
 
 import pandas as pd
 import pytest
 from conftest import DATA, copy_workflow, snakemake
+
+from nsightflow.records import Summary
 
 HANDMADE = DATA / "handmade"
 BF16 = "sm__ops_path_tensor_src_bf16_dst_fp32.sum"
@@ -78,9 +79,11 @@ def test_a_training_step_with_fused_adamw_is_analysed(analysed):
     assert len(adam) and adam["flops_tensor"].notna().all()  # the kernel whose name nsys and ncu spell apart
     # ncu's NVTX filter is per thread: autograd's backward kernels are not in the capture, and the page says so
     assert st.loc["LLM@backward", "coverage"] < 0.05
-    summary = json.loads((run / "summary.json").read_text())
-    assert any(d["source"] == "LLM@backward" and d["level"] == "warning" for d in summary["diagnostics"])
-    assert any("autograd" in n and "LLM@backward" in n for n in summary["notes"])
+    summary = Summary.read(run / "summary.json")
+    assert any(d.source == "LLM@backward" and d.level == "warning" for d in summary.diagnostics)
+    assert any("autograd" in n and "LLM@backward" in n for n in summary.notes())
+    # the coverage is said once: as the diagnostic, which the note that explains it points to
+    assert sum("of the stage's GPU time" in d.message for d in summary.diagnostics if d.source == "LLM@backward") == 1
 
 
 def test_an_moe_with_nested_decode_ranges_and_cub_ranges_is_analysed(analysed):
@@ -95,7 +98,7 @@ def test_an_moe_with_nested_decode_ranges_and_cub_ranges_is_analysed(analysed):
         assert st.loc[stage, "coverage"] == 1.0
         assert st.loc[stage, "flops_tensor_measured"] == pytest.approx(cells[stage]["bf16"], rel=1e-9)
         assert st.loc[stage, "dram_bytes_measured"] == pytest.approx(cells[stage]["dram"], rel=1e-9)
-    notes = json.loads((run / "summary.json").read_text())["notes"]
+    notes = Summary.read(run / "summary.json").notes()
     assert any(n.startswith("LLM@decode_all: a range that only holds") for n in notes)
     kernels = pd.read_csv(run / "kernels.csv")
     assert kernels["kernel"].str.contains("kernelHistogram1D").any()  # MoE routing's histogram, joined

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import DATA, copy_workflow, snakemake
 
-from nsightflow.analysis import captures, imported
+from nsightflow.analysis import captures, diagnostics, imported
 
 F = DATA / "h200_tinyllm_filtered"
 
@@ -54,7 +54,8 @@ def test_an_na_cell_in_an_ncu_flop_counter_is_lost_coverage_not_a_zero(tmp_path)
     st = got.stages.set_index("stage")
     assert st.loc["decode", "coverage"] < full.loc["decode", "coverage"]
     assert st.loc["prefill", "flops_measured"] == full.loc["prefill", "flops_measured"]
-    assert any(n.startswith("decode: FLOPs and bytes are counted for") for n in got.notes)
+    said = [d for d in diagnostics.diagnose(got, []) if d.source == "decode"]
+    assert [d.level for d in said if "counters cover" in d.message] == ["warning"]
 
 
 def test_an_ncu_export_cut_at_a_row_boundary_shows_as_lost_coverage(tmp_path):

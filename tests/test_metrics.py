@@ -131,7 +131,7 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     ratio = 8 * dec_flops / model["decode"].flops
     assert st.loc["decode", "executed_over_model"] == pytest.approx(ratio, rel=1e-9) and ratio > 3
     assert any(
-        n.startswith("decode: the GPU executed 3.56x the model's FLOPs")
+        n.text.startswith("decode: the GPU executed 3.56x the model's FLOPs")
         for n in diagnostics.stage_notes(st.reset_index())
     )
     # Prefill measured within 5% of the analytic count once causal attention is accounted for.

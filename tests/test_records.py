@@ -8,7 +8,7 @@ import pytest
 from conftest import DATA
 
 from nsightflow.errors import RecordError
-from nsightflow.records import SCHEMA, AnalyticCounts, CaptureRecord, Ceilings, Manifest
+from nsightflow.records import SCHEMA, AnalyticCounts, CaptureRecord, Ceilings, Diagnostic, Manifest, Peaks, Summary
 
 
 @pytest.mark.parametrize(
@@ -76,3 +76,43 @@ def test_a_capture_plan_missing_a_key_is_named_with_the_fix(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(src))
     with pytest.raises(RecordError, match=r"bad.json: planned launches lack \['grid'\]; rerun the plan rule"):
         CapturePlan.read(tmp_path / "bad.json")
+
+
+PEAKS = {
+    "precision": "bf16",
+    "device_name": None,
+    "compute": 9.9e14,
+    "compute_source": "ncu",
+    "dram": 3.35e12,
+    "dram_source": "ncu",
+}
+
+
+def test_a_summary_keeps_its_peaks_and_its_one_list_of_facts(tmp_path):
+    said = [Diagnostic("note", "decode", "busy time is 12% of the range's wall time."), Diagnostic("info", "ncu", "x")]
+    Summary(Peaks.from_dict(PEAKS), said, [{"what": "export", "argv": ["ncu"]}], []).write(tmp_path / "s.json")
+    back = Summary.read(tmp_path / "s.json")
+    assert back.diagnostics == said and back.peaks.compute == 9.9e14 and back.peaks.device_name is None
+    assert back.notes() == ["decode: busy time is 12% of the range's wall time."]
+
+
+def test_a_summary_written_before_notes_were_records_still_reads(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps({"peaks": PEAKS, "notes": ["decode: a note"], "diagnostics": []}))
+    assert Summary.read(tmp_path / "s.json").notes() == ["decode: a note"]
+
+
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        ({"diagnostics": []}, r"s.json: no 'peaks' object; rerun the aggregate rule"),
+        ({"peaks": {"precision": "bf16"}}, r"s.json: peaks: key\(s\) \['compute', .* missing from the peaks"),
+        (
+            {"peaks": PEAKS, "diagnostics": [{"level": "loud", "source": "", "message": "m"}]},
+            r"s.json: diagnostic .* is not \{level: one of \['note', 'warning', 'estimate', 'info'\]",
+        ),
+    ],
+)
+def test_a_bad_summary_is_refused_naming_the_file_and_key(tmp_path, data, message):
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    with pytest.raises(RecordError, match=message):
+        Summary.read(tmp_path / "s.json")

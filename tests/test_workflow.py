@@ -8,7 +8,7 @@ import pytest
 import yaml
 from conftest import DATA, copy_workflow, snakemake
 
-from nsightflow.analysis.peaks import Peaks
+from nsightflow.records import Peaks
 from nsightflow.report import pages
 
 
@@ -85,7 +85,7 @@ def test_report_escapes_kernel_names():
     stages = pd.DataFrame([{"stage": "prefill", "wall_ms": 1.0}])
     pk = Peaks(precision="bf16", device_name=None, compute=1e15, compute_source="test", dram=4e12, dram_source="test")
     html = pages.render_run(
-        {"run_id": "r<1>", "kernels": kernels, "stages": stages, "peaks": pk, "notes": []}, "nsight", "", {}
+        {"run_id": "r<1>", "kernels": kernels, "stages": stages, "peaks": pk, "diagnostics": []}, "nsight", "", {}
     )
     assert "void k&lt;(int)4, a&amp;b&gt;(T1)" in html and "<(int)4" not in html
     assert "r&lt;1&gt;" in html and "data:image/png;base64," in html

@@ -9,6 +9,8 @@ import pytest
 import yaml
 from conftest import copy_workflow, snakemake
 
+from nsightflow.records import Summary
+
 LLAMA = {
     "model_type": "llama",
     "hidden_size": 128,
@@ -150,7 +152,7 @@ def test_a_failed_count_never_removes_a_measured_number(runs):
     st = _stages(runs, "averse")
     assert st.loc["prefill", "wall_ms"] > 0 and st.loc["prefill", "gpu_busy_ms"] > 0
     assert pd.isna(st.loc["prefill", "flops_analytic"]) and pd.isna(st.loc["prefill", "mfu_busy"])
-    notes = json.loads((runs / "averse" / "summary.json").read_text())["notes"]
+    notes = Summary.read(runs / "averse" / "summary.json").notes()
     assert any(
         "no analytic FLOPs (so no MFU): the counting pass (the workload run again under a TorchDispatchMode" in n
         and "does not run under a dispatch mode" in n

@@ -9,11 +9,13 @@ the fix, never met later as a quiet ``.get`` default).
 | ``manifest.json`` | :class:`Manifest` | the profiling rules | analysis, the pages |
 | ``ncu/capture.cmd.json`` | :class:`CaptureRecord` | ncu_capture | analysis, diagnostics |
 | ``plan.json`` | nsightflow.capture.plan.CapturePlan | plan | ncu_capture, analysis, the harness (windows) |
+| ``summary.json`` | :class:`Summary` (:class:`Peaks`, :class:`Diagnostic`) | the aggregate rules | the pages |
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -225,6 +227,113 @@ class Manifest(_Record):
     first_pass_work: list[str] | None = None
 
     WHAT = "run manifest (manifest.json)"  # an older one, without a precision, gets none: no peak, never a wrong one
+
+
+DiagnosticLevel = Literal["note", "warning", "estimate", "info"]
+LEVELS: tuple[DiagnosticLevel, ...] = ("note", "warning", "estimate", "info")
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One fact a reader must know to read a run's numbers, made where the fact is known and said once (never parsed
+    back from prose). ``note``: how to read a stage's numbers (the run page's notes); ``warning``: a tool's warning or
+    a number that is incomplete; ``estimate``: a number derived rather than measured; ``info``: how it was measured."""
+
+    level: DiagnosticLevel
+    source: str  # the stage, the tool, "peaks", or "" where the fact is the run's
+    message: str
+
+    @property
+    def text(self) -> str:
+        """The fact as one sentence, its source first."""
+        return f"{self.source}: {self.message}" if self.source else self.message
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The denominators of every utilisation, each with where it comes from (ncu, measured, datasheet); made by
+    nsightflow.analysis.peaks."""
+
+    precision: str
+    device_name: str | None
+    compute: float  # FLOP/s
+    compute_source: str
+    dram: float  # bytes/s
+    dram_source: str
+    sm_hz: float = math.nan
+    dram_hz: float = math.nan
+    ceiling_compute: float | None = None  # measured matmul rate, beside ncu's peak
+    ceiling_dram: float | None = None  # measured copy bandwidth
+    ceiling_source: str | None = None
+    datasheet_compute: float | None = None
+    datasheet_dram: float | None = None
+    datasheet_source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As summary.json holds it (absent optional values left out; the device's name is kept, null where
+        nothing named it)."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "device_name"}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "peaks") -> Peaks:
+        missing = [k for k in ("precision", "compute", "compute_source", "dram", "dram_source") if k not in data]
+        if missing:
+            raise RecordError(f"{where}: key(s) {missing} missing from the peaks; rerun the aggregate rule")
+        return cls(**{"device_name": None, **{f.name: data[f.name] for f in fields(cls) if f.name in data}})
+
+    def source(self, which: str) -> str:
+        """Where the ``compute`` or ``dram`` peak comes from."""
+        return str(getattr(self, f"{which}_source") or "")
+
+
+@dataclass(frozen=True)
+class Summary(_Record):
+    """``summary.json``: a run's peaks, what a reader must know of its numbers (notes and diagnostics, one list), the
+    ncu commands behind them, and for a job of several processes its per-rank rows (nsightflow.analysis.ranks)."""
+
+    peaks: Peaks
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+
+    WHAT = "run summary (summary.json)"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "") -> Summary:
+        where = where or cls.WHAT
+        if not isinstance(data.get("peaks"), dict):
+            raise RecordError(f"{where}: no 'peaks' object; rerun the aggregate rule")
+        items = [Diagnostic("note", "", str(n)) for n in data.get("notes", [])]  # written before notes were records
+        for d in data.get("diagnostics", []):
+            if not isinstance(d, dict) or d.get("level") not in LEVELS or not {"source", "message"} <= d.keys():
+                raise RecordError(
+                    f"{where}: diagnostic {d!r} is not {{level: one of {list(LEVELS)}, source, message}}; rerun the "
+                    "aggregate rule"
+                )
+            items.append(Diagnostic(d["level"], str(d["source"]), str(d["message"])))
+        return cls(
+            Peaks.from_dict(data["peaks"], f"{where}: peaks"),
+            items,
+            list(data.get("commands", [])),
+            list(data.get("ranks") or []),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "peaks": self.peaks.to_dict(),
+            "diagnostics": [asdict(d) for d in self.diagnostics],
+            "commands": self.commands,
+            "ranks": self.ranks,
+        }
+
+    def write(self, path: str | Path) -> None:
+        # numpy numbers from the tables as JSON numbers (not strings), NaN as NaN, as pandas reads it back
+        files.write_text(path, json.dumps(self.to_dict(), indent=2, default=float))
+
+    def notes(self) -> list[str]:
+        """The notes (how to read the numbers), as sentences."""
+        return [d.text for d in self.diagnostics if d.level == "note"]
 
 
 def trace_path(trace: str | Path, rank: int | None, profiled: int = 0) -> Path:

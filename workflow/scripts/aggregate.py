@@ -36,4 +36,4 @@ with rule_job(sm.log[0], sm.output):
         diagnose(agg, records, manifest),
     )
     with open(sm.log[0], "w") as log:
-        log.write(agg.stages.to_string() + "\n" + "\n".join(agg.notes) + "\n")
+        log.write(agg.stages.to_string() + "\n" + "\n".join(n.text for n in agg.notes) + "\n")

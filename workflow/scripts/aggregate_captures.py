@@ -18,4 +18,4 @@ with rule_job(sm.log[0], sm.output):
     index = json.loads((Path(sm.input.imported) / "index.json").read_text())
     Manifest(precision=agg.peaks.precision, captures=index).write(sm.output.manifest)
     with open(sm.log[0], "w") as log:
-        log.write(agg.stages.to_string() + "\n" + "\n".join(agg.notes) + "\n")
+        log.write(agg.stages.to_string() + "\n" + "\n".join(n.text for n in agg.notes) + "\n")

@@ -26,4 +26,4 @@ with rule_job(sm.log[0], sm.output):
     )
     write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, [], manifest))
     with open(sm.log[0], "w") as log:
-        log.write(agg.stages.to_string() + "\n" + "\n".join(agg.notes) + "\n")
+        log.write(agg.stages.to_string() + "\n" + "\n".join(n.text for n in agg.notes) + "\n")

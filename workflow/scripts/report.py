@@ -1,15 +1,14 @@
 """Rule report: results/report.html comparing every run (sweep point), with links to the run pages."""
 
-import json
-
 from nsightflow.analysis.runfiles import read_table
+from nsightflow.records import Summary
 from nsightflow.report.pages import render_index, write_html
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
     runs = [
-        {"run_id": r, "name": n, "point": p, "stages": read_table(st), "notes": json.loads(open(su).read())["notes"]}
+        {"run_id": r, "name": n, "point": p, "stages": read_table(st), "notes": Summary.read(su).notes()}
         for r, n, p, st, su in zip(
             sm.params.runs, sm.params.names, sm.params.points, sm.input.stages, sm.input.summaries, strict=True
         )

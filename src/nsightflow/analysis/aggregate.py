@@ -9,29 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 
 from nsightflow.analysis import bounds, metrics
-from nsightflow.analysis.peaks import Peaks, with_ceiling
 from nsightflow.analysis.peaks import peaks as device_peaks
+from nsightflow.analysis.peaks import with_ceiling
 from nsightflow.analysis.selection import select_kernels
 from nsightflow.capture import attribution, ncu_csv
 from nsightflow.errors import InputError
-from nsightflow.records import AnalyticCounts, Ceilings, Manifest, StageCount
+from nsightflow.records import AnalyticCounts, Ceilings, Diagnostic, Manifest, Peaks, StageCount
 
 # A stage whose counters cover less of its GPU time than this is called partly measured (a warning, lower bounds).
 FULL_COVERAGE = 0.999
-
-
-@dataclass(frozen=True)
-class Diagnostic:
-    """One line of a run page's Diagnostics: made where the fact is known, never parsed back from prose."""
-
-    level: Literal["warning", "estimate", "info"]
-    source: str  # the stage, the tool or "peaks"
-    message: str
 
 
 @dataclass
@@ -41,7 +32,7 @@ class RunTables:
     kernels: pd.DataFrame  # per (stage, kernel or operator)
     stages: pd.DataFrame  # per stage
     peaks: Peaks  # compute and bandwidth peaks with their sources
-    notes: list[str]  # what a reader must know to read the numbers
+    notes: list[Diagnostic]  # how to read the numbers (level 'note')
     estimates: list[Diagnostic] = field(default_factory=list)  # numbers derived rather than measured
     classes: pd.DataFrame = field(default_factory=pd.DataFrame)  # per class of identical launches (nsight)
     results: pd.DataFrame = field(default_factory=pd.DataFrame)  # ncu results joined to launches (nsight)

@@ -20,7 +20,7 @@ from nsightflow.analysis.aggregate import (
     tables,
 )
 from nsightflow.analysis.checks import check_analytic, check_bounds, check_durations, check_streams
-from nsightflow.analysis.diagnostics import stage_notes
+from nsightflow.analysis.diagnostics import note, stage_notes
 from nsightflow.capture import attribution, ncu, ncu_csv, nsys
 from nsightflow.capture.flops import SIMT, matmul_precision
 from nsightflow.capture.matching import search_timeline
@@ -106,35 +106,45 @@ def aggregate_captures(
     if not exports:
         stages["coverage"] = np.nan  # nothing was meant to be counted: times only, not 0% measured
     notes = [
-        f"analysis of existing captures: stages are the ranges of NVTX domain {tl.domain!r}"
-        + (f" (config nvtx_domain {domain!r} has none)" if domain and domain != tl.domain else "")
-        + f"; precision taken as {precision} ({why})"
-        + (
-            ""
-            if analytic
-            else "; no analytic_flops.json among them, so no model FLOPs and no MFU, only HFU from the counted FLOPs"
+        note(
+            "analysis of existing captures",
+            f"stages are the ranges of NVTX domain {tl.domain!r}"
+            + (f" (config nvtx_domain {domain!r} has none)" if domain and domain != tl.domain else "")
+            + f"; precision taken as {precision} ({why})"
+            + (
+                ""
+                if analytic
+                else "; no analytic_flops.json among them, so no model FLOPs and no MFU, only HFU from the counted "
+                "FLOPs"
+            ),
         )
     ]
     notes += [
-        f"{c}: a range that only holds other ranges of domain {tl.domain!r}: not a stage; its time is in theirs."
+        note(c, f"a range that only holds other ranges of domain {tl.domain!r}: not a stage; its time is in theirs.")
         for c in tl.containers
     ]
     if unplaced:
         notes.append(
-            f"{unplaced} ncu results carried no range of domain {tl.domain!r} on their thread's NVTX stack "
-            "(launched outside the stages, or by another thread): not joined to any stage."
+            note(
+                "ncu",
+                f"{unplaced} results carried no range of domain {tl.domain!r} on their thread's NVTX stack "
+                "(launched outside the stages, or by another thread): not joined to any stage.",
+            )
         )
     if not exports:
-        notes.append("no ncu exports among the captures: times only, from the nsys timeline.")
+        notes.append(note("", "no ncu exports among the captures: times only, from the nsys timeline."))
     notes += stage_notes(stages, analytic)
     partial = [s for s, c in zip(stages["stage"], stages["coverage"], strict=True) if exports and c < FULL_COVERAGE]
     if partial:
         notes.append(
-            f"{', '.join(partial)}: ncu measured part of the GPU time (see Diagnostics), so FLOPs and bytes are "
-            "lower bounds. The kernels left out were launched in the stage's time window without the stage's "
-            "range on their own thread's NVTX stack (autograd's backward thread: ncu's --nvtx-include filters "
-            "per thread), or fell outside the capture's filters. Let nsightflow profile the program, or capture "
-            "without --nvtx-include."
+            note(
+                ", ".join(partial),
+                "ncu measured part of the GPU time (see Diagnostics), so FLOPs and bytes are "
+                "lower bounds. The kernels left out were launched in the stage's time window without the stage's "
+                "range on their own thread's NVTX stack (autograd's backward thread: ncu's --nvtx-include filters "
+                "per thread), or fell outside the capture's filters. Let nsightflow profile the program, or capture "
+                "without --nvtx-include.",
+            )
         )
     check_bounds(stages, pk)
     return RunTables(kernels, stages, pk, notes, [], classes, results)
@@ -201,7 +211,10 @@ def _times_only(
         ssum,
         pk,
         [
-            "no SQLite export and no ncu exports among the captures: times only, from nsys stats "
-            "(kernels attributed per thread, as nsys projects them)."
+            note(
+                "",
+                "no SQLite export and no ncu exports among the captures: times only, from nsys stats "
+                "(kernels attributed per thread, as nsys projects them).",
+            )
         ],
     )

@@ -12,9 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsightflow.analysis.peaks import Peaks
 from nsightflow.errors import InconsistentInputs
-from nsightflow.records import StageCount
+from nsightflow.records import Peaks, StageCount
 
 # How far a utilisation may exceed its peak before an input must be wrong: ncu's peaks are the hardware's
 # (its per-cycle rate at the clock it measured); a measured or datasheet rate is a reference, not a bound.

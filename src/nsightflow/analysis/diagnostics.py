@@ -1,6 +1,7 @@
-"""What a reader must know to read a run's numbers: notes (each stage's coverage, wall time against busy time,
-FLOP differences with their structural reasons) and the diagnostics of a run page (tool warnings, clock state,
-estimates, precisions collected), as typed records made where the facts are known."""
+"""What a reader must know to read a run's numbers, as one list of typed records (nsightflow.records.Diagnostic) made
+where the facts are known, each said once: notes (wall time against busy time, FLOP differences with their structural
+reasons, counts that could not be made) and the diagnostics of a run page (tool warnings, clock state, coverage,
+estimates, precisions collected)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import numpy as np
 import pandas as pd
 
 from nsightflow import units
-from nsightflow.analysis.aggregate import FULL_COVERAGE, Diagnostic, RunTables
+from nsightflow.analysis.aggregate import FULL_COVERAGE, RunTables
 from nsightflow.capture import ncu
 from nsightflow.capture.flops import SIMT
-from nsightflow.records import CaptureRecord, Manifest, StageCount
+from nsightflow.records import CaptureRecord, Diagnostic, Manifest, StageCount
 
 MODE_TEXT = {
     "representatives": "one profiled launch per class of identical launches (the same operator call, by shapes "
@@ -26,35 +27,41 @@ MODE_TEXT = {
 }
 
 
-def wall_note(program: dict[str, Any] | None, profiler: str) -> str:
+def note(source: str, message: str) -> Diagnostic:
+    """A note: how to read a number of ``source`` (a stage, or "" for the run)."""
+    return Diagnostic("note", source, message)
+
+
+def wall_note(program: dict[str, Any] | None, profiler: str) -> Diagnostic:
     """What the wall times on the page are."""
     if program:
-        return (
+        return note(
+            "",
             "wall times are the program's own: every step timed after the warm-up with no NVTX range and no profiler "
             f"collecting; the same steps under {profiler} ('wall under profiler') took longer, since the profiler adds "
-            "time to every launch; busy times are the GPU's, which the profiler does not slow."
+            "time to every launch; busy times are the GPU's, which the profiler does not slow.",
         )
-    return (
+    return note(
+        "",
         f"wall times are those of the ranges under {profiler}, which adds time to every launch: a launch-bound "
-        "stage runs faster without it."
+        "stage runs faster without it.",
     )
 
 
-def stage_notes(ssum: pd.DataFrame, analytic: dict[str, StageCount] | None = None) -> list[str]:
-    """Per stage: what the counters did not cover, wall time far above busy time, FLOP differences, and
-    analytic counts that could not be made."""
+def stage_notes(ssum: pd.DataFrame, analytic: dict[str, StageCount] | None = None) -> list[Diagnostic]:
+    """Per stage: wall time far above busy time, FLOP differences, and analytic counts that could not be made (what
+    the counters did not cover is a diagnostic: :func:`diagnose`)."""
     notes = []
     for _, s in ssum.iterrows():
-        if np.isfinite(s["coverage"]) and s["coverage"] < FULL_COVERAGE:
-            notes.append(
-                f"{s['stage']}: FLOPs and bytes are counted for {s['coverage']:.1%} of the stage's GPU time; "
-                "the rest is not measured, so its HFU and bandwidth are lower bounds."
-            )
+        stage = str(s["stage"])
         if s["diverges"]:
             notes.append(
-                f"{s['stage']}: busy time is {s['busy_over_wall']:.0%} of the range's wall time: the device "
-                "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
-                "measures the program, MFU on busy time the kernels."
+                note(
+                    stage,
+                    f"busy time is {s['busy_over_wall']:.0%} of the range's wall time: the device "
+                    "waits on the CPU (launch overhead, Python dispatch, synchronisation); MFU on wall time "
+                    "measures the program, MFU on busy time the kernels.",
+                )
             )
         over = [
             f"{label} {s[col]:.0%}"
@@ -68,25 +75,32 @@ def stage_notes(ssum: pd.DataFrame, analytic: dict[str, StageCount] | None = Non
         ]
         if over:
             notes.append(
-                f"{s['stage']}: {', '.join(over)} on busy time exceed the peak they divide by: that peak is "
-                "a measured rate (or a datasheet's), not a proven bound, and this stage ran faster."
+                note(
+                    stage,
+                    f"{', '.join(over)} on busy time exceed the peak they divide by: that peak is "
+                    "a measured rate (or a datasheet's), not a proven bound, and this stage ran faster.",
+                )
             )
-        for why in (analytic or {}).get(s["stage"], StageCount()).not_counted:
-            notes.append(f"{s['stage']}: no analytic FLOPs (so no MFU): {why}.")
+        for why in (analytic or {}).get(stage, StageCount()).not_counted:
+            notes.append(note(stage, f"no analytic FLOPs (so no MFU): {why}."))
         notes += flop_notes(s)
         if "flops_tensor_ranges" in s and np.isfinite(s["flops_tensor_ranges"]):
             notes.append(
-                f"{s['stage']}: range replay counted {s['flops_tensor_ranges']:.4g} tensor FLOPs and "
-                f"{s['dram_bytes_ranges']:.4g} DRAM bytes; per-kernel results give "
-                f"{s['flops_tensor_measured']:.4g} and {s['dram_bytes_measured']:.4g} (a range keeps data in "
-                "L2 from one kernel to the next; kernel replay flushes the caches before each kernel)."
+                note(
+                    stage,
+                    f"range replay counted {s['flops_tensor_ranges']:.4g} tensor FLOPs and "
+                    f"{s['dram_bytes_ranges']:.4g} DRAM bytes; per-kernel results give "
+                    f"{s['flops_tensor_measured']:.4g} and {s['dram_bytes_measured']:.4g} (a range keeps data in "
+                    "L2 from one kernel to the next; kernel replay flushes the caches before each kernel).",
+                )
             )
     return notes
 
 
-def flop_notes(s: pd.Series) -> list[str]:
+def flop_notes(s: pd.Series) -> list[Diagnostic]:
     """Explain where a stage's measured (executed) FLOPs and its model FLOPs differ for a structural reason."""
     a, c, m, r = s["flops_analytic"], s["flops_analytic_causal"], s["flops_measured"], s["executed_over_model"]
+    stage = str(s["stage"])
     notes = []
     if np.isfinite(a) and np.isfinite(c) and a != c:
         measured = (
@@ -95,22 +109,31 @@ def flop_notes(s: pd.Series) -> list[str]:
             else " (no hardware counters on this backend to compare with)"
         )
         notes.append(
-            f"{s['stage']}: causal attention computes only the unmasked part: model FLOPs "
-            f"{units.si(c, 'FLOP')} ({units.si(a, 'FLOP')} with attention in full){measured}."
+            note(
+                stage,
+                "causal attention computes only the unmasked part: model FLOPs "
+                f"{units.si(c, 'FLOP')} ({units.si(a, 'FLOP')} with attention in full){measured}.",
+            )
         )
     if np.isfinite(r) and r > 1.2:
         notes.append(
-            f"{s['stage']}: the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU). Tensor-core "
-            "instructions work on fixed tiles (Hopper wgmma: 64 rows, N of 8 or more; flash-attention "
-            "kernels: blocks of 16-128 queries and keys), so a small dimension such as the few tokens of "
-            "a decode step is padded and the padding is counted; the kernel table's FLOPs per launch "
-            "show which kernels do it."
+            note(
+                stage,
+                f"the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU). Tensor-core "
+                "instructions work on fixed tiles (Hopper wgmma: 64 rows, N of 8 or more; flash-attention "
+                "kernels: blocks of 16-128 queries and keys), so a small dimension such as the few tokens of "
+                "a decode step is padded and the padding is counted; the kernel table's FLOPs per launch "
+                "show which kernels do it.",
+            )
         )
     elif np.isfinite(r) and r < 0.8 and s["coverage"] >= FULL_COVERAGE:
         notes.append(
-            f"{s['stage']}: ncu counted {r:.2f}x the model's FLOPs although every kernel was captured: "
-            "part of the work runs on pipes the default metrics do not count (e.g. integer or FP8 "
-            "without its metric), or the analytic count over-counts an operator."
+            note(
+                stage,
+                f"ncu counted {r:.2f}x the model's FLOPs although every kernel was captured: "
+                "part of the work runs on pipes the default metrics do not count (e.g. integer or FP8 "
+                "without its metric), or the analytic count over-counts an operator.",
+            )
         )
     return notes
 

@@ -19,12 +19,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsightflow.analysis.peaks import Peaks
 from nsightflow.capture.attribution import call_classes
 from nsightflow.capture.comm import is_comm
 from nsightflow.capture.flops import CLASSES, op_class
 from nsightflow.errors import InputError
-from nsightflow.records import StageCount
+from nsightflow.records import Peaks, StageCount
 
 COUNTERS = ["flops", "flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes"]
 # What a launch needs to count as measured (coverage): all FLOPs ('flops') include the SASS counts of non-tensor

@@ -10,7 +10,6 @@ import pandas as pd
 
 from nsightflow.analysis import metrics, ranks
 from nsightflow.analysis.aggregate import (
-    Diagnostic,
     RunTables,
     kernel_results,
     load_analytic,
@@ -19,13 +18,13 @@ from nsightflow.analysis.aggregate import (
     tables,
 )
 from nsightflow.analysis.checks import check_analytic, check_bounds, check_durations, check_gemm_floor, check_streams
-from nsightflow.analysis.diagnostics import MODE_TEXT, stage_notes, wall_note
+from nsightflow.analysis.diagnostics import MODE_TEXT, note, stage_notes, wall_note
 from nsightflow.capture import attribution, ncu_csv
 from nsightflow.capture.flops import SIMT
 from nsightflow.capture.matching import match_to_plan
 from nsightflow.capture.plan import CapturePlan, chosen_pairs, expected_frame
 from nsightflow.errors import InputError
-from nsightflow.records import CaptureRecord, Ceilings, Manifest
+from nsightflow.records import CaptureRecord, Ceilings, Diagnostic, Manifest
 
 
 def aggregate_run(
@@ -67,7 +66,7 @@ def aggregate_run(
     classes, kernels, stages = tables(
         tl, matched, chosen_pairs(plan), analytic, pk, divergence, top_n, coverage, plan.mode == "representatives", wall
     )
-    notes = [f"capture: {MODE_TEXT[plan.mode]}.", wall_note(wall[0], "nsys")]
+    notes = [note("capture", f"{MODE_TEXT[plan.mode]}."), wall_note(wall[0], "nsys")]
     estimates = []
     for stage, s in plan.stages.items():
         text = f"{s['profiled']} of {s['launches']} launches profiled ({s['classes']} classes of identical launches)"
@@ -84,12 +83,12 @@ def aggregate_run(
                 + "; the other steps scaled launch by launch from the same calls, or from the sampled steps' launch "
                 "at the same position"
             )
-        notes.append(f"{stage}: {text}.")
+        notes.append(note(stage, f"{text}."))
         if s["profiled"] < s["launches"]:
             estimates.append(Diagnostic("estimate", stage, text))
     whole = [w for w in plan.windows if w.units is None and plan.mode == "representatives"]
     for w in whole:
-        notes.append(f"{w.stage} step {w.step}: {w.why}.")
+        notes.append(note(w.stage, f"step {w.step}: {w.why}."))
     if ranges_export and ranges_plan:
         stages = with_range_totals(stages, ranges_export, ranges_plan, tl)
     notes += stage_notes(stages, analytic)

@@ -5,8 +5,7 @@ keyed by device name; no peak where the precision of the work is unknown."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -14,7 +13,7 @@ import pandas as pd
 
 from nsightflow.capture.flops import UNKNOWN
 from nsightflow.capture.ncu import PEAK_METRICS
-from nsightflow.records import Ceilings
+from nsightflow.records import Ceilings, Peaks
 
 # Datasheet peaks (dense, no sparsity), FLOP/s and bytes/s, matched by substring of the device name.
 DATASHEET = {
@@ -76,39 +75,6 @@ DATASHEET = {
         "source": "NVIDIA L4 datasheet",
     },
 }
-
-
-@dataclass
-class Peaks:
-    """The denominators of every utilisation, each with where it comes from (ncu, measured, datasheet)."""
-
-    precision: str
-    device_name: str | None
-    compute: float  # FLOP/s
-    compute_source: str
-    dram: float  # bytes/s
-    dram_source: str
-    sm_hz: float = math.nan
-    dram_hz: float = math.nan
-    ceiling_compute: float | None = None  # measured matmul rate, beside ncu's peak
-    ceiling_dram: float | None = None  # measured copy bandwidth
-    ceiling_source: str | None = None
-    datasheet_compute: float | None = None
-    datasheet_dram: float | None = None
-    datasheet_source: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """As summary.json holds it (absent optional values left out; the device's name is kept, null where
-        nothing named it)."""
-        return {k: v for k, v in asdict(self).items() if v is not None or k == "device_name"}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Peaks:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-
-    def source(self, which: str) -> str:
-        """Where the ``compute`` or ``dram`` peak comes from."""
-        return str(getattr(self, f"{which}_source") or "")
 
 
 def peaks(results: pd.DataFrame, device_name: str | None, precision: str) -> Peaks:

@@ -21,7 +21,7 @@ from nsightflow.capture.attribution import top_level, window_of
 from nsightflow.capture.comm import is_comm, overlapped
 from nsightflow.capture.nsys_sqlite import PUSH_POP
 from nsightflow.domains import ranks_domain
-from nsightflow.records import Manifest
+from nsightflow.records import Diagnostic, Manifest
 
 
 def empty() -> pd.DataFrame:
@@ -128,37 +128,53 @@ def no_launches() -> pd.DataFrame:
     return pd.DataFrame(columns=["pid", "stage", "step", "kernel", "start", "end"])
 
 
-def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[str]:
+def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[Diagnostic]:
     """What a reader of a job of several processes must know: whose stages the counters are, the slowest rank
     per stage, and the communication left exposed."""
     if table.empty:
         return []
     notes = [
-        f"{table['rank'].nunique()} ranks: the stage table's counters are rank {manifest.profiled_rank}'s (config "
-        "rank:); every rank's time, communication and overlap are in the ranks table (busy and communication times "
-        "from the nsys run, in which every rank ran the same probe and count to keep the ranks in step)."
+        Diagnostic(
+            "note",
+            "ranks",
+            f"{table['rank'].nunique()} ranks: the stage table's counters are rank {manifest.profiled_rank}'s (config "
+            "rank:); every rank's time, communication and overlap are in the ranks table (busy and communication times "
+            "from the nsys run, in which every rank ran the same probe and count to keep the ranks in step).",
+        )
     ]
     for stage, g in table.groupby("stage", sort=False):
         walls = g["wall_ms"].dropna()
         if len(walls) > 1 and walls.min() > 0:
             slow = g.loc[walls.sort_values().index[-1]]
             notes.append(
-                f"{stage}: rank {slow['rank']} is the slowest ({slow['wall_ms']:.3f} ms, "
-                f"{walls.max() / walls.min() - 1:.1%} over the fastest rank)."
+                Diagnostic(
+                    "note",
+                    str(stage),
+                    f"rank {slow['rank']} is the slowest ({slow['wall_ms']:.3f} ms, "
+                    f"{walls.max() / walls.min() - 1:.1%} over the fastest rank).",
+                )
             )
         comm = g["comm_ms"].fillna(0)
         over = g[comm > g["wall_ms"]]
         if len(over):
             notes.append(
-                f"{stage}: rank(s) {list(over['rank'])} spent longer in communication kernels under nsys than the "
-                "stage takes in the program: they waited in a collective for a peer slowed by profiling, so their "
-                "communication time is the profiled run's, not the program's."
+                Diagnostic(
+                    "note",
+                    str(stage),
+                    f"rank(s) {list(over['rank'])} spent longer in communication kernels under nsys than the "
+                    "stage takes in the program: they waited in a collective for a peer slowed by profiling, so their "
+                    "communication time is the profiled run's, not the program's.",
+                )
             )
         if comm.max() > 0:
             exposed = g["comm_exposed_ms"].fillna(0)
             worst = g.loc[exposed.sort_values().index[-1]]
             notes.append(
-                f"{stage}: rank {worst['rank']} spends {worst['comm_ms']:.3f} ms in communication kernels, "
-                f"{worst['comm_exposed_ms']:.3f} ms of it exposed (no compute kernel of the rank running)."
+                Diagnostic(
+                    "note",
+                    str(stage),
+                    f"rank {worst['rank']} spends {worst['comm_ms']:.3f} ms in communication kernels, "
+                    f"{worst['comm_exposed_ms']:.3f} ms of it exposed (no compute kernel of the rank running).",
+                )
             )
     return notes

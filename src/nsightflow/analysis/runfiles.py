@@ -15,17 +15,14 @@ Every column, with its header, format and meaning: nsightflow.columns.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypedDict
 
 import pandas as pd
 
 from nsightflow import columns, files
-from nsightflow.analysis.aggregate import Diagnostic, RunTables
-from nsightflow.analysis.peaks import Peaks
-from nsightflow.records import Manifest
+from nsightflow.analysis.aggregate import RunTables
+from nsightflow.records import Diagnostic, Manifest, Peaks, Summary
 
 
 class Run(TypedDict):
@@ -35,9 +32,8 @@ class Run(TypedDict):
     kernels: pd.DataFrame
     stages: pd.DataFrame
     peaks: Peaks
-    notes: list[str]
     manifest: Manifest
-    diagnostics: list[Diagnostic]
+    diagnostics: list[Diagnostic]  # notes (level 'note') and diagnostics
     commands: list[dict[str, Any]]
     ranks: pd.DataFrame
 
@@ -65,7 +61,8 @@ def write_run(
     commands: list[dict[str, Any]],
     diagnostics: list[Diagnostic],
 ) -> None:
-    """The run's tables as CSV (for pandas and diffs) and its peaks, notes, diagnostics and commands as JSON.
+    """The run's tables as CSV (for pandas and diffs) and its peaks, notes and diagnostics (one list: the notes
+    first) and commands as JSON (nsightflow.records.Summary).
 
     Each file is written beside its target and moved into place, so a killed job leaves none half-written.
     """
@@ -73,20 +70,8 @@ def write_run(
         tmp = files.staging(path)
         in_order(table, df).to_csv(tmp, index=False)
         files.publish(tmp, path)
-    files.write_text(
-        summary_json,
-        json.dumps(
-            {
-                "peaks": agg.peaks.to_dict(),
-                "notes": agg.notes,
-                "commands": commands,
-                "diagnostics": [asdict(d) for d in diagnostics],
-                "ranks": _records(in_order("ranks", agg.ranks)) if len(agg.ranks) else [],
-            },
-            indent=2,
-            default=float,
-        ),
-    )
+    ranks = _records(in_order("ranks", agg.ranks)) if len(agg.ranks) else []
+    Summary(agg.peaks, agg.notes + diagnostics, commands, ranks).write(summary_json)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -98,18 +83,17 @@ def load_run(
     run_id: str, kernels_csv: str | Path, stages_csv: str | Path, summary_json: str | Path, manifest_json: str | Path
 ) -> Run:
     """A run as the report wants it, from the files its backend wrote."""
-    summary = json.loads(Path(summary_json).read_text())
+    summary = Summary.read(summary_json)
     manifest = Manifest.read(manifest_json)
     return Run(
         **{
             "run_id": run_id,
             "kernels": read_table(kernels_csv),
             "stages": read_table(stages_csv),
-            "peaks": Peaks.from_dict(summary["peaks"]),
-            "notes": summary["notes"],
+            "peaks": summary.peaks,
             "manifest": manifest,
-            "diagnostics": [Diagnostic(**d) for d in summary.get("diagnostics", [])],
-            "commands": list(manifest.commands) + list(summary.get("commands", [])),
-            "ranks": pd.DataFrame(summary.get("ranks") or [], columns=columns.names("ranks")),
+            "diagnostics": summary.diagnostics,
+            "commands": list(manifest.commands) + summary.commands,
+            "ranks": pd.DataFrame(summary.ranks, columns=columns.names("ranks")),
         }
     )

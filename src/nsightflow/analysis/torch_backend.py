@@ -10,7 +10,7 @@ import pandas as pd
 from nsightflow.analysis import metrics, peaks, ranks
 from nsightflow.analysis.aggregate import RunTables, load_analytic, program_wall, ranked
 from nsightflow.analysis.checks import check_analytic, check_bounds
-from nsightflow.analysis.diagnostics import stage_notes, wall_note
+from nsightflow.analysis.diagnostics import note, stage_notes, wall_note
 from nsightflow.errors import InputError
 from nsightflow.records import Ceilings, Manifest
 
@@ -51,9 +51,12 @@ def aggregate_torch(
     ssum = metrics.with_kernel_counts(ssum, kernels)
     what = "CUDA kernels (CUPTI)" if kind == "gpu" else "CPU operators (self time)"
     notes = [
-        f"torch.profiler backend: the kernel table lists {what}; there are no hardware counters on this path, "
-        "so FLOPs are the analytic count's and bytes a lower bound (each operator's tensors touched once; "
-        "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage.",
+        note(
+            "torch.profiler backend",
+            f"the kernel table lists {what}; there are no hardware counters on this path, "
+            "so FLOPs are the analytic count's and bytes a lower bound (each operator's tensors touched once; "
+            "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage.",
+        ),
         wall_note(wall[0], "torch.profiler"),
     ]
     notes += stage_notes(ssum, analytic)

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from nsightflow import units
-from nsightflow.analysis.peaks import Peaks
+from nsightflow.records import Peaks
 
 # What the sweep charts plot, with their axis labels.
 SWEEP_METRICS = {

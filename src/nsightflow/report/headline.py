@@ -12,7 +12,7 @@ import pandas as pd
 
 from nsightflow import units
 from nsightflow.analysis.bounds import classify, memory_use
-from nsightflow.analysis.peaks import Peaks
+from nsightflow.records import Peaks
 
 _TEMPLATE = re.compile(r"[<(].*$")
 

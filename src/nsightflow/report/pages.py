@@ -13,10 +13,8 @@ from typing import Any
 import pandas as pd
 
 from nsightflow import columns, files, units
-from nsightflow.analysis.aggregate import Diagnostic
 from nsightflow.analysis.metrics import non_tensor_collected
-from nsightflow.analysis.peaks import Peaks
-from nsightflow.records import Manifest
+from nsightflow.records import Diagnostic, Manifest, Peaks
 from nsightflow.report import charts
 from nsightflow.report.cards_html import cards_html
 from nsightflow.report.glossary import TIPS, glossary_html
@@ -233,8 +231,9 @@ def render_run(
         ranks_html(run.get("ranks"), backend),
         glossary_html(),
     ]
-    parts += [f"<p class='warn'>{html.escape(note)}</p>" for note in run.get("notes", [])]
-    parts.append(diagnostics_html(run.get("diagnostics", [])))
+    said = run.get("diagnostics", [])
+    parts += [f"<p class='warn'>{html.escape(d.text)}</p>" for d in said if d.level == "note"]
+    parts.append(diagnostics_html([d for d in said if d.level != "note"]))
     parts.append(peaks_html(pk))
     has_counters = "arithmetic_intensity" in run["kernels"] and run["kernels"]["arithmetic_intensity"].notna().any()
     if has_counters:
