@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -1067,6 +1068,13 @@ def test_interrupting_a_job_of_ranks_under_ncu_leaves_none_behind(tmp_path):
     gone = wait_gone(pids)
     left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
     print(f"ranks {pids} interrupted under ncu: all gone {gone}; processes of the script left {left}")
+    for pid in left:  # what holds a rank that outlived its job (its state, parent and the parent's command)
+        status = dict(ln.split(":\t", 1) for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in ln)
+        parent = Path(f"/proc/{status['PPid'].strip()}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+        print(f"  {pid}: state {status['State'].strip()}, parent {status['PPid'].strip()} {parent!r}")
+    if left:
+        log = (work / "results" / "slow" / "logs" / "ncu_capture.log").read_text()
+        print("the job's log ends:", "\n".join(ln for ln in log.splitlines()[-12:] if "[nsightflow]" in ln))
     assert gone and not left
 
 

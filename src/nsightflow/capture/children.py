@@ -71,33 +71,46 @@ def command(pid: int) -> str:
 
 
 def descendants(root: int | None = None) -> list[int]:
-    """Every live process below ``root`` (default: this one), children before their children."""
+    """Every live process below ``root`` (default: this one), children before their children. A zombie (ended, only
+    its reaping left) is not listed but still links its children: /proc is read file by file, and a process may be
+    read before its parent ended and its parent after, its children not yet given to the subreaper."""
     root = os.getpid() if root is None else root
-    parent = {}
+    parent, ended = {}, set()
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
         if entry.name.isdigit():
             st = _stat(int(entry.name))
-            if st is not None and st[2] != "Z":  # a zombie has ended; only its reaping is left
+            if st is not None:
                 parent[int(entry.name)] = st[0]
+                if st[2] in ("Z", "X"):
+                    ended.add(int(entry.name))
     children: dict[int, list[int]] = collections.defaultdict(list)
     for pid, ppid in parent.items():
         children[ppid].append(pid)
     out, todo = [], list(children.get(root, []))
     while todo:
         pid = todo.pop(0)
-        out.append(pid)
+        if pid not in ended:
+            out.append(pid)
         todo += children.get(pid, [])
     return out
 
 
-def kill_descendants(spare: frozenset[int] = frozenset()) -> list[str]:
+def kill_descendants(spare: frozenset[int] = frozenset(), settle: bool = True, settle_s: float = 0.2) -> list[str]:
     """SIGKILL every process below this one but ``spare`` (none may outlive the job), reap those that are its
-    children; 'pid command' of each killed."""
+    children; 'pid command' of each killed. With ``settle``, or once it killed any, it ends only when two scans
+    ``settle_s`` apart find none: a process whose parent is being killed (by this job's other thread, say) is given
+    to the subreaper a moment later, and one scan in between sees neither."""
     killed: dict[int, str] = {}
-    for _ in range(5):  # a process may start another while we look
+    quiet = 0
+    for _ in range(50):  # a process may start another while we look
         found = [pid for pid in descendants() if pid not in spare]
         if not found:
-            break
+            quiet += 1
+            if quiet == 2 or not (settle or killed):
+                break
+            time.sleep(settle_s)
+            continue
+        quiet = 0
         for pid in found:
             cmd = command(pid)
             try:
@@ -256,12 +269,15 @@ def run(
             proc.wait(timeout=timeout_s)
     except BaseException as exc:
         kill_group(proc)
-        kill_descendants(earlier)
+        killed = kill_descendants(earlier)
+        said = f"killed with the tool: {'; '.join(killed)[:2000] or 'no process left below it'}"
+        vars(exc)["__notes__"] = [*getattr(exc, "__notes__", []), said]  # BaseException.add_note, before 3.11 too
         reader.join(timeout=10)
         if isinstance(exc, subprocess.TimeoutExpired):
             exc.output = output.text()
         raise
-    left = kill_descendants(earlier)  # the program's group and anything it started elsewhere, named in the log
+    # the program's group and anything it started elsewhere, named in the log (it ended: nothing is being killed now)
+    left = kill_descendants(earlier, settle=False)
     kill_group(proc)
     reader.join(timeout=10)
     out = output.text()

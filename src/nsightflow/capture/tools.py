@@ -52,7 +52,9 @@ def run_tool(
             append_log(
                 log,
                 argv,
-                f"\n[nsightflow] stopped ({type(exc).__name__} {exc}): the tool and its program were killed\n",
+                f"\n[nsightflow] stopped ({type(exc).__name__} {exc}): the tool and its program were killed"
+                + "".join(f"\n[nsightflow] {n}" for n in getattr(exc, "__notes__", []))
+                + "\n",
             )
             raise
     gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""

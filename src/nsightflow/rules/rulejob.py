@@ -75,7 +75,8 @@ def rule_job(log_path: str | Path, outputs: Sequence[str | Path] = ()) -> Iterat
             f"\n[nsightflow] the workflow (snakemake, pid {pid}) ended while this job ran: the job stops before "
             "publishing anything, and kills every process it started\n",
         )
-        children.kill_descendants()
+        killed = children.kill_descendants()
+        _note(log_path, f"[nsightflow] killed: {'; '.join(killed)[:2000] or 'none left'}\n")
         remove_staging(outputs)
         os._exit(1)
 
