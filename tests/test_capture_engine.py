@@ -251,7 +251,7 @@ def test_diagnostics_are_records_that_survive_the_run_files(tmp_path):
     Manifest(precision="bf16").write(tmp_path / "manifest.json")
     back = runfiles.load_run("r", *paths, tmp_path / "manifest.json")
     assert back["diagnostics"] == agg.notes + got and back["peaks"] == agg.peaks
-    # notes and diagnostics are one list of records; each notes a fact once
+    # notes and diagnostics are one list of records, none of its lines twice (coverage said once: test_handmade)
     assert all(d.level == "note" for d in agg.notes) and not [d for d in got if d.level == "note"]
     texts = [d.text for d in back["diagnostics"]]
     assert len(texts) == len(set(texts))

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from nsightflow import columns
+from nsightflow.analysis.diagnostics import note
 from nsightflow.capture import nsys_sqlite
 from nsightflow.capture.attribution import top_level, window_of
 from nsightflow.capture.comm import is_comm, overlapped
@@ -134,8 +135,7 @@ def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[Diagnostic]:
     if table.empty:
         return []
     notes = [
-        Diagnostic(
-            "note",
+        note(
             "ranks",
             f"{table['rank'].nunique()} ranks: the stage table's counters are rank {manifest.profiled_rank}'s (config "
             "rank:); every rank's time, communication and overlap are in the ranks table (busy and communication times "
@@ -147,8 +147,7 @@ def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[Diagnostic]:
         if len(walls) > 1 and walls.min() > 0:
             slow = g.loc[walls.sort_values().index[-1]]
             notes.append(
-                Diagnostic(
-                    "note",
+                note(
                     str(stage),
                     f"rank {slow['rank']} is the slowest ({slow['wall_ms']:.3f} ms, "
                     f"{walls.max() / walls.min() - 1:.1%} over the fastest rank).",
@@ -158,8 +157,7 @@ def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[Diagnostic]:
         over = g[comm > g["wall_ms"]]
         if len(over):
             notes.append(
-                Diagnostic(
-                    "note",
+                note(
                     str(stage),
                     f"rank(s) {list(over['rank'])} spent longer in communication kernels under nsys than the "
                     "stage takes in the program: they waited in a collective for a peer slowed by profiling, so their "
@@ -170,8 +168,7 @@ def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[Diagnostic]:
             exposed = g["comm_exposed_ms"].fillna(0)
             worst = g.loc[exposed.sort_values().index[-1]]
             notes.append(
-                Diagnostic(
-                    "note",
+                note(
                     str(stage),
                     f"rank {worst['rank']} spends {worst['comm_ms']:.3f} ms in communication kernels, "
                     f"{worst['comm_exposed_ms']:.3f} ms of it exposed (no compute kernel of the rank running).",
