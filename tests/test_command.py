@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from conftest import ROOT, snakemake, torch_workflow
 
-from nsightflow.capture.command import discover, fill
+from nsightflow.capture.command import fill
+from nsightflow.capture.discovery import discover
 from nsightflow.errors import ConfigError, WorkloadError
 from nsightflow.rules.config import check
 
@@ -131,7 +132,8 @@ def test_discovery_picks_the_busiest_program_domain_and_one_step_at_a_time():
 def test_the_hook_follows_the_programs_child_processes(tmp_path):
     """The settings stay in the environment: every Python process the command starts (a rank of torchrun) loads the
     hook and writes its own record; the process that opened the ranges is the one that has them."""
-    from nsightflow.capture.command import CommandCall, primary
+    from nsightflow.capture.command import CommandCall
+    from nsightflow.capture.discovery import primary
     from nsightflow.capture.hook import record_path
     from nsightflow.records import HookSettings
 

@@ -898,6 +898,47 @@ def test_a_command_with_its_own_nvtx_ranges_matches_a_full_capture_of_them(tmp_p
     )
 
 
+def test_a_commands_step_walls_beside_its_nsys_launch_are_the_programs(tmp_path):
+    """The command's timeline job runs its timed run beside the nsys launch whose program waits at the hook's gate
+    (nsightflow.capture.gate). A launch-bound decode (16 layers of a 256-wide MLP, batch 1): its decode steps' wall
+    time so, against the same timed run with nothing beside it, six launches of each, alternating, on one of the
+    GPU's CPUs; each side its fastest step (see test_wall_time_is_the_programs_not_the_profilers: with four launches a
+    side on two CPUs, the arm alone missed the fast state in every launch, 1.35 ms against 0.80 ms)."""
+    from nsightflow.capture import command
+
+    a = {"batch": 1, "prompt": 16, "hidden": 256, "layers": 16, "steps": 16}
+    argv = [sys.executable, "examples/nvtx_program.py"]
+    argv += [x for k in ("batch", "prompt", "hidden", "layers", "steps") for x in (f"--{k}", str(a[k]))]
+    call = command.CommandCall(command=argv, domain="LLM")
+    cpus = _gpu_local_cpus()[2:3] or _gpu_local_cpus()
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    alone, beside, spans = [], [], []
+    try:
+        for i in range(12):
+            out = tmp_path / str(i)
+            out.mkdir()
+            t0 = time.monotonic()
+            if i % 2 == 0:
+                found, _ = command._timed(call, str(out), out / "log", 300)
+                alone += found.walls["decode"]
+            else:
+                files = [out / f for f in ("t.nsys-rep", "t.sqlite", "m.json", "f.json", "c.json", "log")]
+                command.timeline(shutil.which("nsys"), call, *files, {}, {}, 300)
+                beside += json.loads((out / "m.json").read_text())["program_wall_s"]["decode"]
+            spans.append(time.monotonic() - t0)
+    finally:
+        os.sched_setaffinity(0, before)
+    ref, got = min(alone), min(beside)
+    print(
+        f"launch-bound command decode step, 6 launches x 16 steps a side, on CPUs {cpus}: timed alone fastest "
+        f"{ref * 1e3:.3f} ms (median {np.median(alone) * 1e3:.3f}); timed beside the gated nsys launch fastest "
+        f"{got * 1e3:.3f} ms (median {np.median(beside) * 1e3:.3f}; {got / ref - 1:+.1%}); "
+        f"timed run alone {np.median(spans[0::2]):.1f} s, timeline job (both launches) {np.median(spans[1::2]):.1f} s"
+    )
+    assert abs(got / ref - 1) < 0.05
+
+
 def _ran_s(log):
     """Seconds the profiler of a job ran, from the '[nsightflow] ... ran from A to B' line of its log."""
     m = re.search(r"ran from ([0-9.]+) to ([0-9.]+)", log.read_text())

@@ -363,6 +363,8 @@ class HookSettings:
     windows: str | None = None  # capture plan (mode ncu)
     trace: str | None = None  # Chrome trace (mode torch); another rank's: trace_path(trace, rank)
     rank: int = 0  # in a job of several processes: the rank that is probed, counted and captured
+    gate: str | None = None  # a launch beside another (nsightflow.capture.gate): probe waits there, timed for it
+    gate_pid: int | None = None  # mode timed: the process of the gated launch (it may end before it is ready)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -111,13 +111,7 @@ def kill_descendants(spare: frozenset[int] = frozenset(), settle: bool = True, s
             time.sleep(settle_s)
             continue
         quiet = 0
-        for pid in found:
-            cmd = command(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.setdefault(pid, cmd[:200])
-            except ProcessLookupError:
-                pass
+        killed = {**_kill(found), **killed}
         deadline = time.time() + 2
         while time.time() < deadline and any((st := _stat(pid)) is not None and st[2] != "Z" for pid in found):
             time.sleep(0.02)
@@ -127,6 +121,19 @@ def kill_descendants(spare: frozenset[int] = frozenset(), settle: bool = True, s
             except ChildProcessError:
                 pass  # not this process's child: its own parent reaps it
     return [f"{pid} {cmd}" for pid, cmd in killed.items()]
+
+
+def _kill(pids: list[int]) -> dict[int, str]:
+    """SIGKILL ``pids``; the command of each killed."""
+    killed = {}
+    for pid in pids:
+        cmd = command(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed[pid] = cmd[:200]
+        except ProcessLookupError:
+            pass
+    return killed
 
 
 def workflow_pid() -> int | None:
@@ -231,11 +238,17 @@ def run(
     timeout_s: float | None = None,
     on_line: Callable[[str], None] | None = None,
     cwd: str | None = None,
+    beside: Callable[[int], None] | None = None,
+    nested: bool = False,
 ) -> tuple[str, int]:
     """Run ``argv`` (in ``cwd``) in its own process group, output merged; (output, exit code). On a timeout raises
     subprocess.TimeoutExpired with the output so far. On any way out, success too, the whole group and every
     process the child left behind are killed (their names end the output), and the job never waits on a pipe
     a left-behind process holds. ``on_line`` sees each line of output as it comes (progress), from a reader thread.
+
+    ``beside(pid)`` runs in this thread while the child (process ``pid``) runs: another run, ``nested``, whose
+    success kills only its own group (what it left behind is the outer run's to kill: a sweep of the job's
+    processes now would kill the outer child's) and whose failure kills its group and what runs below it.
     """
     become_subreaper()
     earlier = frozenset(descendants())  # the caller's own other children are not this run's to kill
@@ -264,12 +277,17 @@ def run(
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    started = time.monotonic()
     try:
         with stop_signals():
-            proc.wait(timeout=timeout_s)
+            if beside is not None:
+                beside(proc.pid)
+            left_s = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
+            proc.wait(timeout=left_s)
     except BaseException as exc:
+        below = descendants(proc.pid) if nested else []  # its ranks in sessions of their own, while they are its
         kill_group(proc)
-        killed = kill_descendants(earlier)
+        killed = [f"{pid} {cmd}" for pid, cmd in _kill(below).items()] if nested else kill_descendants(earlier)
         said = f"killed with the tool: {'; '.join(killed)[:2000] or 'no process left below it'}"
         vars(exc)["__notes__"] = [*getattr(exc, "__notes__", []), said]  # BaseException.add_note, before 3.11 too
         reader.join(timeout=10)
@@ -277,7 +295,7 @@ def run(
             exc.output = output.text()
         raise
     # the program's group and anything it started elsewhere, named in the log (it ended: nothing is being killed now)
-    left = kill_descendants(earlier, settle=False)
+    left = [] if nested else kill_descendants(earlier, settle=False)
     kill_group(proc)
     reader.join(timeout=10)
     out = output.text()

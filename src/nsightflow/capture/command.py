@@ -6,7 +6,8 @@ Each profiling rule runs the command with the hook (nsightflow.capture.hook) loa
    (:func:`discover`: the configured domain and names, else the top-level ranges of the busiest domain that is not a
    library's own);
 2. the profile run: under nsys (the hook mirrors each stage step into nsightflow's domain and runs the probe inside
-   it, so the timeline reads as a callable's does, and counts FLOPs), or under torch.profiler (then a *count* run);
+   it, so the timeline reads as a callable's does, and counts FLOPs; started beside the timed run, its program waits
+   until the timed run has ended: nsightflow.capture.gate), or under torch.profiler (then a *count* run);
 3. under ncu: the hook opens the capture plan's windows (:meth:`CommandCall.launch` with the plan).
 
 The rest of the engine (plan, match, aggregation, report) is the callables' own.
@@ -18,21 +19,21 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from nsightflow import files
 from nsightflow.capture import nsys
-from nsightflow.capture.attribution import top_level
+from nsightflow.capture.discovery import Discovery, discover, primary, rank_rows, same_steps
+from nsightflow.capture.gate import open_gate
 from nsightflow.capture.harness import HarnessCall, Launch
 from nsightflow.capture.hook import site_dir
 from nsightflow.capture.passes import safe_label
 from nsightflow.capture.tools import publish_nsys, run_tool, tool_warnings, write_manifest
-from nsightflow.domains import DEFAULT_DOMAIN, LIBRARY_DOMAINS, is_nsightflows_own
-from nsightflow.errors import CaptureError, ConfigError, WorkloadError
+from nsightflow.domains import DEFAULT_DOMAIN
+from nsightflow.errors import CaptureError, ConfigError
 from nsightflow.records import HOOK_ENV, HookMode, HookSettings, Manifest
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -112,67 +113,27 @@ def program_launches(fields: dict[str, Any], plan_json: str | Path, manifest: st
     return [warmed]
 
 
-@dataclass(frozen=True)
-class Discovery:
-    """The stages a timed run of a command found: their domain, names (first seen first), and steps' wall times."""
-
-    domain: str
-    stages: list[str]
-    walls: dict[str, list[float]]
-    how: str
-
-
-RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end"]
-
-
-def discover(record: dict[str, Any], domain: str | None, stages: list[str] | None) -> Discovery:
-    """The stage steps of a command's timed run (its hook record): the ranges of ``domain`` named ``stages`` (else
-    its top-level ones), one at a time (a stage range inside another step is part of that step). Without a domain,
-    the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time."""
-    ranges = pd.DataFrame(record.get("ranges") or [], columns=RANGE_COLUMNS)
-    how = f"the configured domain {domain!r}"
-    if domain is None:
-        cand = ranges[
-            ~ranges["domain"].str.lower().isin(LIBRARY_DOMAINS)
-            & ~ranges["domain"].map(is_nsightflows_own).astype(bool)
-            & (ranges["depth"] == 0)
-        ]
-        if cand.empty:
-            raise WorkloadError(
-                "the command opened no NVTX push/pop range nsightflow could follow: put its stages inside "
-                "nvtx.annotate('name', domain='...') or torch.cuda.nvtx.range('name') (a Python program), or give "
-                "the workload's domain: and stages:"
-            )
-        time_in = (cand["end"] - cand["start"]).groupby(cand["domain"]).sum()
-        domain = str(time_in.idxmax())
-        how = f"the domain whose top-level ranges hold the most time ({time_in[domain] / 1e9:.3f} s)"
-    mine = ranges[ranges["domain"] == domain]
-    if stages is not None:
-        mine = mine[mine["name"].isin(stages)]
-    else:
-        mine = mine[mine["depth"] == 0]
-    # one step at a time: a stage range inside another step (an enclosing range first) is part of that step
-    mine = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))
-    seen = sorted(set(ranges.loc[ranges["domain"] == domain, "name"]))
-    missing = [s for s in stages or [] if s not in set(mine["name"])]
-    if mine.empty or missing:
-        raise WorkloadError(
-            f"the command's NVTX domain {domain!r} has no range named {missing or stages}: it has "
-            f"{seen[:20] or 'none'}; fix the workload's stages: (or domain:, '' for the default domain)"
-        )
-    walls: dict[str, list[float]] = {}
-    for name, start, end in zip(mine["name"], mine["start"], mine["end"], strict=True):
-        walls.setdefault(str(name), []).append((end - start) / 1e9)
-    return Discovery(domain, list(walls), walls, how)
-
-
 def _run(
-    call: CommandCall, settings: HookSettings, log: str | Path, timeout_s: float | None, wrap: list[str]
+    call: CommandCall,
+    settings: HookSettings,
+    log: str | Path,
+    timeout_s: float | None,
+    wrap: list[str],
+    beside: Callable[[dict[str, str], int], None] | None = None,
+    devices: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One run of the command with the hook (under ``wrap``, a profiler's argv prefix): the record of every Python
-    process it started (nsightflow.capture.hook.record_path), each with the run's output."""
+    process it started (nsightflow.capture.hook.record_path), each with the run's output. ``beside``: another run
+    while this one runs (nsightflow.capture.gate); ``devices``: the environment of the run this one is beside (its
+    claimed devices: this one runs on them too)."""
     launch = call.launch(settings)
-    out, _ = run_tool(wrap + launch.argv, log, timeout_s, gpu=True, env=launch.env, cwd=launch.cwd, gpus=launch.gpus)
+    env = dict(launch.env)
+    if devices is not None and "CUDA_VISIBLE_DEVICES" in devices:
+        env["CUDA_VISIBLE_DEVICES"] = devices["CUDA_VISIBLE_DEVICES"]
+    argv, nested = wrap + launch.argv, devices is not None
+    out, _ = run_tool(
+        argv, log, timeout_s, gpu=not nested, env=env, cwd=launch.cwd, gpus=launch.gpus, beside=beside, nested=nested
+    )
     assert settings.out is not None
     base = Path(settings.out)
     records = []
@@ -187,56 +148,6 @@ def _run(
             f"ends normally (not os._exit), run by an interpreter that can import nsightflow; log: {log}"
         )
     return records
-
-
-def _active(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records of processes that ran stage steps (or, timed, opened ranges): a job's ranks."""
-    return [r for r in records if r.get("steps") or r.get("ranges")]
-
-
-def primary(records: list[dict[str, Any]], rank: int) -> dict[str, Any]:
-    """The record of the process whose stages are profiled: the only one that opened ranges, else rank ``rank``."""
-    active = _active(records)
-    if len(active) <= 1:
-        return active[0] if active else records[0]  # none: discovery says the program opened no range
-    mine = [r for r in active if r.get("rank") == rank]
-    if len(mine) != 1:
-        ranks = sorted(str(r.get("rank")) for r in active)
-        raise WorkloadError(
-            f"the command ran {len(active)} processes with NVTX ranges (ranks {', '.join(ranks) or 'none'}), and "
-            f"{'none' if not mine else 'several'} of rank {rank}: set the workload's rank: to one of them (a "
-            "process's rank is its RANK variable, or its torch.distributed rank at its first stage step)"
-        )
-    return mine[0]
-
-
-def rank_rows(timed: list[dict[str, Any]], profiled: list[dict[str, Any]], found: Discovery) -> list[dict[str, Any]]:
-    """Per rank of a job of several processes: rank, pid and device in the profiled run, and each stage's step
-    times in the timed run (the program's own) and in the profiled one; [] for a single process."""
-    active = _active(profiled)
-    if len(active) < 2:
-        return []
-    walls = {r.get("rank"): discover(r, found.domain, found.stages).walls for r in _active(timed)}
-    return [
-        {
-            "rank": r.get("rank"),
-            "pid": r["pid"],
-            "device": r.get("device"),
-            "program_wall_s": walls.get(r.get("rank"), {}),
-            "stage_wall_s": r.get("steps") or {},
-        }
-        for r in sorted(active, key=lambda r: (r.get("rank") is None, r.get("rank"), r["pid"]))
-    ]
-
-
-def _same_steps(timed: Discovery, other: dict[str, Any], what: str) -> None:
-    got = {k: len(v) for k, v in (other.get("steps") or {}).items()}
-    want = {k: len(v) for k, v in timed.walls.items()}
-    if got != want:
-        raise CaptureError(
-            f"the command ran other stage steps in its {what} run {got} than in its timed run {want}: a program "
-            "whose ranges change from run to run cannot be sampled (seed it, or fix its step count)"
-        )
 
 
 def _record(
@@ -262,13 +173,37 @@ def _record(
 
 
 def _timed(
-    call: CommandCall, tmp: str, log: str | Path, timeout_s: float | None
+    call: CommandCall,
+    tmp: str,
+    log: str | Path,
+    timeout_s: float | None,
+    beside: tuple[str, int] | None = None,
+    devices: dict[str, str] | None = None,
 ) -> tuple[Discovery, list[dict[str, Any]]]:
     """The timed run (nothing collecting), the stages found in the profiled rank's ranges, and every process's
-    record."""
+    record. ``beside``: (gate, pid) of a launch gated until this run has ended (nsightflow.capture.gate); its
+    first range waits until that launch is ready."""
+    gate, pid = beside or (None, None)
     settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
-    timed = _run(call, settings, log, timeout_s, [])
+    settings = replace(settings, gate=gate, gate_pid=pid)
+    timed = _run(call, settings, log, timeout_s, [], devices=devices)
     return discover(primary(timed, call.rank), call.domain, call.stages), timed
+
+
+def timed_beside(
+    call: CommandCall, tmp: str, log: str | Path, timeout_s: float | None, profile: HookSettings, wrap: list[str]
+) -> tuple[Discovery, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The timed run, and the ``profile`` run (under ``wrap``) started beside it, its program gated until the timed run
+    has ended and found the stages (nsightflow.capture.gate): (the stages, the timed and the profile run's records)."""
+    gate = f"{tmp}/stages.json"
+    timed_run: list[tuple[Discovery, list[dict[str, Any]]]] = []
+
+    def timed_first(devices: dict[str, str], pid: int) -> None:
+        timed_run.append(_timed(call, tmp, log, timeout_s, (gate, pid), devices))
+        open_gate(gate, {"domain": timed_run[0][0].domain, "stages": timed_run[0][0].stages})
+
+    runs = _run(call, replace(profile, gate=gate), log, timeout_s, wrap, beside=timed_first)
+    return timed_run[0][0], timed_run[0][1], runs
 
 
 def timeline(
@@ -284,14 +219,14 @@ def timeline(
     settings: dict[str, Any],
     timeout_s: float | None,
 ) -> None:
-    """The timed run, then nsys over the probe run: the timeline, analytic count, ceilings and manifest."""
+    """The timed run, and nsys over the probe run started beside it (its program gated until the timed run has
+    found the stages: nsightflow.capture.gate): the timeline, analytic count, ceilings and manifest."""
     with tempfile.TemporaryDirectory(prefix="nsightflow-command-") as tmp:
-        found, timed = _timed(call, tmp, log, timeout_s)
         probe = HookSettings(
             "probe",
             f"{tmp}/probe.json",
-            found.domain,
-            found.stages,
+            call.domain,
+            call.stages,
             call.mirror,
             dtype=call.dtype,
             flops_out=str(Path(flops).resolve()),
@@ -301,16 +236,16 @@ def timeline(
         rep = Path(rep)
         tmp_base = rep.with_name(rep.stem + ".tmp")
         wrap = nsys.profile_argv(nsys_bin, tmp_base, [])
-        runs = _run(call, probe, log, timeout_s, wrap)
+        found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap)
         profiled = primary(runs, call.rank)
-        _same_steps(found, profiled, "nsys")
+        same_steps(found, profiled, "nsys")
         publish_nsys(tmp_base, rep, sqlite_out, log)
         harness_json = Path(tmp) / "harness.json"
         extra = {k: profiled[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
         extra["environment"] = profiled["environment"]
         files.write_json(harness_json, _record(call, found, profiled, extra, rank_rows(timed, runs, found)))
         commands = [
-            {"what": "the command, timed (no profiler)", "argv": call.argv()},
+            {"what": "the command, timed (no profiler; the one under nsys waits for it)", "argv": call.argv()},
             {
                 "what": "Timeline (nsys) of the command with the probe, analytic count and ceilings",
                 "argv": wrap + call.argv(),
@@ -345,7 +280,7 @@ def torch_profile(
 
         runs = _run(call, hook("torch", trace=str(Path(trace).resolve())), log, timeout_s, [])
         profiled = primary(runs, call.rank)
-        _same_steps(found, profiled, "torch.profiler")
+        same_steps(found, profiled, "torch.profiler")
         counted_runs = _run(
             call,
             hook("count", flops_out=str(Path(flops).resolve()), ceilings_out=str(Path(ceilings).resolve())),
@@ -354,7 +289,7 @@ def torch_profile(
             [],
         )
         counted = primary(counted_runs, call.rank)
-        _same_steps(found, counted, "counting")
+        same_steps(found, counted, "counting")
         extra = {k: counted[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
         extra.update(environment=counted["environment"], trace_labels=profiled["trace_labels"])
         harness_json = Path(tmp) / "harness.json"

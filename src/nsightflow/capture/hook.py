@@ -34,6 +34,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,26 @@ class Tracker:
         self.inside = False  # the hook's own NVTX calls are not the program's
         self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
         self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
+        self.gated = settings.gate is not None and settings.mode in ("probe", "timed")  # not yet past the gate
+
+    def pass_gate(self) -> None:
+        """A launch beside another (nsightflow.capture.gate): the probe waits for the stages the timed run found; the
+        timed run waits until the probe launch is ready (so that none of its steps shares the machine)."""
+        if not self.gated:
+            return
+        with self.lock:
+            if not self.gated:
+                return
+            from nsightflow.capture import gate
+
+            assert self.s.gate is not None
+            if self.s.mode == "timed":
+                if self.s.gate_pid is not None:
+                    gate.wait_ready(self.s.gate, self.s.gate_pid)
+            else:
+                found = gate.wait_open(self.s.gate)
+                self.s = replace(self.s, domain=found["domain"], stages=found["stages"])
+            self.gated = False
 
     def _is_step(self, domain: str, name: str, depth: int) -> bool:
         if self.s.domain is None or self.step is not None or domain != self.s.domain:
@@ -235,6 +256,10 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
         settings = HookSettings.from_env(text)
     TRACKER = tracker = Tracker(settings)  # the settings stay in the environment: ranks are child processes
     _wrap_nvtx(tracker)
+    if tracker.gated and settings.mode == "probe":
+        from nsightflow.capture.gate import after_import
+
+        after_import("torch", tracker.pass_gate)  # no GPU work before it: the program waits there, idle
     atexit.register(_finish, tracker)
     return tracker
 
@@ -266,6 +291,7 @@ def _wrap_nvtx(tracker: Tracker) -> None:
                 self._nf = (domain, message, k.get("payload", a[1] if len(a) > 1 else None))
 
             def __enter__(self) -> Any:
+                tracker.pass_gate()
                 out = super().__enter__()
                 tracker.push(*self._nf)
                 return out
@@ -290,6 +316,7 @@ def _wrap_nvtx(tracker: Tracker) -> None:
         push0, pop0 = impl.push_range, impl.pop_range
 
         def push_range(message: Any = None, color: Any = None, domain: Any = None, *a: Any, **k: Any) -> Any:
+            tracker.pass_gate()
             out = push0(message, color, domain, *a, **k)
             tracker.push(domain, message, k.get("payload", a[1] if len(a) > 1 else None))
             return out
@@ -318,6 +345,7 @@ def _wrap_torch_nvtx(tracker: Tracker) -> None:
             return 0
 
     def range_push(msg: str) -> Any:
+        tracker.pass_gate()
         out = quiet(push0, msg)
         tracker.push("", msg)
         return out

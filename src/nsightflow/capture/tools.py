@@ -31,20 +31,24 @@ def run_tool(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     gpus: int = 1,
+    beside: Callable[[dict[str, str], int], None] | None = None,
+    nested: bool = False,
 ) -> tuple[str, int]:
     """Run ``argv`` (never through a shell; ``env`` added to the environment, in ``cwd``), append its output to
     ``log``; return (output, exit code).
 
     With ``gpu`` the child runs on ``gpus`` devices of its own (see nsightflow.capture.gpus.claim). With ``check``
-    a non-zero exit raises ToolError with the output's last lines.
+    a non-zero exit raises ToolError with the output's last lines. ``beside(environment, pid)`` runs while the tool
+    (process ``pid``) runs, a ``nested`` run_tool in it on the same devices (nsightflow.capture.children.run).
     """
     from nsightflow.capture.gpus import claim
 
     require(argv[0])
     with claim(n_devices=None if gpu else 0, want=gpus) as (child_env, decision):
         started = time.time()
+        inner = None if beside is None else lambda pid: beside(child_env, pid)
         try:
-            stdout, code = children.run(argv, {**child_env, **(env or {})}, timeout_s, on_line, cwd)
+            stdout, code = children.run(argv, {**child_env, **(env or {})}, timeout_s, on_line, cwd, inner, nested)
         except subprocess.TimeoutExpired as exc:
             append_log(log, argv, (exc.output or "") + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
             raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc

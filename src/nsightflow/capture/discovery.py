@@ -1,0 +1,117 @@
+"""Which of a command's NVTX ranges are its stages, and which of its processes is profiled: from the hook's records
+of its runs (nsightflow.capture.hook), the timed run's first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from nsightflow.capture.attribution import top_level
+from nsightflow.domains import LIBRARY_DOMAINS, is_nsightflows_own
+from nsightflow.errors import CaptureError, WorkloadError
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The stages a timed run of a command found: their domain, names (first seen first), and steps' wall times."""
+
+    domain: str
+    stages: list[str]
+    walls: dict[str, list[float]]
+    how: str
+
+
+RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end"]
+
+
+def discover(record: dict[str, Any], domain: str | None, stages: list[str] | None) -> Discovery:
+    """The stage steps of a command's timed run (its hook record): the ranges of ``domain`` named ``stages`` (else
+    its top-level ones), one at a time (a stage range inside another step is part of that step). Without a domain,
+    the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time."""
+    ranges = pd.DataFrame(record.get("ranges") or [], columns=RANGE_COLUMNS)
+    how = f"the configured domain {domain!r}"
+    if domain is None:
+        cand = ranges[
+            ~ranges["domain"].str.lower().isin(LIBRARY_DOMAINS)
+            & ~ranges["domain"].map(is_nsightflows_own).astype(bool)
+            & (ranges["depth"] == 0)
+        ]
+        if cand.empty:
+            raise WorkloadError(
+                "the command opened no NVTX push/pop range nsightflow could follow: put its stages inside "
+                "nvtx.annotate('name', domain='...') or torch.cuda.nvtx.range('name') (a Python program), or give "
+                "the workload's domain: and stages:"
+            )
+        time_in = (cand["end"] - cand["start"]).groupby(cand["domain"]).sum()
+        domain = str(time_in.idxmax())
+        how = f"the domain whose top-level ranges hold the most time ({time_in[domain] / 1e9:.3f} s)"
+    mine = ranges[ranges["domain"] == domain]
+    if stages is not None:
+        mine = mine[mine["name"].isin(stages)]
+    else:
+        mine = mine[mine["depth"] == 0]
+    # one step at a time: a stage range inside another step (an enclosing range first) is part of that step
+    mine = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))
+    seen = sorted(set(ranges.loc[ranges["domain"] == domain, "name"]))
+    missing = [s for s in stages or [] if s not in set(mine["name"])]
+    if mine.empty or missing:
+        raise WorkloadError(
+            f"the command's NVTX domain {domain!r} has no range named {missing or stages}: it has "
+            f"{seen[:20] or 'none'}; fix the workload's stages: (or domain:, '' for the default domain)"
+        )
+    walls: dict[str, list[float]] = {}
+    for name, start, end in zip(mine["name"], mine["start"], mine["end"], strict=True):
+        walls.setdefault(str(name), []).append((end - start) / 1e9)
+    return Discovery(domain, list(walls), walls, how)
+
+
+def _active(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of processes that ran stage steps (or, timed, opened ranges): a job's ranks."""
+    return [r for r in records if r.get("steps") or r.get("ranges")]
+
+
+def primary(records: list[dict[str, Any]], rank: int) -> dict[str, Any]:
+    """The record of the process whose stages are profiled: the only one that opened ranges, else rank ``rank``."""
+    active = _active(records)
+    if len(active) <= 1:
+        return active[0] if active else records[0]  # none: discovery says the program opened no range
+    mine = [r for r in active if r.get("rank") == rank]
+    if len(mine) != 1:
+        ranks = sorted(str(r.get("rank")) for r in active)
+        raise WorkloadError(
+            f"the command ran {len(active)} processes with NVTX ranges (ranks {', '.join(ranks) or 'none'}), and "
+            f"{'none' if not mine else 'several'} of rank {rank}: set the workload's rank: to one of them (a "
+            "process's rank is its RANK variable, or its torch.distributed rank at its first stage step)"
+        )
+    return mine[0]
+
+
+def rank_rows(timed: list[dict[str, Any]], profiled: list[dict[str, Any]], found: Discovery) -> list[dict[str, Any]]:
+    """Per rank of a job of several processes: rank, pid and device in the profiled run, and each stage's step
+    times in the timed run (the program's own) and in the profiled one; [] for a single process."""
+    active = _active(profiled)
+    if len(active) < 2:
+        return []
+    walls = {r.get("rank"): discover(r, found.domain, found.stages).walls for r in _active(timed)}
+    return [
+        {
+            "rank": r.get("rank"),
+            "pid": r["pid"],
+            "device": r.get("device"),
+            "program_wall_s": walls.get(r.get("rank"), {}),
+            "stage_wall_s": r.get("steps") or {},
+        }
+        for r in sorted(active, key=lambda r: (r.get("rank") is None, r.get("rank"), r["pid"]))
+    ]
+
+
+def same_steps(timed: Discovery, other: dict[str, Any], what: str) -> None:
+    got = {k: len(v) for k, v in (other.get("steps") or {}).items()}
+    want = {k: len(v) for k, v in timed.walls.items()}
+    if got != want:
+        raise CaptureError(
+            f"the command ran other stage steps in its {what} run {got} than in its timed run {want}: a program "
+            "whose ranges change from run to run cannot be sampled (seed it, or fix its step count)"
+        )

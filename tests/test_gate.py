@@ -1,0 +1,86 @@
+"""A command's timed run and its profile launch side by side (nsightflow.capture.gate), with real processes: the
+profile launch's program runs only once the timed run has ended, with the stages it found; the timed run's steps wait
+until the other launch is idle; a failed timed run takes the other launch down with it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nsightflow.capture import children, gate
+from nsightflow.capture.command import CommandCall, timed_beside
+from nsightflow.errors import ToolError, WorkloadError
+from nsightflow.records import HookSettings
+
+# Says its hook's mode and the clock at its first and last line; its ranges in domain T (discovered).
+PROGRAM = """
+import json, os, sys, time
+import nvtx
+import torch
+mode = json.loads(os.environ["NSIGHTFLOW_HOOK"])["mode"]
+print(f"{mode} START {time.time()}", flush=True)
+if mode == "timed" and "fail" in sys.argv:
+    sys.exit(3)
+x = torch.ones(32, 32)
+if "noranges" not in sys.argv:
+    with nvtx.annotate("prefill", domain="T"):
+        x = x @ x
+    for _ in range(3):
+        with nvtx.annotate("decode", domain="T"):
+            x = torch.relu(x @ x)
+print(f"{mode} END {time.time()}", flush=True)
+"""
+
+
+def _beside(tmp_path, *flags):
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    call = CommandCall(command=[sys.executable, str(script), *flags])
+    work = tmp_path / "work"
+    work.mkdir()
+    probe = HookSettings("probe", str(work / "probe.json"), None, None, flops_out=str(work / "flops.json"))
+    log = tmp_path / "job.log"
+    return timed_beside(call, str(work), log, 120, probe, []), log
+
+
+def test_the_profile_launch_runs_its_program_after_the_timed_run_with_the_stages_it_found(tmp_path):
+    (found, timed, runs), log = _beside(tmp_path)
+    clock = {k: float(v) for k, v in re.findall(r"^(\w+ \w+) ([0-9.]+)$", log.read_text(), re.M)}
+    assert clock["timed END"] < clock["probe START"]  # the probe's program waited at the gate for the whole run
+    assert found.domain == "T" and found.stages == ["prefill", "decode"]
+    assert {k: len(v) for k, v in found.walls.items()} == {"prefill": 1, "decode": 3}
+    assert {k: len(v) for k, v in runs[0]["steps"].items()} == {"prefill": 1, "decode": 3}
+    assert len(timed) == 1 and timed[0]["mode"] == "timed"
+
+
+@pytest.mark.parametrize(
+    ("flag", "error", "needle"), [("fail", ToolError, "exited with 3"), ("noranges", WorkloadError, "no NVTX")]
+)
+def test_a_timed_run_that_fails_takes_the_waiting_launch_down_with_it(tmp_path, flag, error, needle):
+    started = time.monotonic()
+    with pytest.raises(error, match=needle):
+        _beside(tmp_path, flag)
+    assert time.monotonic() - started < 60  # the gated launch did not wait on (its timeout is 120 s)
+    assert children.descendants() == []  # killed, not left waiting at its gate
+    assert "probe START" not in (tmp_path / "job.log").read_text()
+
+
+def test_the_timed_run_waits_until_the_other_launch_is_ready_or_has_ended(tmp_path):
+    gated = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    t0 = time.monotonic()
+    gate.wait_ready(tmp_path / "never.json", gated.pid)  # never ready: it waits until the launch has ended
+    assert time.monotonic() - t0 > 0.3
+    gated.wait()
+    ready = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        gate.ready_path(tmp_path / "gate.json").write_text("")
+        t0 = time.monotonic()
+        gate.wait_ready(tmp_path / "gate.json", ready.pid)
+        assert time.monotonic() - t0 < 5
+    finally:
+        ready.kill()
+        ready.wait()
