@@ -1,13 +1,15 @@
 """A command's timed run and its profile launch side by side (nsightflow.capture.gate), with real processes: the
 profile launch's program runs only once the timed run has ended, with the stages it found; the timed run's steps wait
-until the other launch is idle; a failed timed run takes the other launch down with it."""
+until the other launch is idle; a failed or stopped timed run takes the other launch down with it."""
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +86,62 @@ def test_the_timed_run_waits_until_the_other_launch_is_ready_or_has_ended(tmp_pa
     finally:
         ready.kill()
         ready.wait()
+
+
+# A program that sleeps inside its first range; the job that runs it beside its gated launch, to be stopped.
+SLEEPER = """
+import json, os, sys, time
+import nvtx
+import torch
+mode = json.loads(os.environ["NSIGHTFLOW_HOOK"])["mode"]
+with nvtx.annotate("prefill", domain="T"):
+    open(sys.argv[1] + "." + mode, "w").close()
+    time.sleep(120)
+"""
+
+DRIVER = """
+import sys
+from nsightflow.capture.command import CommandCall, timed_beside
+from nsightflow.records import HookSettings
+script, work = sys.argv[1], sys.argv[2]
+call = CommandCall(command=[sys.executable, script, work + "/started"])
+probe = HookSettings("probe", work + "/probe.json", None, None)
+try:
+    timed_beside(call, work, work + "/job.log", 300, probe, [])
+except BaseException as exc:  # what is left below the job before it exits (its children would die with it)
+    from nsightflow.capture.children import descendants
+    print("left", descendants(), type(exc).__name__, flush=True)
+"""
+
+
+def _running(needle, but=()):
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if int(p.name) not in but and needle in (p / "cmdline").read_bytes().decode(errors="replace"):
+                    out.append(int(p.name))
+            except OSError:
+                pass
+    return out
+
+
+def test_stopping_the_job_while_its_timed_run_runs_kills_both_launches(tmp_path):
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    work = tmp_path / "work"
+    work.mkdir()
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(script), str(work)], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ((work / "started.timed").exists() and (work / "stages.json.ready").exists()):
+        assert time.monotonic() < deadline and driver.poll() is None
+        time.sleep(0.1)
+    assert len(_running(str(script), [driver.pid])) == 2  # the timed run in its range, the other launch at its gate
+    driver.send_signal(signal.SIGTERM)
+    out, _ = driver.communicate(timeout=30)
+    assert out.strip() == "left [] Stopped"  # both launches killed by the job itself
+    deadline = time.monotonic() + 10
+    while _running(str(script)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(str(script)) == []
+    assert not (work / "started.probe").exists()

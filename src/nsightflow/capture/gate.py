@@ -51,11 +51,9 @@ def wait_ready(gate: str | Path, pid: int) -> None:
 
 def wait_open(gate: str | Path) -> dict[str, Any]:
     """Say this launch is ready, wait until the job opens the gate, and return what it wrote there."""
-    from nsightflow import files
-
     gate = Path(gate)
     if not gate.exists():
-        files.write_text(ready_path(gate), "")
+        ready_path(gate).touch()  # no content: several processes of a job may say so at once
         while not gate.exists():
             time.sleep(POLL_S)
     return dict(json.loads(gate.read_text()))
