@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -406,17 +407,22 @@ NVTX_COMMAND = {
 NVTX_CALLABLE = {"name": "nvtx_callable", "callable": "workloads:nvtx_program", "args": NVTX_PROGRAM}
 
 
-def _command_pair(rounds: int = 3) -> tuple[float, int]:
+def _command_pair(rounds: int = 4) -> tuple[float, int]:
     """The command workload's workflow against the same program as a callable, cold, alternating ``rounds`` times
-    (machines drift: pairs run back to back); the median of the pairs' ratios."""
+    (machines drift: pairs run back to back; which of the two runs first alternates too, so that neither always meets
+    a colder machine); the median of the pairs' ratios."""
     ratios = []
     for i in range(rounds):
-        cmd = _workflow_of([NVTX_COMMAND], "command")[0]
-        twin = _workflow_of([NVTX_CALLABLE], "callable")[0]
+        if i % 2 == 0:
+            cmd = _workflow_of([NVTX_COMMAND], "command")[0]
+            twin = _workflow_of([NVTX_CALLABLE], "callable")[0]
+        else:
+            twin = _workflow_of([NVTX_CALLABLE], "callable")[0]
+            cmd = _workflow_of([NVTX_COMMAND], "command")[0]
         ratios.append(cmd / twin)
         print(f"  pair {i + 1}: command {cmd:.1f} s, callable {twin:.1f} s: {cmd / twin:.2f}x", flush=True)
-    print(f"  command / callable, median of {rounds} pairs: {sorted(ratios)[rounds // 2]:.2f}x", flush=True)
-    return sorted(ratios)[rounds // 2], 0
+    print(f"  command / callable, median of {rounds} pairs: {statistics.median(ratios):.2f}x", flush=True)
+    return statistics.median(ratios), 0
 
 
 LAUNCHES = {}  # per workflow variant: the launches of its stages in the timeline
