@@ -25,6 +25,7 @@ import nvtx
 import torch
 mode = json.loads(os.environ["NSIGHTFLOW_HOOK"])["mode"]
 print(f"{mode} START {time.time()}", flush=True)
+print(f"{mode} DEVICES {os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
 if mode == "timed" and "fail" in sys.argv:
     sys.exit(3)
 x = torch.ones(32, 32)
@@ -38,10 +39,10 @@ print(f"{mode} END {time.time()}", flush=True)
 """
 
 
-def _beside(tmp_path, *flags):
+def _beside(tmp_path, *flags, env=None):
     script = tmp_path / "program.py"
     script.write_text(PROGRAM)
-    call = CommandCall(command=[sys.executable, str(script), *flags])
+    call = CommandCall(command=[sys.executable, str(script), *flags], env=env or {})
     work = tmp_path / "work"
     work.mkdir()
     probe = HookSettings("probe", str(work / "probe.json"), None, None, flops_out=str(work / "flops.json"))
@@ -57,6 +58,13 @@ def test_the_profile_launch_runs_its_program_after_the_timed_run_with_the_stages
     assert {k: len(v) for k, v in found.walls.items()} == {"prefill": 1, "decode": 3}
     assert {k: len(v) for k, v in runs[0]["steps"].items()} == {"prefill": 1, "decode": 3}
     assert len(timed) == 1 and timed[0]["mode"] == "timed"
+
+
+@pytest.mark.parametrize(("workload_env", "seen"), [({}, "7"), ({"CUDA_VISIBLE_DEVICES": "3"}, "3")])
+def test_both_launches_run_on_the_same_devices(tmp_path, monkeypatch, workload_env, seen):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # the scheduler's choice; the workload's env: wins over it
+    _, log = _beside(tmp_path, env=workload_env)
+    assert sorted(re.findall(r"^(\w+) DEVICES (\S+)$", log.read_text(), re.M)) == [("probe", seen), ("timed", seen)]
 
 
 @pytest.mark.parametrize(

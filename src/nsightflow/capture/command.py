@@ -128,8 +128,8 @@ def _run(
     claimed devices: this one runs on them too)."""
     launch = call.launch(settings)
     env = dict(launch.env)
-    if devices is not None and "CUDA_VISIBLE_DEVICES" in devices:
-        env["CUDA_VISIBLE_DEVICES"] = devices["CUDA_VISIBLE_DEVICES"]
+    if devices is not None and "CUDA_VISIBLE_DEVICES" in devices:  # the workload's own env: wins, as in run_tool
+        env.setdefault("CUDA_VISIBLE_DEVICES", devices["CUDA_VISIBLE_DEVICES"])
     argv, nested = wrap + launch.argv, devices is not None
     out, _ = run_tool(
         argv, log, timeout_s, gpu=not nested, env=env, cwd=launch.cwd, gpus=launch.gpus, beside=beside, nested=nested

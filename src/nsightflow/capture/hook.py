@@ -7,7 +7,8 @@ calls a Python program makes (``nvtx.annotate``/``push_range``/``pop_range``, ``
 ``range_push``/``range_pop``) and, around each *stage step* (a push/pop range of the stages' domain, top level or
 named in the config), does what the harness does around a callable's step:
 
-- ``timed``: nothing but a clock (every range of every domain recorded: the stages are discovered from them);
+- ``timed``: nothing but a clock (every range of every domain recorded: the stages are discovered from them; run
+  beside the nsys launch, whose program the hook holds until this run has ended: nsightflow.capture.gate);
 - ``probe`` (under nsys): the step mirrored into nsightflow's own domain (the ranged pass) and its probe domain,
   its operators numbered, marked and counted (nsightflow.capture.probe): the timeline reads as a callable's does;
 - ``ncu``: the capture plan's profiler windows opened around the planned operators of the planned steps;
