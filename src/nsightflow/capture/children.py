@@ -62,6 +62,12 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
     return int(fields[1]), int(fields[19]), fields[0]
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended and not yet reaped, does not)."""
+    st = _stat(pid)
+    return st is not None and st[2] not in ("Z", "X")
+
+
 def command(pid: int) -> str:
     """A process's command line, as ps shows it (empty where it is gone)."""
     try:
@@ -113,7 +119,7 @@ def kill_descendants(spare: frozenset[int] = frozenset(), settle: bool = True, s
         quiet = 0
         killed = {**_kill(found), **killed}
         deadline = time.time() + 2
-        while time.time() < deadline and any((st := _stat(pid)) is not None and st[2] != "Z" for pid in found):
+        while time.time() < deadline and any(alive(pid) for pid in found):
             time.sleep(0.02)
         for pid in found:
             try:

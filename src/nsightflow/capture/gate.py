@@ -5,25 +5,22 @@ times, and the stages discovered from its ranges) and the *probe* one under nsys
 one after the other they cost two interpreter and ``import torch`` start-ups (about 6 s on the GPU host, where the
 whole of a small program takes 5 to 6 s). So the job starts both at once, and the hook gates the probe launch:
 
-- the probe process runs until ``torch`` is imported (or the program's first NVTX range, if that comes first), says
-  it is *ready* (a file beside the gate) and waits until the gate opens: the job writes the gate file, holding the
-  stages the timed run found, once the timed run has ended. The program has touched no GPU by then, and runs from
-  there exactly as alone;
+- the probe process, once the hook is installed (``torch`` imported, to follow ``torch.cuda.nvtx``) and before the
+  program's first line, says it is *ready* (a file beside the gate) and waits until the gate opens: the job writes the
+  gate file, holding the stages the timed run found, once the timed run has ended. The program has touched no GPU by
+  then, and runs from there exactly as alone;
 - the timed process waits at its first NVTX range until the probe launch is ready (or has ended), so no step of the
   timed run shares the machine with the other launch's start-up: the other launch sleeps while it runs.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from nsightflow.capture.children import alive
 
 POLL_S = 0.005
 
@@ -31,15 +28,6 @@ POLL_S = 0.005
 def ready_path(gate: str | Path) -> Path:
     """The file a gated launch writes when it waits at the gate."""
     return Path(f"{gate}.ready")
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended and not yet reaped, does not)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rindex(")") + 2 :].split()[0] not in ("Z", "X")
 
 
 def wait_ready(gate: str | Path, pid: int) -> None:
@@ -64,34 +52,3 @@ def open_gate(gate: str | Path, content: dict[str, Any]) -> None:
     from nsightflow import files
 
     files.write_json(gate, content)
-
-
-class AfterImport(importlib.abc.MetaPathFinder):
-    """Calls ``then()`` right after ``module`` (its package's ``__init__``) has been imported by the program."""
-
-    def __init__(self, module: str, then: Any) -> None:
-        self.module, self.then = module, then
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name != self.module:
-            return None
-        sys.meta_path.remove(self)  # the rest of the finders find it; this one acts once
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run, then = spec.loader.exec_module, self.then
-
-        def exec_module(module: ModuleType) -> None:
-            run(module)
-            then()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def after_import(module: str, then: Any) -> None:
-    """Call ``then()`` once ``module`` is imported: now if it already is, else right after the program imports it."""
-    if module in sys.modules:
-        then()
-    else:
-        sys.meta_path.insert(0, AfterImport(module, then))

@@ -257,10 +257,8 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
         settings = HookSettings.from_env(text)
     TRACKER = tracker = Tracker(settings)  # the settings stay in the environment: ranks are child processes
     _wrap_nvtx(tracker)
-    if tracker.gated and settings.mode == "probe":
-        from nsightflow.capture.gate import after_import
-
-        after_import("torch", tracker.pass_gate)  # no GPU work before it: the program waits there, idle
+    if settings.mode == "probe":
+        tracker.pass_gate()  # beside a timed run: before the program's first line, torch imported, no GPU touched
     atexit.register(_finish, tracker)
     return tracker
 
