@@ -289,6 +289,48 @@ def test_probe_opens_windows_around_the_planned_units():
     assert events == ["op0", "op1", "op0", "start", "op1", "stop", "start", "op0", "op1", "stop"]
 
 
+def test_views_are_no_units_and_are_neither_marked_nor_counted(monkeypatch):
+    # A view (an alias of its input) launches no kernel: the probe numbers, marks and counts only the other operators,
+    # in the timeline's launch and in ncu's alike (about half of a decoder's calls are views).
+    import nvtx
+    import torch
+
+    pushed, events = [], []
+
+    class Recorder:
+        def get_event_attributes(self, message):
+            return message
+
+        def push_range(self, attrs, payload):
+            pushed.append((attrs.split("#")[0], payload))
+
+        def pop_range(self):
+            pass
+
+    monkeypatch.setattr(nvtx, "get_domain", lambda name: Recorder())
+    x = torch.ones(4, 4)
+
+    def step(_):
+        y = x.t()  # a view
+        events.append("view")
+        z = y + 1  # operator 0 (unit 1)
+        events.append("op0")
+        z.unsqueeze(0)  # a view
+        events.append("view2")
+        z * 2  # operator 1 (unit 3)
+
+    wl = api.Workload(setup=lambda: None, stages=[api.Stage("s", step, repeats=2)])
+    counts = passes.probe_pass(wl, "t", count=True)
+    assert pushed == [("add", 0), ("mul", 1)] * 2
+    got = counts.stages["s"]
+    assert got.calls == 4
+    assert got.bytes_lower_bound == 2 * (4 * 16 * 4)  # add and mul each read 16 float32 and write 16
+    win = Windows({("s", 1): {3}}, start=lambda: events.append("start"), stop=lambda: events.append("stop"))
+    events.clear()
+    passes.probe_pass(wl, None, count=False, windows=win)
+    assert events == ["view", "op0", "view2"] * 2 + ["start", "stop"]
+
+
 @pytest.mark.parametrize("warmup", [1, 2])
 def test_ncu_launch_runs_the_warm_up_then_the_windowed_probe_pass_and_no_ranged_pass(tmp_path, warmup):
     # Under ncu every launch outside a window still costs time, so the launch ncu runs has no ranged pass: the

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from torch import Tensor
+
 # Operators whose work depends on their inputs' values, not only on their shapes: a grouped GEMM runs one GEMM per
 # group with sizes read from an offsets tensor (a mixture of experts' tokens per expert), so its tiles, and with
 # them its FLOPs and bytes, follow the routing. HuggingFace Mixtral's prefill measured +13.4% tensor FLOPs when its
@@ -15,9 +17,7 @@ DATA_DEPENDENT = frozenset({"_grouped_mm", "_scaled_grouped_mm", "segment_reduce
 
 
 def _arg_key(x: Any) -> Hashable:
-    import torch
-
-    if isinstance(x, torch.Tensor):
+    if isinstance(x, Tensor):
         return (x.dtype, x.shape, x.stride())
     kind = type(x)
     if kind is float:
@@ -35,9 +35,17 @@ def call_key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashab
     """What an operator call's FLOPs and signature follow from: the operator, its tensors' dtypes, shapes and
     strides, its other arguments as written (as ``probe.signature`` describes them). None where equal keys may do
     different work (DATA_DEPENDENT operators) or a tensor has no strides (sparse): such calls are never cached."""
-    if func.overloadpacket.__name__ in DATA_DEPENDENT:
+    op = id(func)  # operators live as long as torch: their ids are stable, and hash in C (theirs in Python)
+    varies = _VARIES.get(op)
+    if varies is None:
+        varies = _VARIES[op] = func.overloadpacket.__name__ in DATA_DEPENDENT
+    if varies:
         return None
     try:
-        return (func, _arg_key(args), tuple((k, _arg_key(v)) for k, v in sorted(kwargs.items())))
+        named = tuple([(k, _arg_key(v)) for k, v in sorted(kwargs.items())]) if kwargs else ()
+        return (op, tuple([_arg_key(a) for a in args]), named)
     except (RuntimeError, NotImplementedError, TypeError):  # e.g. stride() of a sparse tensor
         return None
+
+
+_VARIES: dict[int, bool] = {}  # per operator (its id): in DATA_DEPENDENT (looked up once)

@@ -227,39 +227,48 @@ def moved_bytes(inputs: list[Any], output: Any, gathers: bool = False) -> int:
     Outputs that alias an input (views, in-place results) add nothing; a lookup (``gathers``)
     reads only as many table bytes as it returns. Re-reads are not counted, so this is a lower
     bound on what the operators must touch; DRAM traffic itself can be lower when an
-    intermediate stays in cache.
+    intermediate stays in cache. A tensor is told apart by its first byte's address (its storage's
+    address plus its offset: ``data_ptr``), its storage by that address less its offset.
     """
-    import torch
+    from torch import Tensor
 
-    def flat(x: Any, into: list[Any]) -> list[Any]:
-        if isinstance(x, torch.Tensor):
-            into.append(x)
-        elif isinstance(x, (list, tuple)):
-            for y in x:
-                flat(y, into)
-        return into
-
-    ins, outs = flat(inputs, []), flat(output, [])
+    ins = _tensors(inputs, Tensor)
+    outs = (
+        [output]
+        if isinstance(output, Tensor)
+        else _tensors(output, Tensor)
+        if isinstance(output, (list, tuple))
+        else []
+    )
     total = 0
-    seen: set[tuple[int, Any]] = set()
+    seen: set[int] = set()
     if gathers and ins and outs:
         table = ins[0]
-        seen.add((table.untyped_storage().data_ptr(), table.storage_offset()))
-        total += min(table.numel() * table.element_size(), sum(t.numel() * t.element_size() for t in outs))
+        seen.add(table.data_ptr())
+        total += min(table.nbytes, sum(t.nbytes for t in outs))
     in_storage = set()
     for t in ins:
-        ptr = t.untyped_storage().data_ptr()
-        if t.device.type != "meta":
-            in_storage.add(ptr)
-        key = (ptr, t.storage_offset())
-        if key not in seen:
-            seen.add(key)
-            total += t.numel() * t.element_size()
+        ptr = t.data_ptr()
+        if not t.is_meta:
+            in_storage.add(ptr - t.storage_offset() * t.element_size())
+        if ptr not in seen:
+            seen.add(ptr)
+            total += t.nbytes
     for t in outs:
-        if t.untyped_storage().data_ptr() in in_storage:
-            continue  # a view or an in-place result: its bytes were counted as an input
-        total += t.numel() * t.element_size()
+        if t.data_ptr() - t.storage_offset() * t.element_size() not in in_storage:
+            total += t.nbytes  # (else a view or an in-place result: its bytes were counted as an input)
     return total
+
+
+def _tensors(items: list[Any] | tuple[Any, ...], tensor: type) -> list[Any]:
+    """The tensors (instances of ``tensor``) among ``items`` and inside their lists and tuples, in order."""
+    found = []
+    for x in items:
+        if isinstance(x, tensor):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            found += _tensors(x, tensor)
+    return found
 
 
 @dataclass
@@ -267,7 +276,7 @@ class StageTally:
     """What the counter sees of one stage, over all its steps, as it goes (its record: nsightflow.records)."""
 
     steps: int = 0
-    calls: int = 0  # operator calls dispatched (the timeline's probe pass marks as many)
+    calls: int = 0  # operator calls dispatched, views aside (the timeline's probe pass marks as many)
     flops: int = 0
     masked: int = 0
     attention_full: int = 0
@@ -315,6 +324,9 @@ class Tally:
         self.stages: dict[str, StageTally] = {}
         self.current: StageTally | None = None
         self._flops: dict[Hashable, tuple[str, int, int]] = {}  # op_flops of calls seen, by call_key
+        self._ops: dict[
+            int, tuple[str, str, bool, bool]
+        ] = {}  # per operator (its id): name, label, moves data, gathers
 
     def begin(self, stage: str) -> None:
         self.current = self.stages.setdefault(stage, StageTally())
@@ -336,7 +348,11 @@ class Tally:
         if s is None:
             return
         s.calls += 1
-        name = func.overloadpacket.__name__
+        op = self._ops.get(id(func))  # operators live as long as torch; their own hash runs in Python
+        if op is None:
+            name = func.overloadpacket.__name__
+            op = self._ops[id(func)] = (name, f"aten.{name}", not getattr(func, "is_view", False), name in GATHER_OPS)
+        name, label, moves, gathers = op
         known = self._flops.get(key) if key is not None else None
         if known is None:
             try:
@@ -347,19 +363,20 @@ class Tally:
             if key is not None:
                 self._flops[key] = known
         klass, flops, masked = known
-        inputs = input_precisions(name, klass, args)
-        s.precisions |= set(inputs)
-        if inputs and flops:
-            s.by_precision[inputs[0]] = s.by_precision.get(inputs[0], 0) + flops
-        s.flops += flops
-        s.masked += masked
-        s.by_class[klass] += flops
-        if klass == "attention":
-            s.attention_full += flops
+        if klass != "other":
+            inputs = input_precisions(name, klass, args)
+            s.precisions.update(inputs)
+            if inputs and flops:
+                s.by_precision[inputs[0]] = s.by_precision.get(inputs[0], 0) + flops
         if flops:
-            s.by_op[f"aten.{name}"] = s.by_op.get(f"aten.{name}", 0) + flops
-        if not getattr(func, "is_view", False):  # views move no data
-            s.bytes += moved_bytes(list(args) + list(kwargs.values()), out, gathers=name in GATHER_OPS)
+            s.flops += flops
+            s.masked += masked
+            s.by_class[klass] += flops
+            if klass == "attention":
+                s.attention_full += flops
+            s.by_op[label] = s.by_op.get(label, 0) + flops
+        if moves:  # views move no data
+            s.bytes += moved_bytes([*args, *kwargs.values()], out, gathers=gathers)
 
     def failed(self, stages: list[str], why: str) -> None:
         """The counting pass stopped: every stage's count is missing, with the reason."""

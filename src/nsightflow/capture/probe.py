@@ -6,8 +6,9 @@ takes one invocation number for every function). So the harness decides: ncu run
 ``--profile-from-start off``, and the probe pass opens ``cudaProfilerStart/Stop`` windows around
 exactly the *units* whose kernels the plan needs. A unit is one operator (``2·i + 1`` for the step's
 i-th operator) or the gap before one (``2·i``: work launched between operators, e.g. a CUDA-graph
-replay or compiled code). Profiler windows are process-wide, so kernels launched by autograd's own
-thread inside a backward operator are captured too.
+replay or compiled code). Views (``func.is_view``: aliases of their input, no kernel) are no operators
+here: about half of a decoder's calls, unnumbered, unmarked and uncounted. Profiler windows are
+process-wide, so kernels launched by autograd's own thread inside a backward operator are captured too.
 
 In the timeline run the same pass marks each operator with an NVTX range (domain ``<domain>.ops``,
 message = the call's signature, payload = its index in the step) and each step with a range in
@@ -135,6 +136,8 @@ class OpProbe(TorchDispatchMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        if func.is_view:  # launches no kernel, computes and moves nothing: not a unit, not marked, not counted
+            return func(*args, **kwargs)
         with self._lock:
             i = self.index
             self.index += 1
