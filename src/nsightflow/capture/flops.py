@@ -324,9 +324,8 @@ class Tally:
         self.stages: dict[str, StageTally] = {}
         self.current: StageTally | None = None
         self._flops: dict[Hashable, tuple[str, int, int]] = {}  # op_flops of calls seen, by call_key
-        self._ops: dict[
-            int, tuple[str, str, bool, bool]
-        ] = {}  # per operator (its id): name, label, moves data, gathers
+        # per operator (by id): its name, its label in by_op, whether it moves data (views do not), whether it gathers
+        self._ops: dict[int, tuple[str, str, bool, bool]] = {}
 
     def begin(self, stage: str) -> None:
         self.current = self.stages.setdefault(stage, StageTally())

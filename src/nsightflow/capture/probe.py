@@ -7,7 +7,7 @@ takes one invocation number for every function). So the harness decides: ncu run
 exactly the *units* whose kernels the plan needs. A unit is one operator (``2·i + 1`` for the step's
 i-th operator) or the gap before one (``2·i``: work launched between operators, e.g. a CUDA-graph
 replay or compiled code). Views (``func.is_view``: aliases of their input, no kernel) are no operators
-here: about half of a decoder's calls, unnumbered, unmarked and uncounted. Profiler windows are
+here: about 40% of a decoder's calls, unnumbered, unmarked and uncounted. Profiler windows are
 process-wide, so kernels launched by autograd's own thread inside a backward operator are captured too.
 
 In the timeline run the same pass marks each operator with an NVTX range (domain ``<domain>.ops``,
