@@ -2,6 +2,7 @@
 
 import csv
 import hashlib
+import json
 import os
 import signal
 import sys
@@ -254,3 +255,47 @@ def test_harmless_library_errors_are_explained_in_the_log():
     line = "ERROR:2026-11-22 09:51:28 11620:11620 DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35"
     assert "harmless, the CPU trace is complete" in harmless_notes("ok\n" + line + "\n")
     assert harmless_notes("ERROR: something else failed\n") == ""
+
+
+# Stand-ins for a GPU host's tools (this machine has none): nvidia-smi names an H200; nsys and ncu give versions.
+# ncu's counter probe waits (up to 20 s) for nsys's profile to start; nsys's profile starts, then fails.
+HOST_STAND_INS = {
+    "nvidia-smi": """#!/bin/sh
+case "$*" in *driver_version*) echo "570.86.15";; *name*) echo "NVIDIA H200";; *) echo "stand-in nvidia-smi";; esac
+""",
+    "nsys": """#!/bin/sh
+[ "$1" = "--version" ] && { echo "NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0 (stand-in)"; exit 0; }
+date +%s.%N > "$STAMPS/nsys.start"; sleep 1; date +%s.%N > "$STAMPS/nsys.end"; exit 3
+""",
+    "ncu": """#!/bin/sh
+[ "$1" = "--version" ] && { echo "Version 2025.3.1.0 (stand-in)"; exit 0; }
+date +%s.%N > "$STAMPS/ncu.start"
+i=0; while [ ! -e "$STAMPS/nsys.start" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+echo '==PROF== Profiling "nsightflow_probe" - 0: 0%....50%....100% - 1 pass'; echo "probe ok"
+date +%s.%N > "$STAMPS/ncu.end"
+""",
+}
+
+
+def test_the_counter_check_runs_beside_the_timeline_with_one_core(tmp_path):
+    """Only ncu's captures need counter access: its check (ncu's start, 2-3 s on the GPU host) runs while the
+    timeline runs, under --cores 1, and a failed timeline does not wait for it."""
+    wf, env = _workflow(tmp_path, [{"name": "w", "callable": "nsightflow.workloads.decoder:build"}])
+    tools, stamps = tmp_path / "tools", tmp_path / "stamps"
+    tools.mkdir()
+    stamps.mkdir()
+    for name, text in HOST_STAND_INS.items():
+        (tools / name).write_text(text)
+        (tools / name).chmod(0o755)
+    env.update(PATH=f"{tools}:{env['PATH']}", STAMPS=str(stamps))
+    config = ["--config", "profiler=nsight", "device=NVIDIA H200"]
+    proc = snakemake(wf, "--cores", "1", "results/report.html", *config, check=False, env=env)
+    assert proc.returncode != 0 and "Error in rule timeline" in proc.stdout, proc.stdout[-3000:]
+    t = {p.name: float(p.read_text()) for p in stamps.iterdir()}
+    # the probe started before the timeline's profile and ended after it started: the two ran at once
+    assert t["ncu.start"] < t["nsys.start"] < t["ncu.end"], t
+    host = json.loads((wf / "results" / "preflight" / "NVIDIA-H200.json").read_text())
+    counters = json.loads((wf / "results" / "preflight" / "counters" / "NVIDIA-H200.json").read_text())
+    assert [c["name"] for c in host["checks"]] == ["GPU", "device", "driver", "nsys", "ncu"]
+    assert [(c["name"], c["ok"]) for c in counters["checks"]] == [("counters", True)]
+    assert not (wf / "results" / "w" / "ncu").exists()  # no capture without a timeline

@@ -130,7 +130,8 @@ def test_nsight_plan_from_the_login_node_is_checked_on_the_gpu_node(tmp_path):
     assert _sacct(_submitted(proc.stdout)["preflight"])["tres"].count("gres/gpu=1") == 1
 
     # With the device named, the node agrees with the plan; the stand-in ncu profiles nothing, so
-    # the counter probe is the one check that fails, and no capture is attempted.
+    # the counter probe is the one check that fails (its job runs beside the timeline's), and no ncu capture is
+    # attempted.
     proc = snakemake(
         wf,
         "--profile",
@@ -143,7 +144,10 @@ def test_nsight_plan_from_the_login_node_is_checked_on_the_gpu_node(tmp_path):
         check=False,
     )
     assert proc.returncode != 0
-    log = (wf / "results" / "preflight" / "NVIDIA-H200.log").read_text()
+    host = (wf / "results" / "preflight" / "NVIDIA-H200.log").read_text()
+    assert not re.findall(r"^- (\w+):", host, re.M), host  # the host's checks passed
+    log = (wf / "results" / "preflight" / "counters" / "NVIDIA-H200.log").read_text()
     failed = set(re.findall(r"^- (\w+):", log, re.M))
     assert failed == {"counters"}, log
-    assert not (wf / "results" / "tiny" / "timeline").exists()
+    assert _sacct(_submitted(proc.stdout)["counters"])["tres"].count("gres/gpu=1") == 1  # on a GPU node
+    assert not (wf / "results" / "tiny" / "ncu").exists()

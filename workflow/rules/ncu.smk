@@ -11,6 +11,7 @@ rule ncu_capture:
         flops="results/{run}/analytic_flops.json",
         manifest="results/{run}/manifest.json",
         preflight=f"results/preflight/{DEVICE}.json",
+        counters=f"results/preflight/counters/{DEVICE}.json",
     output:
         rep="results/{run}/ncu/capture.ncu-rep",
         csv="results/{run}/ncu/capture.raw.csv",
@@ -63,6 +64,7 @@ use rule ncu_capture as ncu_ranges with:
         flops="results/{run}/analytic_flops.json",
         manifest="results/{run}/manifest.json",
         preflight=f"results/preflight/{DEVICE}.json",
+        counters=f"results/preflight/counters/{DEVICE}.json",
     output:
         rep="results/{run}/ncu/ranges.ncu-rep",
         csv="results/{run}/ncu/ranges.raw.csv",
@@ -108,6 +110,7 @@ use rule ncu_capture as ncu_deep with:
         flops="results/{run}/analytic_flops.json",
         manifest="results/{run}/manifest.json",
         preflight=f"results/preflight/{DEVICE}.json",
+        counters=f"results/preflight/counters/{DEVICE}.json",
     output:
         rep="results/{run}/ncu/deep.ncu-rep",
         csv="results/{run}/ncu/deep.raw.csv",

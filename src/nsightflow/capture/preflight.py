@@ -1,8 +1,9 @@
 """Preflight for the Nsight backend: is this host able to give real numbers, before any capture runs?
 
-Checks, each with the fix when it fails: a CUDA GPU visible to the driver, nsys and ncu found
-(with versions), and counter access (a one-kernel ncu probe: in containers ERR_NVGPUCTRPERM is common
-and otherwise only shows after a long capture).
+Checks, each with the fix when it fails, in two jobs: the host's (a CUDA GPU visible to the driver, the device the
+workflow planned for, nsys and ncu found, with versions) before the timeline; counter access (a one-kernel ncu
+probe: in containers ERR_NVGPUCTRPERM is common and otherwise only shows after a long capture) before any ncu
+capture, in a job that runs beside the timeline's (it costs ncu's start, about 2-3 s).
 """
 
 from __future__ import annotations
@@ -58,26 +59,19 @@ def _probe(argv: list[str], timeout_s: float) -> str:
         return f"probe did not finish within {timeout_s} s"
 
 
-def run_checks(
-    nsys: str, ncu: str, python: str | None = None, timeout_s: float = 300, device: str | None = None
-) -> list[dict[str, Any]]:
-    """Every check as {name, ok, detail, fix}; the counter probe runs only when the rest passed.
+def host_checks(nsys: str, ncu: str, device: str | None = None) -> list[dict[str, Any]]:
+    """GPU, driver, nsys and ncu as {name, ok, detail, fix}: what a timeline needs before it starts.
 
     ``device``: the device name the workflow planned for (its files are named after it); this host's
     GPU must be that one, or the numbers would be filed under another GPU's name.
     """
-    python = python or sys.executable
-    argv = probe_argv(ncu, python)
-    # Each query waits on a tool's start (nvidia-smi, nsys, ncu: about a second each): all run at once, the counter
-    # probe too (it is only reported when the rest passed).
-    with ThreadPoolExecutor(max_workers=6) as pool:
+    # Each query waits on a tool's start (nvidia-smi, nsys, ncu): all run at once.
+    with ThreadPoolExecutor(max_workers=4) as pool:
         got_names = pool.submit(gpus)
         got_driver = pool.submit(lambda: host_info().get("driver"))
         got_versions = {t: pool.submit(_version, t) for t in (nsys, ncu)}
-        got_probe = pool.submit(_probe, argv, timeout_s) if found(ncu) else None
         names, driver = got_names.result(), got_driver.result()
         versions = {t: f.result() for t, f in got_versions.items()}
-        probe_out = got_probe.result() if got_probe is not None else ""
     checks = []
     checks.append(
         {
@@ -111,37 +105,45 @@ def run_checks(
                 "to its full path",
             }
         )
-    if all(c["ok"] for c in checks):
-        out = probe_out
-        if "ERR_NVGPUCTRPERM" in out:
-            checks.append(
-                {
-                    "name": "counters",
-                    "ok": False,
-                    "detail": "ERR_NVGPUCTRPERM",
-                    "fix": "allow counter access: run as root, or load the nvidia module with "
-                    "NVreg_RestrictProfilingToAdminUsers=0 (containers: --cap-add SYS_ADMIN)",
-                }
-            )
-        else:
-            ok = "==PROF== Profiling" in out and "probe ok" in out
-            checks.append(
-                {
-                    "name": "counters",
-                    "ok": ok,
-                    "detail": "one-kernel ncu probe "
-                    + ("profiled its kernel" if ok else "failed: " + " | ".join(out.strip().splitlines()[-4:])),
-                    "fix": "run the probe by hand to see why: " + " ".join(argv[:-1]) + " '<probe>'",
-                }
-            )
     return checks
 
 
-def preflight(
-    nsys: str, ncu: str, out_json: str | Path, python: str | None = None, device: str | None = None
-) -> list[dict[str, Any]]:
-    """Run the checks; write ``out_json`` only when all pass, else raise PreflightError listing the failures."""
-    checks = run_checks(nsys, ncu, python, device=device)
+def counter_check(ncu: str, python: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
+    """Counter access as {name, ok, detail, fix}: ncu over a one-kernel probe. Only ncu's captures need it, so
+    its job runs beside the timeline's (in containers ERR_NVGPUCTRPERM is common and otherwise only shows after
+    a long capture)."""
+    argv = probe_argv(ncu, python or sys.executable)
+    out = _probe(argv, timeout_s)
+    if "ERR_NVGPUCTRPERM" in out:
+        return {
+            "name": "counters",
+            "ok": False,
+            "detail": "ERR_NVGPUCTRPERM",
+            "fix": "allow counter access: run as root, or load the nvidia module with "
+            "NVreg_RestrictProfilingToAdminUsers=0 (containers: --cap-add SYS_ADMIN)",
+        }
+    ok = "==PROF== Profiling" in out and "probe ok" in out
+    why = "profiled its kernel" if ok else "failed: " + " | ".join(out.strip().splitlines()[-4:])
+    return {
+        "name": "counters",
+        "ok": ok,
+        "detail": f"one-kernel ncu probe {why}",
+        "fix": "run the probe by hand to see why: " + " ".join(argv[:-1]) + " '<probe>'",
+    }
+
+
+def preflight(nsys: str, ncu: str, out_json: str | Path, device: str | None = None) -> list[dict[str, Any]]:
+    """The host's checks (rule preflight, before the timeline); write ``out_json`` only when all pass, else raise
+    PreflightError listing the failures."""
+    return _publish(host_checks(nsys, ncu, device), out_json)
+
+
+def counter_preflight(ncu: str, out_json: str | Path, python: str | None = None) -> list[dict[str, Any]]:
+    """The counter check (rule counters, before any ncu capture), written and raised as ``preflight`` does."""
+    return _publish([counter_check(ncu, python)], out_json)
+
+
+def _publish(checks: list[dict[str, Any]], out_json: str | Path) -> list[dict[str, Any]]:
     failed = [c for c in checks if not c["ok"] and c["fix"]]
     if failed:
         raise PreflightError(

@@ -85,7 +85,7 @@ def size_warning(runs: int, backend: str, limit: int) -> str | None:
     thousand-point sweep quietly became 3,001 jobs."""
     if runs <= limit:
         return None
-    jobs = runs * JOBS_PER_RUN.get(backend, 5) + 1 + (backend == "nsight")  # the index page, the device's preflight
+    jobs = runs * JOBS_PER_RUN.get(backend, 5) + 1 + 2 * (backend == "nsight")  # the index, the device's two checks
     return (
         f"nsightflow: the config's sweeps make {runs:,} runs, about {jobs:,} jobs on the {backend} backend (more "
         f"than sweep_warn: {limit}); each run profiles its program. Narrow the sweep, or raise sweep_warn to "
