@@ -541,3 +541,43 @@ def test_the_first_pass_work_names_state_kept_beyond_the_libraries_workspaces(mo
     ]
     assert passes.first_pass_work(None, 3) == ["CUDA was first used in the first pass"]
     assert passes.first_pass_work(None, None) == []  # no CUDA in use: nothing to count
+
+
+@pytest.mark.parametrize(
+    "spec,args,traced,passes_run",
+    [
+        # the eager decoder's first pass makes nothing that lasts: the probe pass stands in for the ranged one
+        ("nsightflow.workloads.decoder:build", SMALL, "probe", None),
+        # a first pass that does one-time work (cuDNN's benchmarking on): the ranged pass runs
+        ("workloads:first_use_state", {"cudnn_benchmark": True}, "ranged", None),
+        # a library that refuses a dispatch mode: the probe pass stops at its first step, the ranged pass runs after
+        ("workloads:mode_averse", {}, "ranged", None),
+        # warm-up, timed pass, probe pass: three runs of the step, no ranged pass
+        ("workloads:pass_log", {}, "probe", 3),
+    ],
+)
+def test_a_timed_launch_traces_the_probe_pass_alone_where_it_launches_what_the_program_does(
+    tmp_path, spec, args, traced, passes_run
+):
+    out, flops, log = tmp_path / "run.json", tmp_path / "flops.json", tmp_path / "passes.log"
+    if spec == "workloads:pass_log":
+        args = {"path": str(log), "repeats": 1}
+    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", spec, "--args", json.dumps(args)]
+    argv += ["--timed", "--out", str(out), "--flops-out", str(flops)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(out.read_text())
+    assert run["traced_pass"] == traced
+    steps = {s["name"]: s["steps"] for s in run["stages"]}
+    assert {k: len(v) for k, v in run["program_wall_s"].items()} == steps  # the timed pass always runs
+    if traced == "probe":
+        assert run["first_pass_work"] == [] and run["stage_wall_s"] is None
+        assert ("ranged pass" in proc.stderr) is False
+    else:
+        assert {k: len(v) for k, v in run["stage_wall_s"].items()} == steps
+    if passes_run is not None:
+        assert log.read_text().count("pass") == passes_run, proc.stderr
+    # without a probe pass (no count asked for) the ranged pass is the trace, whatever the first pass did
+    proc = subprocess.run([a for a in argv if a not in ("--flops-out", str(flops))], capture_output=True, env=env)
+    assert proc.returncode == 0 and json.loads(out.read_text())["traced_pass"] == "ranged"

@@ -225,6 +225,9 @@ class Manifest(_Record):
     # what the harness's first warm-up pass did once that launches kernels (compilation, state made on first use):
     # none ([]) lets ncu's launch window the first pass (nsightflow.capture.command.program_launches); None: unknown
     first_pass_work: list[str] | None = None
+    # the pass whose steps the timeline's stage ranges are: "ranged", or "probe" where the probe pass alone was traced
+    # (nsightflow.capture.passes.probe_stands_in; stage_wall_s is then None); "" where no harness said
+    traced_pass: str = ""
 
     WHAT = "run manifest (manifest.json)"  # an older one, without a precision, gets none: no peak, never a wrong one
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from nsightflow.analysis import bounds, metrics
@@ -92,6 +93,8 @@ def tables(
     classes = metrics.class_summary(values)
     kernels = ranked(metrics.kernel_summary(classes, tl.ranges, pk), top_n, coverage)
     walls = metrics.with_program_wall(attribution.stage_table(tl), *program_wall)
+    if tl.probe_stands_in:  # the traced steps are the probe pass's, which its dispatch mode slows, not only nsys
+        walls["wall_profiled_ns"] = np.nan
     stages = metrics.stage_summary(walls, metrics.stage_measured(values), analytic, pk, divergence)
     stages = metrics.with_kernel_counts(stages, kernels)
     return classes, kernels, stages

@@ -32,8 +32,16 @@ def note(source: str, message: str) -> Diagnostic:
     return Diagnostic("note", source, message)
 
 
-def wall_note(program: dict[str, Any] | None, profiler: str) -> Diagnostic:
-    """What the wall times on the page are."""
+def wall_note(program: dict[str, Any] | None, profiler: str, probe_stands_in: bool = False) -> Diagnostic:
+    """What the wall times on the page are; ``probe_stands_in``: the timeline traced the probe pass alone."""
+    if program and probe_stands_in:
+        return note(
+            "",
+            "wall times are the program's own: every step timed after the warm-up with no NVTX range and no profiler "
+            f"collecting. {profiler} traced the probe pass alone (the program's first pass did no one-time work, so "
+            "the probe pass launches the program's kernels): kernels, their counts and busy times come from it, and "
+            "'wall under profiler' is left empty, since the probe's dispatch slows those steps, not only the profiler.",
+        )
     if program:
         return note(
             "",

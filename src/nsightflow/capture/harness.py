@@ -3,7 +3,9 @@
 1. warm-up, outside any range (CUDA context, cuBLAS handles, first-call autotuning);
 2. with ``--timed`` (the timeline's launch), every step timed with no NVTX and nothing collecting, then the
    profiler's capture range opened;
-3. the ranged pass: every stage step inside its NVTX range (``--mode torch``: under torch.profiler);
+3. the ranged pass: every stage step inside its NVTX range (``--mode torch``: under torch.profiler); in a timed launch
+   whose first pass did no one-time work the probe pass stands in for it (``passes.probe_stands_in``): its step
+   ranges are then the stages' in the timeline;
 4. the probe pass: operators numbered, marked and counted (the analytic count rides on this launch), or, under ncu,
    profiler windows opened around the units a capture plan names (that launch runs no ranged pass: 1, then 4);
 5. optionally the measured ceilings (nsightflow.capture.ceilings) of the device, in the dtype of the workload's
@@ -26,7 +28,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from nsightflow import files
 from nsightflow.capture.flops import matmul_precision
-from nsightflow.capture.passes import capture_range, probe_pass, run_profiled, run_torch_profiled, trace_label, warm_up
+from nsightflow.capture.passes import (
+    capture_range,
+    counting_pass,
+    probe_pass,
+    probe_stands_in,
+    ranged_pass,
+    run_profiled,
+    run_torch_profiled,
+    trace_label,
+    warm_up,
+)
 from nsightflow.capture.progress import phase
 from nsightflow.domains import DEFAULT_DOMAIN
 from nsightflow.records import Ceilings
@@ -204,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
             # window still costs about 0.1 ms: a pass of the 8B-shaped decoder took 4-5 s there, 0.85 s alone)
             warm_up(workload, call.warmup)
         elif call.mode == "profile":
-            result["first_pass_work"] = warm_up(workload, call.warmup) if call.warmup else None
-            result["stage_wall_s"], program = run_profiled(workload, call.domain, 0, call.timed)
+            work = warm_up(workload, call.warmup) if call.warmup else None
+            alone = probe_stands_in(call.timed, call.flops_out is not None, work)
+            result["first_pass_work"], result["traced_pass"] = work, "probe" if alone else "ranged"
+            result["stage_wall_s"], program = run_profiled(workload, call.domain, 0, call.timed, ranged=not alone)
         elif call.mode == "torch":
             assert call.trace is not None  # parse() refuses torch without a trace
             result["stage_wall_s"], program = run_torch_profiled(workload, Path(call.trace), call.domain, call.warmup)
@@ -215,7 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         if call.windows is not None:
             probe_pass(workload, call.domain, count=False, windows=read_windows(Path(call.windows)))
         elif call.flops_out is not None or call.mode == "flops":
-            counts = probe_pass(workload, call.domain if call.mode == "profile" else None, count=True)
+            counts, finished = counting_pass(workload, call.domain if call.mode == "profile" else None)
+            if result.get("traced_pass") == "probe" and not finished:
+                # the probe pass stopped part-way: the timeline gets the program's steps from a ranged pass after all
+                result["traced_pass"] = "ranged"
+                with phase("ranged pass"):
+                    result["stage_wall_s"] = ranged_pass(workload, call.domain)
             if counts is not None and call.flops_out is not None:
                 counts.write(call.flops_out)
             result["analytic"] = counts.to_dict() if counts is not None else None

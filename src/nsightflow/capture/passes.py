@@ -83,6 +83,20 @@ def probe_pass(
     Under ``windows`` only the steps the plan names run under the operator probe; a step the plan wants
     whole runs as in the ranged pass, inside one window; every other step runs plainly.
     """
+    return _probe(workload, domain, count, windows)[0]
+
+
+def counting_pass(workload: Workload, domain: str | None) -> tuple[AnalyticCounts, bool]:
+    """The probe pass that counts (and, with ``domain``, marks): (the counts, whether it ran every step). A step that
+    raised under the probe after the program ran it unprobed leaves the counts missing, not the run."""
+    counts, finished = _probe(workload, domain, True, None)
+    assert counts is not None  # a counting pass always has its tally
+    return counts, finished
+
+
+def _probe(
+    workload: Workload, domain: str | None, count: bool, windows: Windows | None
+) -> tuple[AnalyticCounts | None, bool]:
     from nsightflow.capture.flops import Tally
     from nsightflow.capture.probe import op_probe
 
@@ -90,6 +104,7 @@ def probe_pass(
     mark = _nvtx_ranges(probe_domain(domain)) if domain is not None else None
     probe = op_probe(domain, tally, windows)
     what = "windowed" if windows is not None else "counting" if count else "marking"
+    finished = True
     try:
         with phase(f"probe pass ({what})"):
             _probe_steps(workload, tally, mark, probe, windows)
@@ -97,12 +112,13 @@ def probe_pass(
         if tally is None or windows is not None:
             raise
         # The workload ran in the ranged pass; under the probe it failed: the measurement stands, the count does not.
+        finished = False
         tally.failed(
             [s.name for s in workload.stages],
             f"the counting pass (the workload run again under a "
             f"TorchDispatchMode, after the measured pass) failed: {exc}",
         )
-    return tally.result() if tally is not None else None
+    return (tally.result() if tally is not None else None), finished
 
 
 def _probe_steps(workload: Workload, tally: Tally | None, mark: Any, probe: Any, windows: Windows | None) -> None:
@@ -213,18 +229,35 @@ def first_pass_work(before: int | None, after: int | None) -> list[str]:
 
 
 def run_profiled(
-    workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1, timed: bool = False
-) -> tuple[dict[str, list[float]], dict[str, list[float]] | None]:
+    workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1, timed: bool = False, ranged: bool = True
+) -> tuple[dict[str, list[float]] | None, dict[str, list[float]] | None]:
     """Warm up outside any range; with ``timed``, run the timed pass and then open the profiler's capture range;
-    then run every stage step inside its NVTX range. Returns (the ranged pass's step times, the timed pass's)."""
+    then, with ``ranged``, run every stage step inside its NVTX range. Returns (the ranged pass's step times, the
+    timed pass's)."""
     warm_up(workload, warmup)
     program = None
     if timed:
         with phase("timed pass"):
             program = timed_pass(workload)
         capture_range(True)
+    if not ranged:
+        return None, program
     with phase("ranged pass"):
-        return _run_pass(workload, _nvtx_ranges(domain)), program
+        return ranged_pass(workload, domain), program
+
+
+def ranged_pass(workload: Workload, domain: str) -> dict[str, list[float]]:
+    """Every stage step inside its NVTX range of ``domain``; each step's wall time in seconds."""
+    return _run_pass(workload, _nvtx_ranges(domain))
+
+
+def probe_stands_in(timed: bool, probed: bool, first_pass_work: list[str] | None) -> bool:
+    """Whether the timeline's launch traces the probe pass alone, its step ranges standing for the stages' (no ranged
+    pass: about 3.7 s of nsys's tracing and export on the 8B-shaped decoder). Only where the probe pass launches what
+    the program launches: a timed launch (the wall times are the timed pass's) with a probe pass, whose first pass did
+    no one-time work (``first_pass_work`` empty: no compilation, autotuning or state made on first use; a compiled
+    program's probe pass runs it eagerly, and the ranged pass is then the program's only trace)."""
+    return timed and probed and first_pass_work == []
 
 
 def trace_label(workload: Workload, name: str) -> str:
