@@ -72,9 +72,8 @@ class Timeline:
     start/end alike), as nsys stats counts them. ``containers``: range names that only hold other ranges of
     the domain (a hand-made ``decode_all`` around ``decode_step``s): not stages, their time is their children's.
     ``probe_calls``: operator calls per stage in the probe pass (its operator ranges, any thread).
-    ``probe_stands_in``: the timeline traced the probe pass alone (its first pass did no one-time work, so it launches
-    what the program launches: nsightflow.capture.passes.probe_stands_in); its launches are the ranged pass's too, each
-    its own twin, and its step ranges the stages'.
+    ``probe_stands_in``: the probe pass alone was traced (nsightflow.capture.passes.probe_stands_in); its launches are
+    the ranged pass's too, each its own twin, and its step ranges the stages'.
     """
 
     launches: pd.DataFrame
@@ -86,7 +85,7 @@ class Timeline:
     range_counts: dict[str, int] = field(default_factory=dict)
     containers: list[str] = field(default_factory=list)
     probe_calls: dict[str, int] = field(default_factory=dict)
-    probe_stands_in: bool = False  # the probe pass alone was traced: its launches are the ranged pass's too
+    probe_stands_in: bool = False
 
 
 def top_level(ranges: pd.DataFrame) -> pd.DataFrame:
@@ -190,28 +189,20 @@ def read_timeline(sqlite_path: str | Path, domain: str | None, nested: bool = Fa
     top-level ranges."""
     path = Path(sqlite_path)
     nvtx, k, names, gpu = nsys_sqlite.load(path, domain)  # a job of several ranks: the profiled one's
-
     has = set(nvtx["domain"].astype(str))
     if domain is None or (nested and domain not in has and probe_domain(domain) not in has):
         domain = guess_domain(nvtx, k["launch_ns"].to_numpy())
     ranges = _nested_ranges(nvtx, domain) if nested else _harness_ranges(nvtx, domain)
     probes = _harness_ranges(nvtx, probe_domain(domain))
-    # A timeline of the probe pass alone (nsightflow.capture.passes.probe_stands_in): its step ranges are the stages'.
-    stands_in = ranges.empty and not probes.empty
+    stands_in = ranges.empty and not probes.empty  # the probe pass alone was traced: its steps are the stages'
     if stands_in:
         ranges = _nested_ranges(nvtx, probe_domain(domain)) if nested else probes
     k = own_process(k, ranges)
     ops = nvtx[(nvtx["domain"] == ops_domain(domain)) & (nvtx["eventType"] == PUSH_POP)]
     # Operator calls per stage in the probe pass, any thread (the analytic count of the same pass made as many).
     of_call = window_of(ops["start"].to_numpy(), probes["start"].to_numpy(), probes["end"].to_numpy())
-    probe_calls = (
-        {
-            str(k_): int(v)
-            for k_, v in pd.Series(probes["stage"].to_numpy()[of_call[of_call >= 0]]).value_counts().items()
-        }
-        if len(probes)
-        else {}
-    )
+    calls = pd.Series(probes["stage"].to_numpy()[of_call[of_call >= 0]]) if len(probes) else pd.Series(dtype=object)
+    probe_calls = {str(k_): int(v) for k_, v in calls.value_counts().items()}
     ops = top_level(ops).reset_index(drop=True)
 
     t = k["launch_ns"].to_numpy()
