@@ -323,3 +323,63 @@ def test_every_precision_the_operators_ran_is_collected():
     n = json.loads((d / "manifest.json").read_text())["params"]["n"]
     st = _agg("mixed", V3).stages.set_index("stage")
     assert st.loc["mixed", "flops_tensor_measured"] == 3 * 2 * n**3
+
+
+H100_PROBE = DATA / "h100_probe"  # the default decoder's timeline of the probe pass alone (H100), with its capture
+
+
+def _sql_probe_steps(sqlite):
+    """Kernels per (stage, step) of the probe pass by plain SQL: those whose launch call lies in a step range of
+    nsightflow's probe domain (any thread), independent of nsightflow's attribution."""
+    con = sqlite3.connect(sqlite)
+    q = """
+    WITH d AS (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'nsightflow.probe'),
+    r AS (SELECT n.start, n."end", COALESCE(n.text, s.value) AS stage,
+                 COALESCE(n.int64Value, n.uint64Value, n.int32Value, n.uint32Value) AS step
+          FROM NVTX_EVENTS n JOIN d ON d.domainId = n.domainId LEFT JOIN StringIds s ON s.id = n.textId
+          WHERE n.eventType = 59)
+    SELECT r.stage, r.step, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+    JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
+    JOIN r ON rt.start BETWEEN r.start AND r."end" GROUP BY r.stage, r.step
+    """
+    return {(stage, int(step)): n for stage, step, n in con.execute(q).fetchall()}
+
+
+def test_a_timeline_of_the_probe_pass_alone_is_attributed_to_its_steps():
+    manifest = Manifest.read(H100_PROBE / "manifest.json")
+    assert manifest.traced_pass == "probe" and manifest.stage_wall_s is None
+    tl = attribution.read_timeline(H100_PROBE / "timeline.sqlite", "nsightflow")
+    assert tl.probe_stands_in
+    # the stages' steps are the probe pass's: as many as the manifest's stages run
+    assert tl.ranges.groupby("stage").size().to_dict() == {s["name"]: s["steps"] for s in manifest.stages}
+    ranged, probe = (tl.launches[tl.launches["pass_"] == p] for p in ("ranged", "probe"))
+    assert ranged.groupby(["stage", "step"]).size().to_dict() == _sql_probe_steps(H100_PROBE / "timeline.sqlite")
+    # each launch is its own twin: same kernels, classes and operators in the same places
+    cols = ["stage", "step", "seq", "kernel_key", "class_key", "op", "duration_ns"]
+    assert ranged[cols].reset_index(drop=True).equals(probe[cols].reset_index(drop=True))
+    assert ranged["twin"].all() and (probe["unit"] >= 0).all()
+    # the captures path (nested ranges, a guessed domain) reads the same steps from it
+    nested = attribution.read_timeline(H100_PROBE / "timeline.sqlite", "nsightflow", nested=True)
+    assert nested.probe_stands_in
+    assert nested.ranges.groupby("stage").size().to_dict() == tl.ranges.groupby("stage").size().to_dict()
+
+
+def test_the_plan_and_tables_of_a_probe_pass_timeline_are_those_the_gpu_host_made():
+    tl = attribution.read_timeline(H100_PROBE / "timeline.sqlite", "nsightflow")
+    now = plan.plan_capture(tl, "nsightflow", ["first", "last"], "representatives")
+    ran = plan.CapturePlan.read(H100_PROBE / "plan.json")
+    assert now.expected == ran.expected and [w.units for w in now.windows] == [w.units for w in ran.windows]
+    agg = aggregate_recorded(
+        H100_PROBE,
+        manifest_json=H100_PROBE / "manifest.json",
+        capture_record=CaptureRecord.read(H100_PROBE / "capture.cmd.json"),
+    )
+    st, host = agg.stages.set_index("stage"), pd.read_csv(H100_PROBE / "stages.csv").set_index("stage")
+    for col in ("wall_ms", "gpu_busy_ms", "flops_tensor_measured", "dram_bytes_measured", "coverage", "mfu_busy"):
+        assert st[col].to_dict() == pytest.approx(host[col].to_dict(), rel=1e-9), col
+    # wall times are the timed pass's; the probe pass's own (slowed by its dispatch mode) are not shown as profiled
+    manifest = Manifest.read(H100_PROBE / "manifest.json")
+    for stage in ("prefill", "decode"):
+        assert st.loc[stage, "wall_ms"] == pytest.approx(sum(manifest.program_wall_s[stage]) * 1e3)
+    assert st["wall_profiled_ms"].isna().all() and (st["coverage"] == 1.0).all()
+    assert any("traced the probe pass alone" in n.text for n in agg.notes)
