@@ -179,6 +179,9 @@ def test_nsight_backend_without_a_gpu_fails_at_preflight_with_the_fixes(tmp_path
     ):
         assert fix in proc.stdout
     assert not (wf / "results" / "w" / "timeline").exists()  # no capture started
+    counters = (wf / "results" / "preflight" / "counters" / "unknown-gpu.log").read_text()
+    assert "- counters: 'ncu' not found. Fix: install Nsight Compute" in counters
+    assert "FileNotFoundError" not in counters
 
 
 def test_timeout_stops_the_program_the_tool_launched(tmp_path):

@@ -64,14 +64,17 @@ def _workflow(tmp_path: Path, stand_ins: bool) -> tuple[Path, dict]:
 
 
 def _submitted(out: str) -> dict[str, str]:
-    """rule -> Slurm job id, from Snakemake's log of a run through the executor."""
-    jobs = {}
+    """rule -> Slurm job id, from Snakemake's log of a run through the executor: each job's block names its rule and
+    Snakemake's job id, and a later line says which Slurm job that id became (jobs submitted together print their
+    blocks first, then their submissions)."""
+    rules = {}
     for block in re.split(r"\n(?=\[)", out):
         rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
-        job = re.search(r"has been submitted with SLURM jobid (\d+)", block)
-        if rule and job:
-            jobs[rule.group(1)] = job.group(1)
-    return jobs
+        jobid = re.search(r"^\s+jobid: (\d+)$", block, re.M)
+        if rule and jobid:
+            rules[jobid.group(1)] = rule.group(1)
+    found = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", out)
+    return {rules[job]: slurm for job, slurm in found if job in rules}
 
 
 def _sacct(job_id: str) -> dict:
@@ -123,7 +126,8 @@ def test_nsight_plan_from_the_login_node_is_checked_on_the_gpu_node(tmp_path):
         wf, "--profile", "profiles/slurm", "results/report.html", "--config", "profiler=nsight", env=env, check=False
     )
     assert proc.returncode != 0 and "There is no rule named" not in proc.stdout
-    assert set(_submitted(proc.stdout)) == {"preflight"}
+    assert set(_submitted(proc.stdout)) == {"preflight", "counters"}  # the counter check runs beside the others
+    assert _sacct(_submitted(proc.stdout)["counters"])["tres"].count("cpu=1") == 1  # threads 0 is one CPU there
     log = (wf / "results" / "preflight" / "unknown-gpu.log").read_text()
     assert "planned for device 'unknown-gpu', this host's GPU is 'NVIDIA H200'" in log
     assert "Fix: set config `device: NVIDIA H200`" in log

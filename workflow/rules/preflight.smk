@@ -18,7 +18,8 @@ rule preflight:
 
 
 # Only ncu's captures need counter access: the check runs beside the timeline (threads 0: with --cores 1 it does not
-# wait for the timeline's core; it spends ncu's start, about 2-3 s, waiting on a one-kernel probe).
+# wait for the timeline's core; it spends ncu's start, about 2-3 s, waiting on a one-kernel probe). On a cluster it
+# asks for one CPU (sbatch refuses --cpus-per-task=0).
 rule counters:
     output:
         "results/preflight/counters/{device}.json",
@@ -29,6 +30,7 @@ rule counters:
     threads: 0
     resources:
         gpu=GPU_JOBS,
+        cpus_per_task=1,
         runtime=runtime_min(300),
         mem_mb=MEM_MB["light"],
     params:

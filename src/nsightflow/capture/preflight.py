@@ -59,6 +59,12 @@ def _probe(argv: list[str], timeout_s: float) -> str:
         return f"probe did not finish within {timeout_s} s"
 
 
+_TOOL_FIX = {
+    key: f"install Nsight {name} or set `tools: {key}:` to its full path"
+    for key, name in (("nsys", "Systems"), ("ncu", "Compute"))
+}
+
+
 def host_checks(nsys: str, ncu: str, device: str | None = None) -> list[dict[str, Any]]:
     """GPU, driver, nsys and ncu as {name, ok, detail, fix}: what a timeline needs before it starts.
 
@@ -101,8 +107,7 @@ def host_checks(nsys: str, ncu: str, device: str | None = None) -> list[dict[str
                 "name": key,
                 "ok": ok,
                 "detail": versions[tool] if ok else f"{tool!r} not found",
-                "fix": f"install Nsight {'Systems' if key == 'nsys' else 'Compute'} or set `tools: {key}:` "
-                "to its full path",
+                "fix": _TOOL_FIX[key],
             }
         )
     return checks
@@ -112,6 +117,8 @@ def counter_check(ncu: str, python: str | None = None, timeout_s: float = 300) -
     """Counter access as {name, ok, detail, fix}: ncu over a one-kernel probe. Only ncu's captures need it, so
     its job runs beside the timeline's (in containers ERR_NVGPUCTRPERM is common and otherwise only shows after
     a long capture)."""
+    if not found(ncu):  # its job runs beside the host's checks, which say so too
+        return {"name": "counters", "ok": False, "detail": f"{ncu!r} not found", "fix": _TOOL_FIX["ncu"]}
     argv = probe_argv(ncu, python or sys.executable)
     out = _probe(argv, timeout_s)
     if "ERR_NVGPUCTRPERM" in out:
