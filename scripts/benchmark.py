@@ -89,18 +89,26 @@ def _workflow(args: dict, key: str, ncu_cfg: dict | None = None) -> tuple[float,
 
 
 def _jobs(wf: Path) -> dict:
-    """Seconds per job, from the timestamps Snakemake's log prints before and after each job."""
+    """Seconds per rule, from Snakemake's log: each job's block (its start's timestamp, its rule and job id) against
+    the timestamp of its "Finished jobid" line, so jobs that run at once (the counter check beside the timeline)
+    are each timed whole. One-second resolution."""
     log = sorted((wf / ".snakemake" / "log").glob("*.log"))[-1].read_text().splitlines()
-    out, stamp, rule = {}, None, None
+    out: dict[str, float] = {}
+    started: dict[str, tuple[str, float]] = {}
+    stamp = rule = None
     for line in log:
         if line.startswith("[") and line.endswith("]"):
-            t = time.mktime(time.strptime(line[1:-1], "%a %b %d %H:%M:%S %Y"))
-            if rule is not None and stamp is not None:
-                out[rule] = out.get(rule, 0) + t - stamp
-                rule = None
-            stamp = t
+            stamp = time.mktime(time.strptime(line[1:-1], "%a %b %d %H:%M:%S %Y"))
         elif line.strip().startswith(("rule ", "localrule ")) and line.strip().endswith(":"):
             rule = line.strip().split()[1].rstrip(":")
+        elif line.strip().startswith("jobid: ") and rule is not None and stamp is not None:
+            started[line.strip().split()[1]] = (rule, stamp)
+            rule = None
+        elif line.startswith("Finished jobid: ") and stamp is not None:
+            job = line.split()[2]
+            if job in started:
+                name, began = started.pop(job)
+                out[name] = out.get(name, 0) + stamp - began
     return out
 
 
