@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from nsightflow.capture.matching import name_key
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 
@@ -198,6 +200,36 @@ def aggregate_recorded(d: Path, precision: str = "bf16", **kw):
         ceiling_json=d / "ceilings.json",
         **kw,
     )
+
+
+def sql_launches(sqlite, domain="nsightflow"):
+    """Every kernel whose launch call lies in a harness range of ``domain`` (any thread), by plain SQL:
+    a second, independent attribution by time window. A timeline with no range of ``domain`` traced the probe pass
+    alone: its step ranges (``domain.probe``) are then the stages'."""
+    con = sqlite3.connect(sqlite)
+    has = "SELECT COUNT(*) FROM NVTX_EVENTS n JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = n.domainId "
+    if not con.execute(has + "AND d.text = ? WHERE n.eventType = 59", (domain,)).fetchone()[0]:
+        domain = f"{domain}.probe"
+    q = """
+    WITH d AS (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?),
+    r AS (SELECT n.start, n."end", n.globalTid AS rtid, COALESCE(n.text, s.value) AS stage,
+                 COALESCE(n.int64Value, n.uint64Value, n.int32Value, n.uint32Value) AS step
+          FROM NVTX_EVENTS n JOIN d ON d.domainId = n.domainId LEFT JOIN StringIds s ON s.id = n.textId
+          WHERE n.eventType = 59)
+    SELECT r.stage, r.step, dn.value AS kernel, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
+           k.dynamicSharedMemory AS smem, rt.globalTid = r.rtid AS same_thread, k.graphNodeId IS NOT NULL AS graph,
+           k."end" - k.start AS duration_ns
+    FROM CUPTI_ACTIVITY_KIND_KERNEL k
+    JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
+    JOIN StringIds dn ON dn.id = k.demangledName
+    JOIN r ON rt.start BETWEEN r.start AND r."end"
+    ORDER BY rt.start
+    """
+    df = pd.read_sql_query(q, con, params=(domain,))
+    df["grid"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.gridX, df.gridY, df.gridZ, strict=True)]
+    df["block"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.blockX, df.blockY, df.blockZ, strict=True)]
+    df["key"] = [(name_key(k), g, b, int(s)) for k, g, b, s in zip(df.kernel, df.grid, df.block, df.smem, strict=True)]
+    return df
 
 
 def sql_rank_kernels(sqlite, domain):

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-from conftest import DATA, aggregate_recorded
+from conftest import DATA, aggregate_recorded, sql_launches
 
 from nsightflow.analysis import aggregate, diagnostics, metrics
 from nsightflow.capture import attribution, flops, matching, ncu, ncu_csv, plan
@@ -328,23 +328,6 @@ def test_every_precision_the_operators_ran_is_collected():
 H100_PROBE = DATA / "h100_probe"  # the default decoder's timeline of the probe pass alone (H100), with its capture
 
 
-def _sql_probe_steps(sqlite):
-    """Kernels per (stage, step) of the probe pass by plain SQL: those whose launch call lies in a step range of
-    nsightflow's probe domain (any thread), independent of nsightflow's attribution."""
-    con = sqlite3.connect(sqlite)
-    q = """
-    WITH d AS (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'nsightflow.probe'),
-    r AS (SELECT n.start, n."end", COALESCE(n.text, s.value) AS stage,
-                 COALESCE(n.int64Value, n.uint64Value, n.int32Value, n.uint32Value) AS step
-          FROM NVTX_EVENTS n JOIN d ON d.domainId = n.domainId LEFT JOIN StringIds s ON s.id = n.textId
-          WHERE n.eventType = 59)
-    SELECT r.stage, r.step, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
-    JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
-    JOIN r ON rt.start BETWEEN r.start AND r."end" GROUP BY r.stage, r.step
-    """
-    return {(stage, int(step)): n for stage, step, n in con.execute(q).fetchall()}
-
-
 def test_a_timeline_of_the_probe_pass_alone_is_attributed_to_its_steps():
     manifest = Manifest.read(H100_PROBE / "manifest.json")
     assert manifest.traced_pass == "probe" and manifest.stage_wall_s is None
@@ -353,7 +336,12 @@ def test_a_timeline_of_the_probe_pass_alone_is_attributed_to_its_steps():
     # the stages' steps are the probe pass's: as many as the manifest's stages run
     assert tl.ranges.groupby("stage").size().to_dict() == {s["name"]: s["steps"] for s in manifest.stages}
     ranged, probe = (tl.launches[tl.launches["pass_"] == p] for p in ("ranged", "probe"))
-    assert ranged.groupby(["stage", "step"]).size().to_dict() == _sql_probe_steps(H100_PROBE / "timeline.sqlite")
+    # the launches of each step, by plain SQL over the probe pass's step ranges (the export has no stage range)
+    sql = sql_launches(H100_PROBE / "timeline.sqlite")
+    for (stage, step), mine in ranged.groupby(["stage", "step"]):
+        theirs = sql[(sql["stage"] == stage) & (sql["step"] == step)]
+        assert list(mine.sort_values("seq")["kernel"]) == list(theirs["kernel"]), (stage, step)
+    assert len(ranged) == len(sql)
     # each launch is its own twin: same kernels, classes and operators in the same places
     cols = ["stage", "step", "seq", "kernel_key", "class_key", "op", "duration_ns"]
     assert ranged[cols].reset_index(drop=True).equals(probe[cols].reset_index(drop=True))

@@ -30,13 +30,13 @@ from conftest import (
     foreground_workflow,
     slow_ranks_script,
     snakemake,
+    sql_launches,
     sql_rank_kernels,
     wait_gone,
 )
 
 from nsightflow.analysis import torchprof
 from nsightflow.capture import ncu, ncu_csv
-from nsightflow.capture.matching import name_key
 from nsightflow.records import Summary
 
 pytestmark = pytest.mark.gpu
@@ -75,36 +75,6 @@ def _run(tmp_path, name, workloads=None, **changes):
         _keep(work, name)  # a failed run's files too: its logs say why
     seconds = time.time() - start
     return work / "results", seconds
-
-
-def _sql_launches(sqlite, domain="nsightflow"):
-    """Every kernel whose launch call lies in a harness range of ``domain`` (any thread), by plain SQL:
-    a second, independent attribution by time window. A timeline with no range of ``domain`` traced the probe pass
-    alone: its step ranges (``domain.probe``) are then the stages'."""
-    con = sqlite3.connect(sqlite)
-    has = "SELECT COUNT(*) FROM NVTX_EVENTS n JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = n.domainId "
-    if not con.execute(has + "AND d.text = ? WHERE n.eventType = 59", (domain,)).fetchone()[0]:
-        domain = f"{domain}.probe"
-    q = """
-    WITH d AS (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?),
-    r AS (SELECT n.start, n."end", n.globalTid AS rtid, COALESCE(n.text, s.value) AS stage,
-                 COALESCE(n.int64Value, n.uint64Value, n.int32Value, n.uint32Value) AS step
-          FROM NVTX_EVENTS n JOIN d ON d.domainId = n.domainId LEFT JOIN StringIds s ON s.id = n.textId
-          WHERE n.eventType = 59)
-    SELECT r.stage, r.step, dn.value AS kernel, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
-           k.dynamicSharedMemory AS smem, rt.globalTid = r.rtid AS same_thread, k.graphNodeId IS NOT NULL AS graph,
-           k."end" - k.start AS duration_ns
-    FROM CUPTI_ACTIVITY_KIND_KERNEL k
-    JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
-    JOIN StringIds dn ON dn.id = k.demangledName
-    JOIN r ON rt.start BETWEEN r.start AND r."end"
-    ORDER BY rt.start
-    """
-    df = pd.read_sql_query(q, con, params=(domain,))
-    df["grid"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.gridX, df.gridY, df.gridZ, strict=True)]
-    df["block"] = [f"({x}, {y}, {z})" for x, y, z in zip(df.blockX, df.blockY, df.blockZ, strict=True)]
-    df["key"] = [(name_key(k), g, b, int(s)) for k, g, b, s in zip(df.kernel, df.grid, df.block, df.smem, strict=True)]
-    return df
 
 
 def _sql_probe_classes(sqlite, steps, domain="nsightflow"):
@@ -302,7 +272,7 @@ def test_the_probe_pass_traced_alone_launches_what_the_ranged_pass_does(run_dir,
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     con = sqlite3.connect(tmp_path / "ranged.sqlite")
     assert con.execute("SELECT COUNT(*) FROM NVTX_EVENTS WHERE text = 'nsightflow.probe'").fetchone()[0] == 0
-    ranged, probe = _sql_launches(tmp_path / "ranged.sqlite"), _sql_launches(run / "timeline" / "timeline.sqlite")
+    ranged, probe = sql_launches(tmp_path / "ranged.sqlite"), sql_launches(run / "timeline" / "timeline.sqlite")
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
     for stage in ("prefill", "decode"):
         r, p = ranged[ranged.stage == stage], probe[probe.stage == stage]
@@ -398,7 +368,7 @@ def test_training_backward_gets_autograd_kernels_and_twice_the_gemm_flops(tmp_pa
     ]
     results, seconds = _run(tmp_path, "train", wl, ncu={"sample_steps": ["first"]})
     run = results / "train"
-    sql = _sql_launches(run / "timeline" / "timeline.sqlite")
+    sql = sql_launches(run / "timeline" / "timeline.sqlite")
     bwd = sql[sql.stage == "backward"]
     other = int((bwd["same_thread"] == 0).sum())
     print(f"training: {seconds:.1f} s; backward window: {len(bwd)} kernels, {other} launched by another thread")
@@ -510,8 +480,8 @@ def test_cuda_graph_decode_is_attributed_and_measures_what_eager_does(small, tmp
     wl = [{"name": "graph", "callable": "nsightflow.workloads.decoder:build", "args": {**SMALL, "cuda_graph": True}}]
     results, seconds = _run(tmp_path, "graph", wl, ncu={"sample_steps": ["first", "last"]})
     run = results / "graph"
-    sql = _sql_launches(run / "timeline" / "timeline.sqlite")
-    eager = _sql_launches(small / "timeline" / "timeline.sqlite")
+    sql = sql_launches(run / "timeline" / "timeline.sqlite")
+    eager = sql_launches(small / "timeline" / "timeline.sqlite")
     g, e = sql[sql.stage == "decode"], eager[eager.stage == "decode"]
     print(
         f"CUDA graph decode: {seconds:.1f} s; kernels per step {g.groupby('step').size().to_dict()} "

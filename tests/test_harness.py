@@ -573,7 +573,7 @@ def test_a_timed_launch_traces_the_probe_pass_alone_where_it_launches_what_the_p
     assert {k: len(v) for k, v in run["program_wall_s"].items()} == steps  # the timed pass always runs
     if traced == "probe":
         assert run["first_pass_work"] == [] and run["stage_wall_s"] is None
-        assert ("ranged pass" in proc.stderr) is False
+        assert "ranged pass" not in proc.stderr
     else:
         assert {k: len(v) for k, v in run["stage_wall_s"].items()} == steps
     if passes_run is not None:
