@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -400,9 +401,40 @@ def _workflow_of(workloads: list[dict], key: str, after=None) -> tuple[float, in
                 check=True,
             )
         jobs = _jobs(wf)
+        _gantt(wf, start, start + seconds)
         if after is not None:
             after(wf)
         return seconds, n, jobs
+
+
+EPOCHS = re.compile(
+    r"the job took ([0-9.]+) s \(([0-9.]+) s since its interpreter started; epoch ([0-9.]+) to ([0-9.]+)\)"
+)
+
+
+def _gantt(wf: Path, began: float, ended: float) -> None:
+    """Each job on the workflow's clock (its log's epochs: from its interpreter's start to its end, 10 ms resolution),
+    and the time no job ran: Snakemake's start, its work between jobs, its end."""
+    spans = []
+    for log in sorted((wf / "results").rglob("*.log")):
+        found = EPOCHS.findall(log.read_text())
+        if found:
+            body, since, t0, t1 = map(float, found[-1])
+            spans.append((t0, t1, since - body, log.relative_to(wf / "results").as_posix()))
+    spans.sort()
+    print(f"  {'job':40} {'start':>7} {'end':>7} {'imports':>8}", flush=True)
+    idle, cursor = 0.0, began
+    for t0, t1, imports, name in spans:
+        idle += max(0.0, t0 - cursor)
+        cursor = max(cursor, t1)
+        print(f"  {name:40} {t0 - began:7.2f} {t1 - began:7.2f} {imports:8.2f}", flush=True)
+    idle += max(0.0, ended - cursor)
+    first = spans[0][0] - began if spans else float("nan")
+    print(
+        f"  no job running: {idle:.2f} s of {ended - began:.2f} s (Snakemake's start {first:.2f} s, its end "
+        f"{ended - cursor:.2f} s)",
+        flush=True,
+    )
 
 
 # examples/nvtx_program.py as the GPU tier runs it: a command with its own NVTX ranges, and its twin callable.

@@ -53,11 +53,15 @@ def remove_staging(outputs: Sequence[str | Path]) -> None:
 
 def _since_start() -> str:
     """How long ago this process started (Linux: /proc/self/stat's start against /proc/uptime), so a job's log
-    says what the interpreter and the imports before the body cost; nothing where that cannot be read."""
+    says what the interpreter and the imports before the body cost, and when (epoch seconds) the interpreter started
+    and the job ended, so that a benchmark can place each job on the workflow's own clock and time what lies between
+    jobs (Snakemake's work); nothing where that cannot be read."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return f" ({uptime - ticks / os.sysconf('SC_CLK_TCK'):.1f} s since its interpreter started)"
+        since = uptime - ticks / os.sysconf("SC_CLK_TCK")
+        now = time.time()
+        return f" ({since:.1f} s since its interpreter started; epoch {now - since:.2f} to {now:.2f})"
     except (OSError, ValueError, IndexError):
         return ""
 
