@@ -69,3 +69,16 @@ def test_no_import_cycle():
 def test_every_module_is_short():
     long = {m: n for m, p in _modules().items() if (n := len(p.read_text().splitlines())) > 400}
     assert not long, long
+
+
+def test_the_timeline_job_starts_nsys_without_importing_pandas_or_torch():
+    """What the timeline rule's script imports before nsys starts (a callable's job needs neither pandas nor torch in
+    its own process): pandas cost that job about 0.6 s on the GPU host before the profiler could start."""
+    import subprocess
+    import sys
+
+    script = (ROOT / "workflow" / "scripts" / "timeline.py").read_text()
+    imports = "\n".join(ln for ln in script.splitlines() if ln.startswith(("from ", "import ")))
+    probe = imports + "\nimport sys\nprint(sorted(m for m in ('pandas', 'numpy', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

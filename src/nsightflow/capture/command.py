@@ -22,11 +22,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsightflow import files
 from nsightflow.capture import nsys
-from nsightflow.capture.discovery import Discovery, discover, primary, rank_rows, same_steps
 from nsightflow.capture.gate import open_gate
 from nsightflow.capture.harness import HarnessCall, Launch
 from nsightflow.capture.hook import site_dir
@@ -35,6 +34,12 @@ from nsightflow.capture.tools import publish_nsys, run_tool, tool_warnings, writ
 from nsightflow.domains import DEFAULT_DOMAIN
 from nsightflow.errors import CaptureError, ConfigError
 from nsightflow.records import HOOK_ENV, HookMode, HookSettings, Manifest
+
+if TYPE_CHECKING:
+    from nsightflow.capture.discovery import Discovery
+
+# The discovery (pandas) is imported where a command's runs are read: a callable's timeline job never reads one, and
+# importing pandas before nsys starts cost that job about 0.6 s on the GPU host.
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -183,6 +188,8 @@ def _timed(
     """The timed run (nothing collecting), the stages found in the profiled rank's ranges, and every process's
     record. ``beside``: (gate, pid) of a launch gated until this run has ended (nsightflow.capture.gate); its
     first range waits until that launch is ready."""
+    from nsightflow.capture.discovery import discover, primary
+
     gate, pid = beside or (None, None)
     settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
     settings = replace(settings, gate=gate, gate_pid=pid)
@@ -221,6 +228,8 @@ def timeline(
 ) -> None:
     """The timed run, and nsys over the probe run started beside it (its program gated until the timed run has
     found the stages: nsightflow.capture.gate): the timeline, analytic count, ceilings and manifest."""
+    from nsightflow.capture.discovery import primary, rank_rows, same_steps
+
     with tempfile.TemporaryDirectory(prefix="nsightflow-command-") as tmp:
         probe = HookSettings(
             "probe",
@@ -267,6 +276,8 @@ def torch_profile(
 ) -> None:
     """The timed run, the command under torch.profiler (its steps as ``record_function`` ranges), then a count run
     (analytic FLOPs and the measured ceilings), and the run's manifest."""
+    from nsightflow.capture.discovery import primary, rank_rows, same_steps
+
     with tempfile.TemporaryDirectory(prefix="nsightflow-command-") as tmp:
         found, timed = _timed(call, tmp, log, timeout_s)
         labels = {s: safe_label(i, s) for i, s in enumerate(found.stages)}

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from nsightflow.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STATS_REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum")
 MIN_KERNEL_NS = 100  # the shortest kernels nsys records on H100/H200 take about 1 µs
@@ -59,6 +61,8 @@ def stats_argv(nsys: str, rep: str | Path, out_prefix: str | Path) -> list[str]:
 
 def split_range(label: str) -> tuple[str, str]:
     """``'domain:name'`` as nsys stats prints a range → (domain, name); ``''`` domain for the default one."""
+    import pandas as pd
+
     label = "" if pd.isna(label) else str(label)
     if ":" in label:
         domain, name = label.split(":", 1)
@@ -69,6 +73,8 @@ def split_range(label: str) -> tuple[str, str]:
 def _read_csv(path: str | Path, required: list[str], what: str, numeric: list[str]) -> pd.DataFrame:
     """A stats CSV with its columns checked and its ``numeric`` columns parsed strictly: a cell that is not a
     number is an error naming the file, row and column (never a NaN that a sum would drop, or a zero)."""
+    import pandas as pd
+
     path = Path(path)
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
@@ -104,6 +110,8 @@ def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
     Columns: domain, stage, kernel, instances, total_ns, range_instances,
     launches_per_range (instances / range instances: for decode, launches per step).
     """
+    import pandas as pd
+
     df = _read_csv(
         nvtx_kern_sum,
         ["NVTX Range", "NVTX Inst", "Kern Inst", "Total Time (ns)", "Kernel Name"],
@@ -139,6 +147,8 @@ def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
 
 def stage_table(nvtx_sum: str | Path) -> pd.DataFrame:
     """Wall time per NVTX range: columns domain, stage, range_instances, wall_ns (total over instances)."""
+    import pandas as pd
+
     df = _read_csv(nvtx_sum, ["Total Time (ns)", "Instances", "Range"], "nvtx_sum", ["Total Time (ns)", "Instances"])
     parts = df["Range"].map(split_range)
     return pd.DataFrame(
