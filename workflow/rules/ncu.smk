@@ -5,14 +5,18 @@ localrules:
     cards,
 
 
+# The plan (one launch per class, the windows: nsightflow.capture.plan) is made in the capture's own job, from the
+# timeline, just before ncu starts: every change to it reruns the capture anyway, and a job of its own cost about 1 s
+# of interpreter and imports on the GPU host.
 rule ncu_capture:
     input:
-        plan="results/{run}/plan.json",
+        sqlite="results/{run}/timeline/timeline.sqlite",
         flops="results/{run}/analytic_flops.json",
         manifest="results/{run}/manifest.json",
         preflight=f"results/preflight/{DEVICE}.json",
         counters=f"results/preflight/counters/{DEVICE}.json",
     output:
+        plan="results/{run}/plan.json",
         rep="results/{run}/ncu/capture.ncu-rep",
         csv="results/{run}/ncu/capture.raw.csv",
         cmd="results/{run}/ncu/capture.cmd.json",
@@ -27,6 +31,9 @@ rule ncu_capture:
     params:
         versions=TOOL_VERSIONS,
         harness=harness_call,
+        domain=config["nvtx_domain"],
+        sample_steps=config["ncu"]["sample_steps"],
+        mode=config["ncu"]["capture"],
         ncu=config["tools"]["ncu"],
         metrics=config["ncu"]["metrics"],
         extra_metrics=config["ncu"]["extra_metrics"],

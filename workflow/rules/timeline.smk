@@ -1,8 +1,3 @@
-# Light jobs (seconds, under 1 GB) run where snakemake runs, never through a cluster's queue.
-localrules:
-    plan,
-
-
 rule timeline:
     input:
         preflight=f"results/preflight/{DEVICE}.json",
@@ -29,20 +24,3 @@ rule timeline:
         timeout_s=config["nsys"]["timeout_s"],
     script:
         "../scripts/timeline.py"
-
-
-rule plan:
-    input:
-        sqlite="results/{run}/timeline/timeline.sqlite",
-    output:
-        "results/{run}/plan.json",
-    log:
-        "results/{run}/logs/plan.log",
-    conda:
-        "../../envs/nsightflow.yaml"
-    params:
-        domain=config["nvtx_domain"],
-        sample_steps=config["ncu"]["sample_steps"],
-        mode=config["ncu"]["capture"],
-    script:
-        "../scripts/plan.py"
