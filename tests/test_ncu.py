@@ -2,11 +2,13 @@
 
 import csv
 import io
+import re
 
 import pytest
 from conftest import DATA
 
 from nsightflow.capture import ncu, ncu_csv
+from nsightflow.capture.progress import LaunchProgress
 from nsightflow.records import AnalyticCounts
 
 D = DATA / "h200_tinyllm"
@@ -216,3 +218,18 @@ def test_reference_capture_profiles_every_launch_of_the_named_stages():
         "a.sum,b.sum",
         "python",
     ]
+
+
+def test_ncu_messages_after_a_programs_unended_line_are_counted():
+    # A real capture of two ranks (tests/data/h100_ranks_output): a rank's line without its end put one of ncu's
+    # "==PROF== Profiling" messages mid-line. The plan asked for 4 + 7 launches (the log's own first lines); ncu
+    # profiled ids 0 to 10.
+    log = (DATA / "h100_ranks_output" / "ncu_capture.log").read_text()
+    planned = sum(int(re.search(r"; profiling (\d+) ", line).group(1)) for line in log.splitlines()[:2])
+    assert planned == 11
+    assert ncu.profiled_count(log) == planned
+    ncu.check_capture(log, 0, what="the plan's windows", expected=planned)  # accepted: no error
+    progress = LaunchProgress("ncu tp1", [{"stage": "s", "step": 0}] * planned, every_s=3600.0, stream=io.StringIO())
+    for line in log.splitlines():
+        progress(line)
+    assert progress.done == planned

@@ -177,7 +177,8 @@ class Tracker:
 
     def _begin(self, stage: str, step: int) -> None:
         if DEBUG:
-            print(f"[nsightflow hook] pid {os.getpid()} {self.s.mode}: step {stage!r} {step}", file=sys.stderr)
+            # One write, the line and its end: print() writes them apart, and another rank's line came between.
+            sys.stderr.write(f"[nsightflow hook] pid {os.getpid()} {self.s.mode}: step {stage!r} {step}\n")
         self.t0 = time.perf_counter()
         if self.actions is None:  # the first step: the rank is known by now (torch.distributed initialised)
             from nsightflow.capture import hook_actions

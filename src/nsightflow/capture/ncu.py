@@ -21,6 +21,7 @@ from typing import Literal
 
 from nsightflow.capture.comm import NCU_FILTER
 from nsightflow.capture.flops import SIMT
+from nsightflow.capture.progress import PROFILING
 from nsightflow.errors import CaptureError, ConfigError
 from nsightflow.records import AnalyticCounts, StageCount
 
@@ -298,15 +299,16 @@ _REFUSALS = [
 ]
 
 
-_PROFILED = re.compile(r'^==PROF== Profiling ".*" - (\d+):')
+_PROFILED = re.compile(PROFILING + r' ".*?" - (\d+):')
 
 
 def profiled_count(log_text: str) -> int:
-    """Results ncu says it profiled: distinct ids of ``==PROF== Profiling "name" - ID:`` lines (application
-    replay prints a result once per pass, each time in a new run of the program)."""
-    ids = {m.group(1) for m in map(_PROFILED.match, log_text.splitlines()) if m}
-    plain = sum(1 for line in log_text.splitlines() if line.startswith("==PROF== Profiling"))
-    return len(ids) if ids else plain
+    """Results ncu says it profiled: distinct ids of ``==PROF== Profiling "name" - ID:`` messages (application
+    replay prints a result once per pass, each time in a new run of the program). Found anywhere in a line: the
+    program shares ncu's output, and a process that prints without ending its line (two ranks printing at once, a
+    progress bar) puts ncu's message after its text."""
+    ids = set(_PROFILED.findall(log_text))
+    return len(ids) if ids else log_text.count(PROFILING)
 
 
 def warnings(log_text: str) -> list[str]:

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+PROFILING = "==PROF== Profiling"  # how ncu's line about each result it starts begins
+
 
 @contextmanager
 def phase(name: str, stream: TextIO | None = None) -> Iterator[None]:
@@ -46,9 +48,10 @@ class LaunchProgress:
         )
 
     def __call__(self, text: str) -> None:
-        if not text.startswith("==PROF== Profiling"):
+        found = text.count(PROFILING)  # anywhere in the line (see nsightflow.capture.ncu.profiled_count)
+        if not found:
             return
-        self.done += 1
+        self.done += found
         now = time.monotonic()
         if now - self.last >= self.every_s or self.done == len(self.expected):
             self.last = now
