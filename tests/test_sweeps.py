@@ -127,7 +127,7 @@ def test_top_n_reruns_selection_and_what_follows_not_the_profile(swept):
         jobs = _planned(swept)
     finally:
         (swept / "config" / "config.yaml").write_text(base)
-    assert sorted({r for r, _ in jobs}) == ["aggregate_torch", "report"]
+    assert sorted({r for r, _ in jobs}) == ["aggregate_torch", "report", "run_report"]
     assert sorted(run for r, run in jobs if r == "aggregate_torch") == sorted(RUNS)
 
 
@@ -140,7 +140,7 @@ def test_report_only_option_reruns_only_the_report(swept):
         jobs = _planned(swept)
     finally:
         (swept / "config" / "config.yaml").write_text(base)
-    assert sorted({r for r, _ in jobs}) == ["report"]
+    assert sorted({r for r, _ in jobs}) == ["report", "run_report"]
 
 
 def test_one_points_parameter_reruns_only_that_point(swept):
@@ -153,7 +153,7 @@ def test_one_points_parameter_reruns_only_that_point(swept):
     finally:
         (swept / "config" / "config.yaml").write_text(base)
     assert {run for _, run in jobs} == {"other", None}
-    assert sorted(r for r, _ in jobs) == ["aggregate_torch", "report", "torch_profile"]
+    assert sorted(r for r, _ in jobs) == ["aggregate_torch", "report", "run_report", "torch_profile"]
 
 
 def test_adding_a_point_runs_only_it_and_the_report(swept):

@@ -2,7 +2,6 @@ import json
 import re
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 from snakemake.utils import validate
 
@@ -120,12 +119,11 @@ def diff_inputs(wildcards):
     return files
 
 
-def all_cards(wildcards):
-    """Every run's deep-dive cards of its top kernel classes, when config ncu.deep_dive asks for them (Nsight
-    backend)."""
+def card_inputs(wildcards):
+    """The deep-dive cards of the top kernel classes, when config ncu.deep_dive asks for them (Nsight backend)."""
     if BACKEND != "nsight" or not config["ncu"]["deep_dive"]:
-        return []
-    return expand("results/{run}/cards.json", run=RUNS)
+        return {}
+    return {"cards": f"results/{wildcards.run}/cards.json"}
 
 
 def range_inputs(wildcards):
@@ -165,11 +163,11 @@ def capture_settings(wildcards):
     )
 
 
-def run_settings(run):
-    """Every config value that shapes the numbers of run ``run`` (its id), shown on its page."""
+def run_settings(wildcards):
+    """Every config value that shapes a run's numbers, shown on its page."""
     return _canonical(
         {
-            **capture_settings(SimpleNamespace(run=run)),
+            **capture_settings(wildcards),
             "select": config["select"],
             "ncu": config["ncu"] if BACKEND == "nsight" else None,
             "divergence": config["report"]["divergence"],
