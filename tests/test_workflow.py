@@ -25,7 +25,7 @@ def test_dry_run_plans_each_backend(tmp_path):
     rules = set(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", out, re.M))
     # One program launch for the timeline (with the analytic count and ceilings), one for all ncu captures (planned in
     # the capture's own job); the host's checks before the timeline, the counters' before ncu.
-    assert rules == {"preflight", "counters", "timeline", "ncu_capture", "aggregate", "report"}
+    assert rules == {"preflight", "counters", "timeline", "ncu_capture", "aggregate", "run_report", "report"}
     out = snakemake(
         wf, "-n", "--cores", "1", "results/report.html", "--config", "profiler=nsight", "ncu={ranges: app-range}"
     ).stdout
@@ -34,6 +34,7 @@ def test_dry_run_plans_each_backend(tmp_path):
     assert set(re.findall(r"^(?:local)?rule (\w+):$", out, re.M)) == {
         "torch_profile",
         "aggregate_torch",
+        "run_report",
         "report",
     }
 

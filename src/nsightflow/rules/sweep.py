@@ -76,8 +76,9 @@ def expand(workloads: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return runs
 
 
-# Jobs one run makes, by backend (the profile, the capture with its plan, the aggregation; see workflow/rules).
-JOBS_PER_RUN = {"nsight": 3, "torch": 2, "captures": 2}
+# Jobs one run makes, by backend (the profile, the capture with its plan, the aggregation, the run's page; see
+# workflow/rules).
+JOBS_PER_RUN = {"nsight": 4, "torch": 3, "captures": 3}
 
 
 def size_warning(runs: int, backend: str, limit: int) -> str | None:
@@ -85,7 +86,7 @@ def size_warning(runs: int, backend: str, limit: int) -> str | None:
     thousand-point sweep quietly became 3,001 jobs."""
     if runs <= limit:
         return None
-    jobs = runs * JOBS_PER_RUN.get(backend, 3) + 1 + 2 * (backend == "nsight")  # the pages, the device's two checks
+    jobs = runs * JOBS_PER_RUN.get(backend, 3) + 1 + 2 * (backend == "nsight")  # the index, the device's two checks
     return (
         f"nsightflow: the config's sweeps make {runs:,} runs, about {jobs:,} jobs on the {backend} backend (more "
         f"than sweep_warn: {limit}); each run profiles its program. Narrow the sweep, or raise sweep_warn to "
