@@ -20,20 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from window_costs import PROGRAM
+from benchmark import EIGHT_B  # scripts/ is on the path of a script run from it
+from window_costs import capture_argv
 
 from nsightflow.capture import ncu, nsys
-
-EIGHT_B = {
-    "batch": 1,
-    "prompt": 512,
-    "decode_steps": 32,
-    "d_model": 4096,
-    "n_layers": 32,
-    "n_heads": 32,
-    "d_ff": 14336,
-    "vocab": 128256,
-}
 
 
 def _ncu_rows(ncu_bin: str, tmp: str) -> None:
@@ -41,17 +31,7 @@ def _ncu_rows(ncu_bin: str, tmp: str) -> None:
     no_caches = [m for m in bf16 if not m.startswith(("lts__", "l1tex__"))]
 
     def argv(name: str, variant: str, metrics: list[str], drop: tuple[str, ...] = (), add: tuple[str, ...] = ()):
-        base = ncu.capture_argv(
-            ncu_bin,
-            f"{tmp}/{name}",
-            [sys.executable, "-c", PROGRAM, variant],
-            metrics=metrics,
-            replay_mode="kernel",
-            clock_control="none",
-            cache_control="all",
-            comm_filter=False,
-        )
-        base = [a for a in base if a not in drop]
+        base = [a for a in capture_argv(ncu_bin, f"{tmp}/{name}", variant, metrics) if a not in drop]
         i = base.index("--metrics")
         return base[:i] + list(add) + base[i:]
 

@@ -67,6 +67,21 @@ print(f"LOOP {time.perf_counter() - start:.3f}", flush=True)
 VARIANTS = ("idle", "one", "apart", "distinct", "first")
 
 
+def capture_argv(ncu_bin: str, out: str, variant: str, metrics: list[str]) -> list[str]:
+    """ncu over PROGRAM's ``variant`` with the workflow's capture flags (kernel replay, clocks left alone, caches
+    flushed, no NCCL filter) and ``metrics``."""
+    return ncu.capture_argv(
+        ncu_bin,
+        out,
+        [sys.executable, "-c", PROGRAM, variant],
+        metrics=metrics,
+        replay_mode="kernel",
+        clock_control="none",
+        cache_control="all",
+        comm_filter=False,
+    )
+
+
 def main() -> None:
     ncu_bin = shutil.which("ncu")
     if ncu_bin is None:
@@ -75,16 +90,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in VARIANTS:
-            argv = ncu.capture_argv(
-                ncu_bin,
-                f"{tmp}/{name}",
-                [sys.executable, "-c", PROGRAM, name],
-                metrics=metrics,
-                replay_mode="kernel",
-                clock_control="none",
-                cache_control="all",
-                comm_filter=False,
-            )
+            argv = capture_argv(ncu_bin, f"{tmp}/{name}", name, metrics)
             start = time.perf_counter()
             out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
             total = time.perf_counter() - start

@@ -73,7 +73,7 @@ def test_every_module_is_short():
 
 def test_the_timeline_job_starts_nsys_without_importing_pandas_or_torch():
     """What the timeline rule's script imports before nsys starts (a callable's job needs neither pandas nor torch in
-    its own process): pandas cost that job about 0.6 s on the GPU host before the profiler could start."""
+    its own process): pandas cost that job about 0.9 s on the GPU host before the profiler could start."""
     import subprocess
     import sys
 

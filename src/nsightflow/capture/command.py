@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from nsightflow.capture.discovery import Discovery
 
 # The discovery (pandas) is imported where a command's runs are read: a callable's timeline job never reads one, and
-# importing pandas before nsys starts cost that job about 0.6 s on the GPU host.
+# importing pandas before nsys starts cost that job about 0.9 s on the GPU host (1.10 s before nsys, 0.22 s without).
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
