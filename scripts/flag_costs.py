@@ -11,16 +11,14 @@ the launch's seconds and how long nsys worked after the program's end."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmark import EIGHT_B  # scripts/ is on the path of a script run from it
+from launch_timing import timed_launch, timeline_call
 from window_costs import capture_argv
 
 from nsightflow.capture import ncu, nsys
@@ -81,20 +79,7 @@ def _nsys_rows(nsys_bin: str, tmp: str) -> None:
     ).stdout
     flags = [ln.strip().split()[0] for ln in help_text.splitlines() if ln.strip().startswith("--cuda")]
     print("nsys profile's --cuda* flags:", ", ".join(flags), flush=True)
-    program = [
-        sys.executable,
-        "-m",
-        "nsightflow.capture.harness",
-        "--args",
-        json.dumps(EIGHT_B),
-        "--timed",
-        "--flops-out",
-        f"{tmp}/f.json",
-        "--ceilings-out",
-        f"{tmp}/c.json",
-        "--out",
-        f"{tmp}/h.json",
-    ]
+    program = timeline_call(tmp).argv()
     base = nsys.profile_argv(nsys_bin, f"{tmp}/t", program, capture_range=True)
     variants = {"as captured": base}
     if "--cuda-event-trace" in " ".join(flags):
@@ -102,12 +87,8 @@ def _nsys_rows(nsys_bin: str, tmp: str) -> None:
     variants["no --cuda-graph-trace=node"] = [a for a in base if a != "--cuda-graph-trace=node"]
     print(f"{'nsys':30} {'launch s':>9} {'after program s':>16}", flush=True)
     for name, argv in variants.items():
-        start = time.time()
-        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
-        end = time.time()
-        ended = [float(ln.split()[-1]) for ln in out.splitlines() if "the harness ends at" in ln]
-        after = end - ended[-1] if ended else float("nan")
-        print(f"{name:30} {end - start:9.2f} {after:16.2f}", flush=True)
+        total, after, _ = timed_launch(argv)
+        print(f"{name:30} {total:9.2f} {after:16.2f}", flush=True)
 
 
 def main() -> None:

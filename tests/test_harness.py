@@ -480,6 +480,33 @@ def test_timed_pass_runs_after_the_warm_up_and_before_the_ranged_pass(tmp_path):
     assert [round(x, 1) for x in run["stage_wall_s"]["step"]] == [0.0, 0.0]
 
 
+@pytest.mark.parametrize("profiled", [["--timed"], ["--windows", "PLAN"], []])
+def test_a_profiled_launch_runs_the_exit_handlers_and_skips_the_interpreters_teardown(tmp_path, profiled):
+    # tests/workloads.py: exit_marks writes "atexit" from its exit handler and leaves "teardown" in a buffer only the
+    # interpreter's teardown flushes. The timeline's (timed) and ncu's (windowed) launches end without that teardown,
+    # which nsys and ncu would wait for; the program alone exits as any program does.
+    marks = tmp_path / "marks"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"windows": []}))
+    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:exit_marks"]
+    argv += ["--args", json.dumps({"path": str(marks)}), "--out", str(tmp_path / "run.json")]
+    argv += [str(plan) if a == "PLAN" else a for a in profiled]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "run.json").read_text())["stages"][0]["name"] == "step"
+    assert marks.read_text() == "atexit\n"
+    assert (tmp_path / "marks.teardown").read_text() == ("" if profiled else "teardown\n")
+
+
+def test_a_profiled_launch_that_fails_exits_with_the_harness_status(tmp_path):
+    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:stage_raises", "--timed"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 2
+    assert "CUDA out of memory (simulated by the workload)" in proc.stderr
+
+
 def test_a_grouped_gemm_call_is_never_the_same_as_another(monkeypatch):
     # Equal calls by shape are one class, except where the work follows the values: a grouped GEMM's offsets (a
     # mixture of experts' tokens per expert) set its groups' sizes, so each of its calls is its own class.

@@ -130,6 +130,25 @@ def pass_durations(seconds: list[float], repeats: int = 1, **_):
     return Workload(setup=setup, stages=[Stage("step", step, repeats=repeats)])
 
 
+_LEFT_OPEN = []  # files a workload leaves open, so that only the interpreter's teardown flushes them
+
+
+def exit_marks(path: str, **_):
+    """A workload that writes two lines to ``path`` at its exit: ``atexit`` from an exit handler it registers, and
+    ``teardown`` from a buffer it never flushes, which only the interpreter's teardown writes out."""
+    import atexit
+
+    def mark() -> None:
+        with open(path, "a") as f:
+            f.write("atexit\n")
+
+    atexit.register(mark)
+    held = open(path + ".teardown", "w")  # kept open on purpose
+    held.write("teardown\n")
+    _LEFT_OPEN.append(held)
+    return Workload(setup=lambda: None, stages=[Stage("step", lambda _: None)])
+
+
 def pass_log(path: str, repeats: int = 2, **_):
     """A stage whose setup (the start of each pass over the workload) appends a line to ``path``."""
 
