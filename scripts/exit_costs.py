@@ -2,7 +2,7 @@
 anything: the 8B-shaped decoder's timeline launch under ``nsys profile`` (the timeline job's flags) and its windowed
 launch under ncu (the plan made from that timeline, bf16 metrics), each ended normally and with ``os._exit``,
 alternating. Each row: the launch's seconds, the seconds after the harness's last line, and what the tool recorded
-(nsys: kernels and NVTX ranges in the SQLite export; ncu: launches profiled, results in the raw export).
+(nsys: kernels and NVTX ranges in the SQLite export; ncu: launches profiled, results parsed from the raw export).
 
 Usage (from the project root on the GPU host, after ``. .gpu-bundle/activate.sh``): ``python3 scripts/exit_costs.py``
 """
@@ -21,6 +21,7 @@ from launch_timing import timed_launch, timeline_call
 from nsightflow.capture import ncu, nsys
 from nsightflow.capture.harness import HarnessCall
 from nsightflow.capture.ncu_capture import export
+from nsightflow.capture.ncu_csv import parse_raw_csv
 from nsightflow.capture.plan import make_plan
 
 # The harness's exit as before its profiled launches ended with os._exit: main() returned, then the interpreter's
@@ -72,8 +73,10 @@ def main() -> None:
                     comm_filter=False,
                 )
             )
-            results = export(ncu_bin, f"{base}.ncu-rep", f"{tmp}/x.log").count("\n") - 1
-            rows.append((f"ncu, {name}", total, after, f"{ncu.profiled_count(out)} profiled, {results} rows exported"))
+            raw, _ = parse_raw_csv(export(ncu_bin, f"{base}.ncu-rep", f"{tmp}/x.log"), "the export")
+            rows.append(
+                (f"ncu, {name}", total, after, f"{ncu.profiled_count(out)} profiled, {len(raw)} results exported")
+            )
             print(rows[-1], flush=True)
             print("  " + "\n  ".join(out.splitlines()[-4:]), flush=True)
     print("| launch | seconds | after the harness's last line | recorded |")

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from launch_timing import timed_launch, timeline_call  # scripts/ is on the path of a script run from it
+from launch_timing import report_only, timed_launch, timeline_call  # scripts/ is on the path of a script run from it
 from window_costs import capture_argv
 
 from nsightflow.capture import ncu, nsys
@@ -24,7 +24,7 @@ from nsightflow.capture import ncu, nsys
 
 def _nsys(nsys_bin: str, tmp: str) -> None:
     argv = nsys.profile_argv(nsys_bin, f"{tmp}/t", timeline_call(tmp).argv(), capture_range=True)
-    total, after, out = timed_launch([("--export=none" if a == "--export=sqlite" else a) for a in argv])
+    total, after, out = timed_launch(report_only(argv))
     print(f"nsys profile --export=none: launch {total:.2f} s, after the program {after:.2f} s")
     print("  " + "\n  ".join(ln for ln in out.splitlines() if ln.startswith("nsightflow:")))
     rep = Path(f"{tmp}/t.nsys-rep")

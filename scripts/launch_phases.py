@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from launch_timing import timed_launch, timeline_call  # scripts/ is on the path of a script run from it
+from launch_timing import report_only, timed_launch, timeline_call  # scripts/ is on the path of a script run from it
 
 from nsightflow.capture import nsys
 
@@ -40,12 +40,11 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         program = timeline_call(tmp).argv()
-        traced = nsys.profile_argv(nsys_bin, f"{tmp}/t", program, capture_range=True)
-        traced = [("--export=none" if a == "--export=sqlite" else a) for a in traced]
+        traced = report_only(nsys.profile_argv(nsys_bin, f"{tmp}/t", program, capture_range=True))
         for name, argv in [("alone", program), ("nsys", traced)] * 2:
             rows.append((name, *_launch(argv)))
         tiny = nsys.profile_argv(nsys_bin, f"{tmp}/tiny", [sys.executable, "-c", TINY], capture_range=True)
-        tiny_total, _, _ = _launch([("--export=none" if a == "--export=sqlite" else a) for a in tiny])
+        tiny_total, _, _ = _launch(report_only(tiny))
         plain_tiny, _, _ = _launch([sys.executable, "-c", TINY])
     keys = list(dict.fromkeys(k for r in rows for k in r[3]))
     print("| phase | " + " | ".join(r[0] for r in rows) + " |")

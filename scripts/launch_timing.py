@@ -30,3 +30,9 @@ def timed_launch(argv: list[str]) -> tuple[float, float, str]:
     end = time.time()
     ended = [float(ln.split()[-1]) for ln in out.splitlines() if "the harness ends at" in ln]
     return end - start, (end - ended[-1]) if ended else float("nan"), out
+
+
+def report_only(argv: list[str]) -> list[str]:
+    """An ``nsys profile`` command line (nsightflow.capture.nsys.profile_argv) that writes the report without its
+    SQLite export."""
+    return [("--export=none" if a == "--export=sqlite" else a) for a in argv]
