@@ -4,7 +4,6 @@ Prints each launch's median and fastest step. Usage: python3 scripts/wall_noise.
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -13,21 +12,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_gpu import _gpu_local_cpus  # noqa: E402
-
-from nsightflow.capture import nsys  # noqa: E402
+from wall_program import launch_argv  # noqa: E402  (scripts/ is on the path of a script run from it)
 
 pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 6
-args = {"batch": 1, "prompt": 128, "decode_steps": 16, "n_layers": 16}
-program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(args)]
 with tempfile.TemporaryDirectory() as tmp:
     for label, cpus in (("GPU-local CPUs", _gpu_local_cpus()), ("one core", _gpu_local_cpus()[2:3])):
         rows = {False: [], True: []}
         for i in range(2 * pairs):
             profiled = i % 2 == 1
-            out = Path(tmp) / f"r{i}.json"
-            argv = [*program, "--out", str(out), "--timed"]
-            if profiled:
-                argv = nsys.profile_argv(shutil.which("nsys"), Path(tmp) / f"t{i}", argv, capture_range=True)
+            argv, out = launch_argv(tmp, i, profiled)
             subprocess.run(argv, check=True, capture_output=True, preexec_fn=lambda c=cpus: os.sched_setaffinity(0, c))
             steps = json.loads(out.read_text())["program_wall_s"]["decode"]
             rows[profiled].append((statistics.median(steps) * 1e3, min(steps) * 1e3))
