@@ -1,0 +1,70 @@
+"""Whether the 8B shape's workflow launches start cold: its timeline's and capture's harness phases (the warm-up pass's
+first steps, the windowed pass) in a cold workflow run, again with only the run's results deleted (the preflight and
+the counter check kept, so nothing runs beside the timeline), then cold once more; after one program launch alone.
+
+Usage (from the project root on the GPU host, after ``. .gpu-bundle/activate.sh``):
+``python3 scripts/workflow_first_steps.py``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from benchmark import EIGHT_B  # scripts/ is on the path of a script run from it
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from conftest import copy_workflow  # noqa: E402
+
+SHOW = re.compile(r"nsightflow: (workload built|warm-up pass 1 by stage|probe pass \([a-z]+\)|timed pass): (.*)$", re.M)
+
+
+def _phases(log: Path) -> str:
+    return "; ".join(f"{k} {v}" for k, v in SHOW.findall(log.read_text())) if log.exists() else "?"
+
+
+def main() -> None:
+    start = time.time()
+    subprocess.run(
+        [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(EIGHT_B)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    print(f"program alone: {time.time() - start:.1f} s", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        wf = copy_workflow(Path(tmp))
+        cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+        cfg["workloads"] = [{"name": "8b", "callable": "nsightflow.workloads.decoder:build", "args": EIGHT_B}]
+        (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        for label in ("cold", "the run's results deleted (preflight kept)", "cold again"):
+            if label.startswith("the run's"):
+                shutil.rmtree(wf / "results" / "8b")
+                (wf / "results" / "report.html").unlink()
+            elif label == "cold again":
+                shutil.rmtree(wf / "results")
+            began = time.time()
+            subprocess.run(
+                [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
+                cwd=wf,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": str(wf / "tests")},
+            )
+            logs = wf / "results" / "8b" / "logs"
+            print(f"{label}: {time.time() - began:.1f} s", flush=True)
+            print(f"  timeline: {_phases(logs / 'timeline.log')}", flush=True)
+            print(f"  capture: {_phases(logs / 'ncu_capture.log')}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
