@@ -13,8 +13,9 @@ import time
 N = 34_000
 
 
-def program(marks: bool) -> None:
-    """The launches, timed: with ``marks``, an NVTX range around every launch (as the probe marks operators)."""
+def program(marks: bool, start_range: bool = False) -> None:
+    """The launches, timed: with ``marks``, an NVTX range around every launch (as the probe marks operators); with
+    ``start_range``, after ``cudaProfilerStart`` (a profiler told to trace from it traces them)."""
     import nvtx
     import torch
 
@@ -24,6 +25,8 @@ def program(marks: bool) -> None:
     torch.cuda.synchronize()
     dom = nvtx.get_domain("costs.ops")
     attrs = dom.get_event_attributes(message="add")
+    if start_range:
+        torch.cuda.profiler.start()
     start = time.perf_counter()
     for i in range(N):
         if marks:
@@ -61,6 +64,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["program"]:
-        program(sys.argv[2] == "marks")
+        program(sys.argv[2] == "marks", sys.argv[3:] == ["start"])
     else:
         main()
