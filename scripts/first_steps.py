@@ -53,11 +53,11 @@ def main() -> None:
             + HarnessCall("nsightflow.workloads.decoder:build", EIGHT_B).argv(),
         }
         # What a Snakemake job's process gets (snakemake.shell: one thread per library for a rule of one thread)
-        one = dict.fromkeys(SNAKEMAKE_THREADS, "1")
-        arms["program alone, Snakemake's thread settings"] = ["env", *[f"{k}=1" for k in one], *arms["program alone"]]
+        one = [f"{k}=1" for k in SNAKEMAKE_THREADS]
+        arms["program alone, Snakemake's thread settings"] = ["env", *one, *arms["program alone"]]
         arms["timeline call under nsys, Snakemake's thread settings"] = [
             "env",
-            *[f"{k}=1" for k in one],
+            *one,
             *arms["timeline call under nsys"],
         ]
         for _ in range(rounds):

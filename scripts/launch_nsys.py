@@ -13,13 +13,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from launch_timing import report_only  # scripts/ is on the path of a script run from it
+from ncu_launch_costs import loop_argv, loop_results
 
 from nsightflow.capture import nsys
-
-PROGRAM = [sys.executable, str(Path(__file__).resolve().with_name("ncu_launch_costs.py")), "program", "plain"]
 
 
 def main() -> None:
@@ -29,12 +27,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(per_arm):
             for name in got:
-                program = PROGRAM + (["start"] if name == "nsys, traced" else [])
+                program = loop_argv(start_range=name == "nsys, traced")
                 argv = program
                 if name != "alone":
                     argv = report_only(nsys.profile_argv(nsys_bin, f"{tmp}/r{i}", program, capture_range=True))
-                out = subprocess.run(argv, capture_output=True, text=True).stdout
-                got[name] += [float(ln.split()[1]) for ln in out.splitlines() if ln.startswith("RESULT")]
+                got[name] += loop_results(subprocess.run(argv, capture_output=True, text=True).stdout)
     ref = statistics.median(got["alone"])
     for name, values in got.items():
         med = statistics.median(values)

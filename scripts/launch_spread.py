@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from ncu_launch_costs import loop_argv, loop_results  # noqa: E402  (scripts/ is on the path of a script run from it)
 from test_gpu import _gpu_local_cpus  # noqa: E402
 
-PROGRAM = [sys.executable, str(Path(__file__).resolve().with_name("ncu_launch_costs.py")), "program", "plain"]
+PROGRAM = loop_argv()
 
 
 def main() -> None:
@@ -30,9 +31,9 @@ def main() -> None:
     got: dict[str, list[float]] = {a: [] for a in arms}
     for _ in range(per_arm):
         for name, (argv, env) in arms.items():
-            out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env}).stdout
-            per = [float(ln.split()[1]) for ln in out.splitlines() if ln.startswith("RESULT")]
-            got[name] += per
+            got[name] += loop_results(
+                subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env}).stdout
+            )
     for name, values in got.items():
         print(
             f"{name:40s} µs a launch: {', '.join(f'{v:.2f}' for v in values)} (median {statistics.median(values):.2f}, "

@@ -38,6 +38,16 @@ def program(marks: bool, start_range: bool = False) -> None:
     print(f"RESULT {(time.perf_counter() - start) / N * 1e6:.2f}", flush=True)
 
 
+def loop_argv(marks: bool = False, start_range: bool = False) -> list[str]:
+    """The command line of ``program`` (this file's launch loop), for this and the other launch-cost scripts."""
+    return [sys.executable, __file__, "program", "marks" if marks else "plain", *(["start"] if start_range else [])]
+
+
+def loop_results(stdout: str) -> list[float]:
+    """The µs per launch a run of ``loop_argv`` printed (none where it failed)."""
+    return [float(ln.split()[1]) for ln in stdout.splitlines() if ln.startswith("RESULT")]
+
+
 def main() -> None:
     ncu = shutil.which("ncu")
     base = [ncu, "--profile-from-start", "off", "--replay-mode=kernel", "--clock-control=none"] if ncu else []
@@ -53,13 +63,10 @@ def main() -> None:
         for label, prefix, marks in rows:
             if prefix and not ncu:
                 continue
-            argv = [*prefix, sys.executable, __file__, "program", "marks" if marks else "plain"]
             start = time.time()
-            out = subprocess.run(argv, capture_output=True, text=True).stdout
-            per = [ln.split()[1] for ln in out.splitlines() if ln.startswith("RESULT")]
-            print(
-                f"{label:42s} {per[0] if per else '?':>7s} µs a launch ({time.time() - start:.1f} s launch)", flush=True
-            )
+            per = loop_results(subprocess.run([*prefix, *loop_argv(marks)], capture_output=True, text=True).stdout)
+            shown = f"{per[0]:.2f}" if per else "?"
+            print(f"{label:42s} {shown:>7s} µs a launch ({time.time() - start:.1f} s launch)", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """On the GPU host: whether the launch-bound decode step's wandering wall time (the wall-time test's program) follows
 the GPU's clocks. Launches the test's program alternately alone and under nsys (the harness's timed pass, as the
-timeline job runs it), pinned to one of the GPU's CPUs, while ``nvidia-smi`` samples the SM clock, power and
-performance state every 50 ms; prints each launch's median and fastest step with the clocks seen during its timed
-pass. Usage: python3 scripts/wall_clocks.py [pairs]"""
+timeline job runs it), pinned to one of the GPU's CPUs (as the wall-time test then pinned it), while ``nvidia-smi``
+samples the SM clock, power and performance state every 50 ms; prints each launch's median and fastest step with the
+clocks seen during its timed pass. Usage: python3 scripts/wall_clocks.py [pairs]"""
 
 from __future__ import annotations
 
