@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from first_steps import SPLIT  # scripts/ is on the path of a script run from it
 from launch_timing import report_only, timeline_call
@@ -30,40 +30,50 @@ from nsightflow.capture.preflight import probe_argv
 PHASE = re.compile(r"nsightflow: ([a-z][a-z0-9 ()-]+): ([0-9.]+) s$")
 
 
-def _launch(argv: list[str], check: list[str] | None, delay: float) -> dict[str, object]:
+@dataclass
+class Stamped:
+    """One launch: its seconds, its harness phases (seconds after the harness's first line, name, duration), the
+    warm-up's first-step split, and when the counter check ran (start, end: after the harness's first line; ok)."""
+
+    total: float
+    phases: list[tuple[float, str, float]]
+    split: tuple[str, ...] | None
+    check: tuple[float, float, bool] | None
+
+
+def _launch(argv: list[str], check: list[str] | None, delay: float) -> Stamped:
     """One timeline launch; with ``check``, the counter check started ``delay`` s after the harness's first line."""
     began = time.time()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[tuple[float, str]] = []
-    window: dict[str, float] = {}
+    ran: list[tuple[float, float, bool]] = []
+    zero = None
 
     def run_check() -> None:
         time.sleep(delay)
-        window["start"] = time.time()
+        start = time.time()
         out = subprocess.run(check, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
-        window["end"] = time.time()
-        window["ok"] = float("probe ok" in out)
+        ran.append((start, time.time(), "probe ok" in out))
 
     thread = None
     assert proc.stdout is not None
     for line in proc.stdout:
         now = time.time()
         lines.append((now, line.rstrip("\n")))
-        if check is not None and thread is None and "the harness starts at" in line:
-            window["harness"] = now
-            thread = threading.Thread(target=run_check)
-            thread.start()
-        if "the harness starts at" in line:
-            window.setdefault("harness", now)
+        if zero is None and "the harness starts at" in line:
+            zero = now
+            if check is not None:
+                thread = threading.Thread(target=run_check)
+                thread.start()
     proc.wait()
     if thread is not None:
         thread.join()
     total = time.time() - began
-    zero = window.get("harness", began)
+    zero = began if zero is None else zero
     phases = [(t - zero, m.group(1), float(m.group(2))) for t, ln in lines if (m := PHASE.search(ln))]
-    split = next((SPLIT.search(ln) for _, ln in lines if SPLIT.search(ln)), None)
-    groups = split.groups() if split else None
-    return {"total": total, "phases": phases, "split": groups, "window": window, "zero": zero}
+    split = next((m.groups() for _, ln in lines if (m := SPLIT.search(ln))), None)
+    window = (ran[0][0] - zero, ran[0][1] - zero, ran[0][2]) if ran else None
+    return Stamped(total, phases, split, window)
 
 
 def main() -> None:
@@ -85,26 +95,19 @@ def main() -> None:
         for _ in range(rounds):
             for name, delay in arms:
                 got = _launch(argv, check if delay is not None else None, delay or 0.0)
-                w = got["window"]
-                assert isinstance(w, dict)
-                ran = (
-                    f"{w['start'] - w['harness']:.2f} to {w['end'] - w['harness']:.2f}"
-                    + ("" if w.get("ok") else " (failed)")
-                    if "start" in w
-                    else "-"
-                )
-                split = got["split"] or ("?", "?", "?")
-                phases = {p[1]: p for p in got["phases"]}  # type: ignore[union-attr]
-                timed = phases.get("timed pass")
-                probe = phases.get("probe pass (counting)")
+                ran = "-"
+                if got.check is not None:
+                    ran = f"{got.check[0]:.2f} to {got.check[1]:.2f}" + ("" if got.check[2] else " (failed)")
+                phases = {n: (at, took) for at, n, took in got.phases}
+                timed, probe = phases.get("timed pass"), phases.get("probe pass (counting)")
                 cells = [
-                    f"{timed[2]:.2f} (ends at {timed[0]:.2f})" if timed else "?",
-                    f"{probe[2]:.2f} (ends at {probe[0]:.2f})" if probe else "?",
+                    f"{timed[1]:.2f} (ends at {timed[0]:.2f})" if timed else "?",
+                    f"{probe[1]:.2f} (ends at {probe[0]:.2f})" if probe else "?",
                 ]
-                row = [name, f"{got['total']:.2f}", ran, *split, *cells]
+                row = [name, f"{got.total:.2f}", ran, *(got.split or ("?", "?", "?")), *cells]
                 print("| " + " | ".join(row) + " |", flush=True)
                 if name != "alone":
-                    where = "; ".join(f"{p[1]} ends {p[0]:.2f}" for p in got["phases"])  # type: ignore[union-attr]
+                    where = "; ".join(f"{n} ends {at:.2f}" for at, n, _ in got.phases)
                     print(f"|   phases | {where} |||||||", flush=True)
 
 
