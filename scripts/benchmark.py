@@ -59,22 +59,33 @@ def _program(args: dict, runs: int = 3) -> tuple[float, int]:
     return sorted(times)[len(times) // 2], 0
 
 
-def _snakemake(wf: Path, target: str, env: dict | None = None) -> None:
+def run_snakemake(wf: Path, target: str, env: dict | None = None) -> None:
     argv = [sys.executable, "-m", "snakemake", "--cores", "1", target]
     subprocess.run(argv, cwd=wf, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+
+def workflow_copy(dest: Path, change) -> Path:
+    """A copy of the workflow in ``dest``, its config changed in place by ``change(cfg)``."""
+    wf = copy_workflow(dest)
+    path = wf / "config" / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    change(cfg)
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return wf
 
 
 def _workflow(args: dict, key: str, ncu_cfg: dict | None = None) -> tuple[float, int, dict]:
     """The workflow, cold, in a fresh copy; ``ncu_cfg`` overrides config keys under ``ncu``. The metrics its
     capture collected are kept under ``key`` for the 'everything' variant that compares with it."""
     with tempfile.TemporaryDirectory() as tmp:
-        wf = copy_workflow(Path(tmp))
-        cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
-        cfg["workloads"][0]["args"].update(args)
-        cfg["ncu"].update(ncu_cfg or {})
-        (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+        def change(cfg: dict) -> None:
+            cfg["workloads"][0]["args"].update(args)
+            cfg["ncu"].update(ncu_cfg or {})
+
+        wf = workflow_copy(Path(tmp), change)
         start = time.time()
-        _snakemake(wf, "results/report.html")
+        run_snakemake(wf, "results/report.html")
         seconds = time.time() - start
         keep = os.environ.get("OUT")
         if keep:  # the jobs' logs come back from the GPU host
@@ -204,7 +215,7 @@ def _ncu_parts() -> tuple[float, int]:
     total = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         wf = copy_workflow(Path(tmp))
-        _snakemake(wf, "results/tinyllm/plan.json")
+        run_snakemake(wf, "results/tinyllm/plan.json")
         plan_json = wf / "results" / "tinyllm" / "plan.json"
         n = len(CapturePlan.read(plan_json).expected)
         program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", "{}"]
@@ -375,12 +386,9 @@ def _workflow_of(workloads: list[dict], key: str, after=None) -> tuple[float, in
     """The workflow, cold, over ``workloads`` (config entries); launches profiled summed over their runs.
     ``after(wf)``: more measurements in the finished run's copy."""
     with tempfile.TemporaryDirectory() as tmp:
-        wf = copy_workflow(Path(tmp))
-        cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
-        cfg["workloads"] = workloads
-        (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        wf = workflow_copy(Path(tmp), lambda cfg: cfg.update(workloads=workloads))
         start = time.time()
-        _snakemake(wf, "results/report.html", {**os.environ, "PYTHONPATH": str(wf / "tests")})  # tests' workloads
+        run_snakemake(wf, "results/report.html", {**os.environ, "PYTHONPATH": str(wf / "tests")})  # tests' workloads
         seconds = time.time() - start
         keep = os.environ.get("OUT")
         n = 0

@@ -18,11 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-from benchmark import EIGHT_B  # scripts/ is on the path of a script run from it
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from conftest import copy_workflow  # noqa: E402
+from benchmark import EIGHT_B, run_snakemake, workflow_copy  # scripts/ is on the path of a script run from it
 
 SHOW = re.compile(r"nsightflow: (workload built|warm-up pass 1 by stage|probe pass \([a-z]+\)|timed pass): (.*)$", re.M)
 
@@ -41,10 +37,8 @@ def main() -> None:
     )
     print(f"program alone: {time.time() - start:.1f} s", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        wf = copy_workflow(Path(tmp))
-        cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
-        cfg["workloads"] = [{"name": "8b", "callable": "nsightflow.workloads.decoder:build", "args": EIGHT_B}]
-        (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        eight_b = [{"name": "8b", "callable": "nsightflow.workloads.decoder:build", "args": EIGHT_B}]
+        wf = workflow_copy(Path(tmp), lambda cfg: cfg.update(workloads=eight_b))
         for label in ("cold", "the run's results deleted (preflight kept)", "cold again"):
             if label.startswith("the run's"):
                 shutil.rmtree(wf / "results" / "8b")
@@ -52,14 +46,7 @@ def main() -> None:
             elif label == "cold again":
                 shutil.rmtree(wf / "results")
             began = time.time()
-            subprocess.run(
-                [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
-                cwd=wf,
-                check=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": str(wf / "tests")},
-            )
+            run_snakemake(wf, "results/report.html", {**os.environ, "PYTHONPATH": str(wf / "tests")})
             logs = wf / "results" / "8b" / "logs"
             print(f"{label}: {time.time() - began:.1f} s", flush=True)
             print(f"  timeline: {_phases(logs / 'timeline.log')}", flush=True)
