@@ -1,19 +1,21 @@
-"""A test program: several processes of one workload take turns running the harness's timed pass, in a ring, so
-that each arm's passes run at nearly the same moments as the others'.
+"""A test program: several processes of one workload take turns, step by step, running the harness's timed pass, in
+a ring, so that each arm's steps run at nearly the same moments as the others'.
 
-Why: on the GPU hosts a process's pace changes by up to 2x over seconds (a pure-Python loop timed in a process ran
+Why: on the GPU hosts a process's pace changes by up to 2x within seconds (a pure-Python loop timed in a process ran
 in about 18 or about 34 ms, and did not predict the same process's decode step a few seconds later:
 scripts/pace_covariate.py), so launches of one arm against launches of another compare the machine's moments more
-than the arms. Passes that alternate a fraction of a second apart share the moment; each arm's pass is compared
-with the reference arm's passes just before and after it.
+than the arms; whole passes taking turns (about 1.5 s a round of four) still did, on a slower machine. Steps that
+alternate milliseconds apart share the moment; each arm's step is compared with the reference arm's steps just
+before and after it.
 
 Each participant builds the workload, warms it up (nsightflow.capture.passes.warm_up), opens the profiler's capture
-range if told to (a traced arm), waits until every participant is ready, then runs ``--rounds`` timed passes
-(nsightflow.capture.passes.timed_pass, the function the harness's ``--timed`` pass runs), each after the token from
-the one before it in the ring arrives, passing the token on after. Participant 0 starts each round of the ring.
-The token travels through named pipes in ``--pipes``: ``i`` reads ``<i>.in`` and writes ``<i+1 mod n>.in``.
-It writes ``--out``: each pass's start (epoch seconds) and its step walls by stage. ``--cpu``: every participant
-runs its passes on that CPU (they take turns, so none waits for another's), so that they share its moments too.
+range if told to (a traced arm), waits until every participant is ready, then runs ``--rounds`` timed passes: the
+timed pass's own setup and steps (nsightflow.capture.passes, as ``_run_pass`` runs them for the harness's
+``--timed`` pass: each step's wall from its call to its synchronize), each setup and each step one turn, taken when
+the token from the one before it in the ring arrives and passed on after. Participant 0 takes the first turn. The
+token travels through named pipes in ``--pipes``: ``i`` reads ``<i>.in`` and writes ``<i+1 mod n>.in``. It writes
+``--out``: each pass's steps' walls and start times (epoch seconds) by stage. ``--cpu``: every participant runs its
+passes on that CPU (they take turns, so none waits for another's), so that they share its moments too.
 
 ``python lockstep.py --index I --of N --pipes DIR --rounds R --out FILE [--traced] [--cpu C] --args JSON``
 """
@@ -33,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nsightflow.capture.passes import capture_range, timed_pass, warm_up
-from nsightflow.workloads.api import build_workload
+from nsightflow.capture.passes import _call, _setup, _sync, capture_range, warm_up
+from nsightflow.workloads.api import build_workload, steps
 
 WAIT_S = 300  # a participant that waits longer for the token than this stops (another one died)
 
@@ -73,15 +75,27 @@ def main() -> None:
         os.write(nxt, b"r")
     if a.cpu is not None:  # after the build and warm-up, which would otherwise queue on one CPU
         os.sched_setaffinity(0, {a.cpu})
+    held = a.index == 0  # participant 0 holds the token after the ready round
     passes = []
-    for r in range(a.rounds):
-        if a.index != 0 or r > 0:
-            _take(mine)
-        start = time.time()
-        passes.append({"start": start, "walls": timed_pass(workload)})
-        os.write(nxt, b"t")
+    for _ in range(a.rounds):
+        walls: dict[str, list[float]] = {}
+        at: dict[str, list[float]] = {}
+        for stage, step in [(None, 0), *steps(workload)]:  # the setup's turn, then each step's
+            if not held:
+                _take(mine)
+            held = False
+            if stage is None:
+                _setup(workload)
+            else:
+                at.setdefault(stage.name, []).append(time.time())
+                start = time.perf_counter()
+                _call(stage, step)
+                _sync(workload.device)
+                walls.setdefault(stage.name, []).append(time.perf_counter() - start)
+            os.write(nxt, b"t")
+        passes.append({"walls": walls, "at": at})
     if a.index == 0:
-        _take(mine)  # the last round's token, so no participant outlives the ring's last pass unwaited
+        _take(mine)  # the last turn's token, so no participant outlives the ring's last step unwaited
     with open(a.out, "w") as fh:
         json.dump({"index": a.index, "traced": a.traced, "passes": passes}, fh)
     sys.stdout.flush()
@@ -135,19 +149,14 @@ def run_ring(tmp: Path, arms: list[Arm], rounds: int, args: dict, cpu: int | Non
     return [json.loads((tmp / f"{i}.json").read_text()) for i in range(len(arms))]
 
 
-def pass_step(p: dict, stage: str) -> float:
-    """A pass's median step wall of ``stage``, seconds."""
-    return statistics.median(p["walls"][stage])
-
-
 def paired_ratios(ref: dict, arm: dict, stage: str) -> list[float]:
-    """Each of ``arm``'s passes over the reference's passes just before and after it (their mean; the one before
-    for the last round): the median step of ``stage``."""
-    r = [pass_step(p, stage) for p in ref["passes"]]
+    """Each of ``arm``'s steps of ``stage`` over the reference's same step and its next one (their mean; the same
+    step alone for a pass's last): the reference's turns just before and after it."""
     out = []
-    for k, p in enumerate(arm["passes"]):
-        around = r[k : k + 2]
-        out.append(pass_step(p, stage) / statistics.fmean(around))
+    for mine, theirs in zip(arm["passes"], ref["passes"], strict=True):
+        r = theirs["walls"][stage]
+        for k, wall in enumerate(mine["walls"][stage]):
+            out.append(wall / statistics.fmean(r[k : k + 2]))
     return out
 
 
