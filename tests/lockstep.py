@@ -9,13 +9,13 @@ alternate milliseconds apart share the moment; each arm's step is compared with 
 before and after it.
 
 Each participant builds the workload, warms it up (nsightflow.capture.passes.warm_up), opens the profiler's capture
-range if told to (a traced arm), waits until every participant is ready, then runs ``--rounds`` timed passes: the
-timed pass's own setup and steps (nsightflow.capture.passes, as ``_run_pass`` runs them for the harness's
-``--timed`` pass: each step's wall from its call to its synchronize), each setup and each step one turn, taken when
-the token from the one before it in the ring arrives and passed on after. Participant 0 takes the first turn. The
-token travels through named pipes in ``--pipes``: ``i`` reads ``<i>.in`` and writes ``<i+1 mod n>.in``. It writes
-``--out``: each pass's steps' walls and start times (epoch seconds) by stage. ``--cpu``: every participant runs its
-passes on that CPU (they take turns, so none waits for another's), so that they share its moments too.
+range if told to (a traced arm), waits until every participant is ready, then runs ``--rounds`` timed passes
+(nsightflow.capture.passes.timed_pass, the harness's ``--timed`` pass), its setup and each step one turn (outside
+the step's timing), taken when the token from the one before it in the ring arrives and passed on after.
+Participant 0 takes the first turn. The token travels through named pipes in ``--pipes``: ``i`` reads ``<i>.in`` and
+writes ``<i+1 mod n>.in``. It writes ``--out``: each pass's step walls by stage and when each of its turns began
+(epoch seconds). ``--cpu``: every participant runs its passes on that CPU (they take turns, so none waits for
+another's), so that they share its moments too.
 
 ``python lockstep.py --index I --of N --pipes DIR --rounds R --out FILE [--traced] [--cpu C] --args JSON``
 """
@@ -31,12 +31,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from nsightflow.capture.passes import _call, _setup, _sync, capture_range, warm_up
-from nsightflow.workloads.api import build_workload, steps
+from nsightflow.capture.passes import capture_range, timed_pass, warm_up
+from nsightflow.workloads.api import build_workload
 
 WAIT_S = 300  # a participant that waits longer for the token than this stops (another one died)
 
@@ -76,24 +77,23 @@ def main() -> None:
     if a.cpu is not None:  # after the build and warm-up, which would otherwise queue on one CPU
         os.sched_setaffinity(0, {a.cpu})
     held = a.index == 0  # participant 0 holds the token after the ready round
+    turns: list[float] = []
+
+    @contextmanager
+    def turn() -> Iterator[None]:
+        nonlocal held
+        if not held:
+            _take(mine)
+        held = False
+        turns.append(time.time())
+        yield
+        os.write(nxt, b"t")
+
     passes = []
     for _ in range(a.rounds):
-        walls: dict[str, list[float]] = {}
-        at: dict[str, list[float]] = {}
-        for stage, step in [(None, 0), *steps(workload)]:  # the setup's turn, then each step's
-            if not held:
-                _take(mine)
-            held = False
-            if stage is None:
-                _setup(workload)
-            else:
-                at.setdefault(stage.name, []).append(time.time())
-                start = time.perf_counter()
-                _call(stage, step)
-                _sync(workload.device)
-                walls.setdefault(stage.name, []).append(time.perf_counter() - start)
-            os.write(nxt, b"t")
-        passes.append({"walls": walls, "at": at})
+        walls = timed_pass(workload, turn)
+        passes.append({"walls": walls, "turns": turns[:]})
+        turns.clear()
     if a.index == 0:
         _take(mine)  # the last turn's token, so no participant outlives the ring's last step unwaited
     with open(a.out, "w") as fh:

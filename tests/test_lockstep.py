@@ -1,5 +1,5 @@
-"""The ring the GPU tier's wall-time test runs its arms in (tests/lockstep.py): participants take turns pass by
-pass, in ring order, and a participant that fails stops the ring at once. Run on the CPU with the built-in decoder."""
+"""The ring the GPU tier's wall-time test runs its arms in (tests/lockstep.py): participants take turns step by
+step, in ring order, and a participant that fails stops the ring at once. Run on the CPU with the built-in decoder."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ def test_participants_take_turns_in_ring_order(tmp_path):
     out = run_ring(tmp_path, [Arm("a", plain), Arm("b", plain), Arm("c", plain)], 4, TINY, None, 240)
     assert [len(o["passes"]) for o in out] == [4, 4, 4]
     assert all(len(p["walls"]["decode"]) == 3 and len(p["walls"]["prefill"]) == 1 for o in out for p in o["passes"])
-    starts = sorted((t, o["index"]) for o in out for p in o["passes"] for ts in p["at"].values() for t in ts)
-    assert [i for _, i in starts] == [0, 1, 2] * 4 * 4  # each step of each pass: a's, b's, c's
+    assert all(len(p["turns"]) == 5 for o in out for p in o["passes"])  # the setup's turn and each step's
+    starts = sorted((t, o["index"]) for o in out for p in o["passes"] for t in p["turns"])
+    assert [i for _, i in starts] == [0, 1, 2] * 4 * 5  # each turn of each pass: a's, b's, c's
     # each decode step of b against a's same step and next one, by hand from the walls
     want = []
     for pa, pb in zip(out[0]["passes"], out[1]["passes"], strict=True):

@@ -32,16 +32,23 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _run_pass(workload: Workload, annotate: Callable[..., Any] | None) -> dict[str, list[float]]:
-    """Run setup and every stage step once; return each step's wall time in seconds."""
-    _setup(workload)
+def _run_pass(
+    workload: Workload,
+    annotate: Callable[..., Any] | None,
+    turn: Callable[[], AbstractContextManager[Any]] | None = None,
+) -> dict[str, list[float]]:
+    """Run setup and every stage step once; return each step's wall time in seconds. ``turn``: a context entered
+    around the setup and around each step, outside its timing (processes taking turns step by step)."""
+    with turn() if turn else nullcontext():
+        _setup(workload)
     times: dict[str, list[float]] = {}
     for stage, step in steps(workload):
-        start = time.perf_counter()
-        with annotate(stage.name, step) if annotate else nullcontext():
-            _call(stage, step)
-            _sync(workload.device)
-        times.setdefault(stage.name, []).append(time.perf_counter() - start)
+        with turn() if turn else nullcontext():
+            start = time.perf_counter()
+            with annotate(stage.name, step) if annotate else nullcontext():
+                _call(stage, step)
+                _sync(workload.device)
+            times.setdefault(stage.name, []).append(time.perf_counter() - start)
     return times
 
 
@@ -148,11 +155,14 @@ def count_flops(workload: Workload) -> AnalyticCounts | None:
     return probe_pass(workload, None, count=True)
 
 
-def timed_pass(workload: Workload) -> dict[str, list[float]]:
+def timed_pass(
+    workload: Workload, turn: Callable[[], AbstractContextManager[Any]] | None = None
+) -> dict[str, list[float]]:
     """Every stage step run as the program runs it (no NVTX range, no profiler collecting), each step's wall time
     in seconds. A profiler that traces every launch slows launch-bound code (nsys: about 30 µs a launch on the
-    H200, a 27 ms decode step took 41-45 ms), so the wall times a report divides by come from here."""
-    return _run_pass(workload, None)
+    H200, a 27 ms decode step took 41-45 ms), so the wall times a report divides by come from here. ``turn``: see
+    ``_run_pass`` (the GPU tier's wall-time test runs this pass in processes taking turns)."""
+    return _run_pass(workload, None, turn)
 
 
 def capture_range(on: bool) -> None:
