@@ -4,6 +4,7 @@ and rules, each importing only from the layers below it (function-level imports 
 import ast
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 SRC = ROOT / "src"
@@ -71,14 +72,16 @@ def test_every_module_is_short():
     assert not long, long
 
 
-def test_the_timeline_job_starts_nsys_without_importing_pandas_or_torch():
-    """What the timeline rule's script imports before nsys starts (a callable's job needs neither pandas nor torch in
-    its own process): pandas cost that job about 0.9 s on the GPU host before the profiler could start."""
+@pytest.mark.parametrize("script", ["timeline", "ncu_capture"])
+def test_the_profiling_jobs_start_their_profiler_without_importing_pandas_or_torch(script):
+    """What the timeline's and the ncu capture's rule scripts import before their profiler starts (a callable's job
+    needs neither pandas nor torch in its own process before then): pandas cost the timeline job about 0.9 s on the GPU
+    host before nsys could start; the ncu capture's plan, which needs pandas, is made once ncu has started."""
     import subprocess
     import sys
 
-    script = (ROOT / "workflow" / "scripts" / "timeline.py").read_text()
-    imports = "\n".join(ln for ln in script.splitlines() if ln.startswith(("from ", "import ")))
+    text = (ROOT / "workflow" / "scripts" / f"{script}.py").read_text()
+    imports = "\n".join(ln for ln in text.splitlines() if ln.startswith(("from ", "import ")))
     probe = imports + "\nimport sys\nprint(sorted(m for m in ('pandas', 'numpy', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

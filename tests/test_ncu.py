@@ -233,3 +233,111 @@ def test_ncu_messages_after_a_programs_unended_line_are_counted():
     for line in log.splitlines():
         progress(line)
     assert progress.done == planned
+
+
+def _awaiting_launch(tmp_path):
+    """The harness as ncu's first launch runs it when its plan is made meanwhile (HarnessCall.windowed with
+    await_plan), on a CPU workload that logs each pass: one warm-up pass, then the windowed pass."""
+    import os
+    from pathlib import Path
+
+    from nsightflow.capture.harness import HarnessCall
+
+    passes, plan = tmp_path / "passes.txt", tmp_path / "plan.json"
+    call = HarnessCall("workloads:pass_log", {"path": str(passes)}, warmup=1)
+    launch = call.windowed(plan, await_plan=True)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    return launch, env, passes, plan
+
+
+def _passes(path):
+    return path.read_text().count("pass") if path.exists() else 0
+
+
+def _plan(path):
+    from nsightflow.capture.plan import CapturePlan, Window
+
+    window = Window("step", 1, [1], "the step's only operator")
+    CapturePlan("representatives", "nsightflow", [window], [], {"step": {"comm_launches": 0}}).write(path)
+
+
+@pytest.mark.parametrize("outcome", ["same", "other counters", "plan fails"])
+def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_stopped(tmp_path, outcome):
+    # What ncu_capture does with its first launch (no ncu on the CPU: the harness's launch itself, through run_tool as
+    # ncu's would run): the plan is made beside the launch, whose program warms up and then waits for the plan; a plan
+    # asking for another command line (other FLOP counters) stops the launch before its windowed pass, and so does a
+    # plan that cannot be made, whose error is the job's.
+    import os
+    import time
+
+    from nsightflow.capture.ncu_capture import Counters, _Planner, _Replan
+    from nsightflow.capture.tools import run_tool
+    from nsightflow.errors import InputError
+
+    launch, env, passes, plan = _awaiting_launch(tmp_path)
+    assert launch.awaits_plan and "--await-windows" in launch.argv
+    bf16 = Counters(["bf16"], False, ["bf16"])
+    seen = {}
+
+    def make():
+        deadline = time.monotonic() + 120
+        while _passes(passes) < 1 and time.monotonic() < deadline:  # the program built and warmed up meanwhile
+            time.sleep(0.05)
+        time.sleep(0.5)
+        seen["before"] = _passes(passes)  # still 1: the windowed pass waits for its plan
+        if outcome == "plan fails":
+            raise InputError("timeline.sqlite: no stage ranges")
+        _plan(plan)
+        return bf16 if outcome == "same" else Counters(["bf16", "tf32"], False, ["bf16", "tf32"])
+
+    def argv_for(counters, comm_filter):
+        return launch.argv + ([] if counters == bf16 and not comm_filter else ["--metrics", "more"])
+
+    planner = _Planner(make, plan, None, argv_for, launch.argv)
+    pids = []
+
+    def beside(child_env, pid):
+        pids.append(pid)
+        planner(child_env, pid)
+
+    log = tmp_path / "ncu_capture.log"
+    if outcome == "same":
+        out, rc = run_tool(launch.argv, log, 120, check=False, env=env, beside=beside)
+        assert rc == 0, out
+        assert seen["before"] == 1 and _passes(passes) == 2  # the warm-up, then the windowed pass once the plan came
+        assert re.search(r"nsightflow: capture plan awaited: \d", out)
+        assert planner.counters == bf16 and [w.step for w in planner.plan.windows] == [1]
+        return
+    with pytest.raises(_Replan if outcome == "other counters" else InputError):
+        run_tool(launch.argv, log, 120, check=False, env=env, beside=beside)
+    assert seen["before"] == 1 and _passes(passes) == 1  # stopped before its windowed pass
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)  # and nothing of it is left
+    if outcome == "other counters":
+        assert planner.wanted == launch.argv + ["--metrics", "more"]
+
+
+def test_counters_before_the_plan_are_those_the_plan_then_asks_for(tmp_path):
+    # The counters a capture starts with while its plan is made, against those its plan then asks for: equal on a real
+    # run's plan (the default decoder on the H100, eager: every planned launch an operator's); where the count cannot
+    # tell (a stage replaying CUDA graphs, whose launches fall between operators, or not counted), none: that plan is
+    # made before ncu starts.
+    import dataclasses
+    import json
+
+    from nsightflow.capture.ncu_capture import capture_counters, counters_before_plan
+
+    run = DATA / "h100_probe"
+    units = {int(e["unit"]) % 2 for e in json.loads((run / "plan.json").read_text())["expected"]}
+    assert units == {1}  # operators' launches only
+    flops = run / "analytic_flops.json"
+    for precisions, non_tensor in (("auto", "auto"), ("all", False), (["bf16"], True)):
+        before = counters_before_plan(precisions, non_tensor, flops)
+        assert before == capture_counters(precisions, non_tensor, flops, run / "plan.json")
+    auto = counters_before_plan("auto", "auto", flops)
+    assert auto is not None and (auto.precisions, auto.non_tensor) == (["bf16"], False)
+    analytic = AnalyticCounts.read(flops)
+    first = next(iter(analytic.stages))
+    stages = {**analytic.stages, first: dataclasses.replace(analytic.stages[first], graph_replays=3)}
+    dataclasses.replace(analytic, stages=stages).write(tmp_path / "analytic_flops.json")
+    assert counters_before_plan("auto", "auto", tmp_path / "analytic_flops.json") is None

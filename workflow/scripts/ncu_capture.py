@@ -1,29 +1,26 @@
 """Rules ncu_capture, ncu_ranges, ncu_deep: one Nsight Compute run of the whole program, windowed by its plan,
-exported. ncu_capture makes its plan from the timeline first; the others are given theirs."""
+exported. ncu_capture makes its plan from the timeline while ncu starts the program; the others are given theirs."""
 
 from nsightflow.capture.command import program_launches
-from nsightflow.capture.ncu_capture import capture_counters, ncu_capture
-from nsightflow.capture.plan import make_plan
+from nsightflow.capture.ncu_capture import capture_counters, counters_before_plan, ncu_capture, plan_maker
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
-    plan = sm.output.get("plan")
-    if plan:
-        make_plan(sm.input.sqlite, sm.params.domain, list(sm.params.sample_steps), sm.params.mode, plan, sm.log[0])
-    else:
-        plan = sm.input.plan
+    making = bool(sm.output.get("plan"))
+    plan = sm.output.plan if making else sm.input.plan
+    counters = (sm.params.tensor_precisions, sm.params.non_tensor_flops, sm.input.flops)
     ncu_capture(
         sm.params.ncu,
         plan,
-        program_launches(dict(sm.params.harness), plan, sm.input.manifest),
+        program_launches(dict(sm.params.harness), plan, sm.input.manifest, await_plan=making),
         sm.output.rep,
         sm.output.csv,
         sm.output.cmd,
         sm.log[0],
         metrics=sm.params.metrics,
         extra_metrics=list(sm.params.extra_metrics),
-        counters=capture_counters(sm.params.tensor_precisions, sm.params.non_tensor_flops, sm.input.flops, plan),
+        counters=counters_before_plan(*counters) if making else capture_counters(*counters, plan),
         sections=list(sm.params.sections),
         replay_mode=sm.params.replay_mode,
         clock_control=sm.params.clock_control,
@@ -31,4 +28,9 @@ with rule_job(sm.log[0], sm.output):
         timeout_s=sm.params.timeout_s,
         ranges=sm.params.ranges,
         details_out=sm.output.get("details"),
+        make_plan=plan_maker(
+            sm.input.sqlite, sm.params.domain, list(sm.params.sample_steps), sm.params.mode, plan, sm.log[0], *counters
+        )
+        if making
+        else None,
     )

@@ -8,8 +8,13 @@ give their time apart, with how much of it ran while the same rank's compute ker
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+# numpy and pandas are imported where used: ncu's command line (NCU_FILTER) is built before either is needed.
 
 # NCCL's kernels: ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...), ncclKernel_..., and their 'void '-prefixed forms.
 PATTERN = r"(?:^|[\s:])nccl"
@@ -21,6 +26,9 @@ NCU_FILTER = ["--kernel-name", "regex:^(?!nccl)"]
 def is_comm(names: pd.Series) -> np.ndarray:
     """Whether each kernel (by its demangled name) is a communication kernel. The pattern runs once per distinct
     name (a timeline repeats a few hundred names over its launches)."""
+    import numpy as np
+    import pandas as pd
+
     codes, uniques = pd.factorize(names.astype(str))
     found = pd.Series(uniques).str.contains(PATTERN, case=False, regex=True).to_numpy(dtype=bool)
     return found[codes] if len(uniques) else np.zeros(len(names), dtype=bool)
@@ -29,6 +37,8 @@ def is_comm(names: pd.Series) -> np.ndarray:
 def overlapped(starts: np.ndarray, ends: np.ndarray, busy_starts: np.ndarray, busy_ends: np.ndarray) -> np.ndarray:
     """For each interval [start, end], the time during which some busy interval ran too (busy intervals may
     overlap one another: their union counts once)."""
+    import numpy as np
+
     u_s, u_e = _union(busy_starts, busy_ends)
     if not len(u_s):
         return np.zeros(len(starts), dtype="float64")
@@ -44,6 +54,8 @@ def overlapped(starts: np.ndarray, ends: np.ndarray, busy_starts: np.ndarray, bu
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     if not len(starts):
         return starts.astype("int64"), ends.astype("int64")
     order = np.argsort(starts, kind="stable")

@@ -103,18 +103,22 @@ def program_call(fields: dict[str, Any]) -> HarnessCall | CommandCall:
     return CommandCall(**fields) if "command" in fields else HarnessCall(**fields)
 
 
-def program_launches(fields: dict[str, Any], plan_json: str | Path, manifest: str | Path) -> list[Launch]:
+def program_launches(
+    fields: dict[str, Any], plan_json: str | Path, manifest: str | Path, await_plan: bool = False
+) -> list[Launch]:
     """What ncu runs for the plan ``plan_json``, in the order to try: a callable whose first pass did no one-time
     work that launches kernels (the timeline's harness looked: nsightflow.capture.passes.first_pass_work) first
     without its warm-up pass, the windows in the program's first pass (under ncu a pass of an 8B-shaped decoder costs
-    about 4 s more than alone); then, should that capture differ from the plan, after its warm-up passes."""
+    about 4 s more than alone); then, should that capture differ from the plan, after its warm-up passes.
+    ``await_plan``: a callable's launches may start before the plan is made (they wait for it: ``Launch.awaits_plan``);
+    a command's hook reads its plan as the program starts, so its launch never does."""
     call = program_call(fields)
     record = Manifest.read(manifest)
     if isinstance(call, CommandCall):
         return [call.windowed(plan_json, record)]
-    warmed = call.windowed(plan_json)
+    warmed = call.windowed(plan_json, await_plan)
     if call.warmup > 0 and record.first_pass_work == []:
-        return [replace(call, warmup=0).windowed(plan_json), warmed]
+        return [replace(call, warmup=0).windowed(plan_json, await_plan), warmed]
     return [warmed]
 
 

@@ -82,10 +82,16 @@ def measure_ceilings(device: str, dtype: str) -> dict[str, Any]:
         return {"device": device, "dtype": dtype, "error": f"not measured: {exc!r}"[:500]}
 
 
-def read_windows(path: Path) -> Windows:
-    """The profiler windows a capture plan (plan.json) asks the probe pass to open."""
+def read_windows(path: Path, wait: bool = False) -> Windows:
+    """The profiler windows a capture plan (plan.json) asks the probe pass to open. ``wait``: the plan is being made
+    while this launch starts (nsightflow.capture.ncu_capture); wait until it is published (written whole, then
+    renamed into place), however long that takes: the job that makes it kills this launch should it fail."""
     from nsightflow.capture.probe import WHOLE, Windows
 
+    if wait and not path.exists():
+        with phase("capture plan awaited"):  # in the log: how much of the plan the program's start did not hide
+            while not path.exists():
+                time.sleep(0.01)
     plan = json.loads(path.read_text())
     return Windows(
         {(w["stage"], int(w["step"])): (WHOLE if w["units"] is None else set(w["units"])) for w in plan["windows"]}
@@ -100,6 +106,7 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     gpus: int = 1  # devices it uses (a job of several processes: one per rank)
+    awaits_plan: bool = False  # may start before its capture plan exists: it waits for the plan before any window
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,7 @@ class HarnessCall:
     flops_out: str | None = None  # the analytic count, from a probe pass
     ceilings_out: str | None = None  # the measured matmul and copy ceilings
     windows: str | None = None  # a capture plan: the probe pass opens ncu's profiler windows
+    await_windows: bool = False  # the plan may not exist yet: wait for it before the windowed pass
     trace: str | None = None  # torch.profiler's Chrome trace (mode torch)
 
     PATHS = ("out", "flops_out", "ceilings_out", "windows", "trace")
@@ -132,15 +140,19 @@ class HarnessCall:
             out += ["--mode", self.mode]
         if self.timed:
             out.append("--timed")
+        if self.await_windows:
+            out.append("--await-windows")
         for name in self.PATHS:
             value = getattr(self, name)
             if value is not None:
                 out += [f"--{name.replace('_', '-')}", str(Path(value).resolve())]
         return out
 
-    def windowed(self, plan_json: str | Path) -> Launch:
-        """The launch ncu runs: the probe pass opens the plan's profiler windows."""
-        return Launch(replace(self, windows=str(plan_json)).argv())
+    def windowed(self, plan_json: str | Path, await_plan: bool = False) -> Launch:
+        """The launch ncu runs: the probe pass opens the plan's profiler windows. ``await_plan``: the launch may start
+        before the plan exists (it is made meanwhile); the program builds and warms up, then waits for it."""
+        call = replace(self, windows=str(plan_json), await_windows=await_plan)
+        return Launch(call.argv(), awaits_plan=await_plan)
 
     @classmethod
     def parse(cls, argv: list[str] | None = None) -> HarnessCall:
@@ -154,7 +166,17 @@ class HarnessCall:
         paths = {n: str(Path(getattr(ns, n)).resolve()) for n in cls.PATHS if getattr(ns, n) is not None}
         if ns.mode == "torch" and "trace" not in paths:
             raise SystemExit("nsightflow: --mode torch needs --trace PATH")
-        return cls(ns.spec, args, ns.domain, ns.warmup, sys.executable, ns.mode, ns.timed, **paths)
+        return cls(
+            ns.spec,
+            args,
+            ns.domain,
+            ns.warmup,
+            sys.executable,
+            ns.mode,
+            ns.timed,
+            await_windows=ns.await_windows,
+            **paths,
+        )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -173,6 +195,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace", help="Chrome trace path for --mode torch")
     parser.add_argument("--flops-out", help="run the probe pass and write the analytic FLOP counts here")
     parser.add_argument("--windows", help="capture plan: the probe pass opens ncu profiler windows")
+    parser.add_argument(
+        "--await-windows",
+        action="store_true",
+        help="the capture plan is being made while the program starts: wait for it before the windowed pass",
+    )
     parser.add_argument("--ceilings-out", help="measure the device's matmul and copy ceilings, write here")
     parser.add_argument("--out", help="write the run's record (stages, params, environment) here")
     parser.add_argument(
@@ -228,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             result["program_wall_s"] = program
         counts = None
         if call.windows is not None:
-            probe_pass(workload, call.domain, count=False, windows=read_windows(Path(call.windows)))
+            windows = read_windows(Path(call.windows), wait=call.await_windows)
+            probe_pass(workload, call.domain, count=False, windows=windows)
         elif call.flops_out is not None or call.mode == "flops":
             counts, finished = counting_pass(workload, call.domain if call.mode == "profile" else None)
             if result.get("traced_pass") == "probe" and not finished:

@@ -1,20 +1,27 @@
 """Rule ncu_capture (and ncu_ranges, cards): one Nsight Compute run of the whole program, windowed by its plan,
 retried after the program's warm-up should its first pass differ from the plan, exported to raw CSV and checked
-against the plan before anything is published."""
+against the plan before anything is published.
+
+A plan made in the capture's own job is made while ncu starts the program (a callable's launch waits for it before
+its windowed pass: ``Launch.awaits_plan``): on the 8B-shaped decoder the job's imports and its plan took 1.9 to 4 s
+before ncu could start, and ncu's start and the program's build 5 to 8 s. The launch starts with the FLOP counters a
+plan of every counted stage's operators needs; should the plan made meanwhile need others, that launch is stopped
+before its first window and ncu starts again with them: the capture is always the one its plan asks for.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nsightflow import files
-from nsightflow.capture import ncu, ncu_csv
+from nsightflow.capture import ncu
 from nsightflow.capture.harness import Launch
-from nsightflow.capture.matching import match_to_plan
-from nsightflow.capture.plan import CapturePlan, expected_frame
 from nsightflow.capture.progress import LaunchProgress
 from nsightflow.capture.tools import append_log, require, run_tool
 from nsightflow.errors import CaptureError, MatchError, ToolError
@@ -22,6 +29,11 @@ from nsightflow.records import AnalyticCounts, CaptureRecord
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from nsightflow.capture.plan import CaptureMode, CapturePlan
+
+# The plan, the export's parser and the match (pandas) are imported once ncu has started: importing them first cost
+# the job about 0.8 to 1.2 s on the GPU host before the profiler could start.
 
 
 @dataclass
@@ -42,13 +54,107 @@ def capture_counters(
     """The FLOP counters of a run's capture (config ``ncu.tensor_precisions``, ``ncu.non_tensor_flops``), from
     the GEMM and attention operators the probe pass saw in the planned stages
     (nsightflow.capture.ncu.seen_precisions)."""
+    from nsightflow.capture.plan import CapturePlan
+
     plan = CapturePlan.read(plan_json)
+    launches = [(e["stage"], int(e["unit"])) for e in plan.expected]
+    return _counters(precisions, non_tensor, AnalyticCounts.read(flops_json), launches, list(plan.stages))
+
+
+def counters_before_plan(
+    precisions: ncu.TensorPrecisions, non_tensor: ncu.NonTensorFlops, flops_json: str | Path
+) -> Counters | None:
+    """The counters ``capture_counters`` gives a plan that profiles operators of every stage the count saw, what a
+    capture starts with while its plan is made; None where the count cannot tell what the plan will need (a stage
+    not counted, or replaying CUDA graphs, whose launches fall between operators): that plan is made first."""
     analytic = AnalyticCounts.read(flops_json)
-    seen, how = ncu.seen_precisions(analytic, [(e["stage"], int(e["unit"])) for e in plan.expected])
-    share = ncu.simt_share(analytic, list(plan.stages))
+    if not analytic.stages or any(not e.counted or e.graph_replays for e in analytic.stages.values()):
+        return None
+    stages = list(analytic.stages)
+    return _counters(precisions, non_tensor, analytic, [(stage, 1) for stage in stages], stages)
+
+
+def _counters(
+    precisions: ncu.TensorPrecisions,
+    non_tensor: ncu.NonTensorFlops,
+    analytic: AnalyticCounts,
+    launches: list[tuple[str, int]],
+    stages: list[str],
+) -> Counters:
+    seen, how = ncu.seen_precisions(analytic, launches)
+    share = ncu.simt_share(analytic, stages)
     return Counters(
         ncu.tensor_precisions(precisions, seen), ncu.non_tensor_flops(non_tensor, seen, share), seen, share, how
     )
+
+
+def plan_maker(
+    sqlite: str | Path,
+    domain: str,
+    sample_steps: list[Any],
+    mode: CaptureMode,
+    plan_json: str | Path,
+    log: str | Path,
+    precisions: ncu.TensorPrecisions,
+    non_tensor: ncu.NonTensorFlops,
+    flops_json: str | Path,
+) -> Callable[[], Counters]:
+    """What ``ncu_capture`` calls to make the capture's plan from the timeline (nsightflow.capture.plan.make_plan)
+    and learn the FLOP counters it needs."""
+
+    def make() -> Counters:
+        from nsightflow.capture.plan import make_plan
+
+        make_plan(sqlite, domain, sample_steps, mode, plan_json, log)
+        return capture_counters(precisions, non_tensor, flops_json, plan_json)
+
+    return make
+
+
+class _Replan(Exception):
+    """The plan made while ncu started needs other counters or another kernel filter than the launch started with."""
+
+
+class _Planner:
+    """``beside`` of a capture's first launch (nsightflow.capture.tools.run_tool): makes the plan while ncu starts the
+    program, then checks that the launch's command line is the one the plan asks for (raising _Replan if not: the
+    launch, still before its first window, is killed)."""
+
+    def __init__(
+        self,
+        make: Callable[[], Counters],
+        plan_json: str | Path,
+        progress: LaunchProgress | None,
+        argv_for: Callable[[Counters, bool], list[str]],
+        started: list[str],
+    ) -> None:
+        self.make, self.plan_json, self.progress = make, plan_json, progress
+        self.argv_for, self.started = argv_for, started
+        self.plan: CapturePlan | None = None
+        self.counters: Counters | None = None
+        self.wanted: list[str] = started
+
+    def __call__(self, env: dict[str, str], pid: int) -> None:
+        self.counters = self.make()
+        self.plan = _read_plan(self.plan_json)
+        if self.progress is not None:
+            self.progress.expected = self.plan.expected
+        self.wanted = self.argv_for(self.counters, self.plan.communicates())
+        if self.wanted != self.started:
+            raise _Replan("the capture plan, made while ncu started, asks for other FLOP counters or kernel filter")
+
+
+def _read_plan(plan_json: str | Path) -> CapturePlan:
+    from nsightflow.capture.plan import CapturePlan
+
+    return CapturePlan.read(plan_json)
+
+
+def _note(log: str | Path, text: str) -> None:
+    """A line for the terminal and the job's log."""
+    print(f"[nsightflow] {text}", file=sys.stderr, flush=True)
+    with open(log, "a") as fh:
+        fh.write(f"\n[nsightflow] {text}\n")
 
 
 def ncu_capture(
@@ -62,7 +168,7 @@ def ncu_capture(
     *,
     metrics: ncu.MetricSpec,
     extra_metrics: list[str],
-    counters: Counters,
+    counters: Counters | None,
     sections: list[str],
     replay_mode: ncu.ReplayMode,
     clock_control: ncu.ClockControl,
@@ -70,41 +176,50 @@ def ncu_capture(
     timeout_s: float | None,
     ranges: bool = False,
     details_out: str | Path | None = None,
+    make_plan: Callable[[], Counters] | None = None,
 ) -> None:
     """One ncu run of the whole program (``--profile-from-start off``; the program, the harness or a command's hook,
     opens the plan's windows), exported to raw CSV and checked against the plan before anything is published: every
     planned launch profiled, nothing else, in order, with matching grid, block and name (ranges: one result per
     window). ``programs``: launches to try in order (nsightflow.capture.command.program_launches): a capture that
     differs from the plan is made again with the next one; the last one's difference is the error. The default
-    metrics collect the FLOP counters ``counters`` names."""
-    plan = CapturePlan.read(plan_json)
+    metrics collect the FLOP counters ``counters`` names.
+
+    ``make_plan``: writes ``plan_json`` and returns the counters it needs. Where the first launch awaits its plan and
+    ``counters`` are given (``counters_before_plan``), it starts with them and no NCCL filter while the plan is made
+    (see the module's docstring); otherwise the plan is made before ncu starts."""
     rep = Path(rep)
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
     produced = Path(str(tmp_base) + ".ncu-rep")
-    expected = len(plan.windows) if ranges else len(plan.expected)
-    what = (
-        f"{len(plan.windows)} range windows"
-        if ranges
-        else f"{expected} planned launches in {len(plan.windows)} windows ({plan.mode})"
-    )
     tries = programs[-1:] if ranges else programs
-    set_aside = None
-    for i, program in enumerate(tries):
-        argv = ncu.capture_argv(
+    plan: CapturePlan | None = None
+    if make_plan is not None:
+        Path(plan_json).unlink(missing_ok=True)  # a launch that awaits its plan must never read an older one
+        if counters is None or not tries[0].awaits_plan:
+            counters, make_plan = make_plan(), None
+    if make_plan is None:
+        plan = _read_plan(plan_json)
+    assert counters is not None, "a plan given needs its counters"
+
+    def argv_for(program: Launch, chosen: Counters, comm_filter: bool) -> list[str]:
+        return ncu.capture_argv(
             ncu_bin,
             tmp_base,
             program.argv,
             metrics=ncu.resolve_metrics(
-                metrics, extra_metrics, counters.precisions, non_tensor=counters.non_tensor, ranges=ranges
+                metrics, extra_metrics, chosen.precisions, non_tensor=chosen.non_tensor, ranges=ranges
             ),
             sections=sections,
             replay_mode=replay_mode,
             clock_control=clock_control,
             cache_control=cache_control,
-            comm_filter=plan.communicates(),
+            comm_filter=comm_filter,
         )
-        progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", plan.expected)
-        out, rc = run_tool(
+
+    def launch(
+        argv: list[str], program: Launch, progress: LaunchProgress | None, beside: _Planner | None = None
+    ) -> tuple[str, int]:
+        return run_tool(
             argv,
             log,
             timeout_s,
@@ -114,6 +229,32 @@ def ncu_capture(
             env=program.env,
             cwd=program.cwd,
             gpus=program.gpus,
+            beside=beside,
+        )
+
+    set_aside = None
+    for i, program in enumerate(tries):
+        progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", plan.expected if plan else [])
+        if plan is None:  # this launch starts now, and its plan is made meanwhile
+            assert make_plan is not None
+            argv = argv_for(program, counters, False)
+            planner = _Planner(make_plan, plan_json, progress, partial(argv_for, program), argv)
+            try:
+                out, rc = launch(argv, program, progress, planner)
+            except _Replan as exc:
+                _note(log, f"{exc}: ncu started again with them")
+                argv = planner.wanted
+                out, rc = launch(argv, program, progress)
+            assert planner.plan is not None and planner.counters is not None  # made before the launch could end
+            plan, counters = planner.plan, planner.counters
+        else:
+            argv = argv_for(program, counters, plan.communicates())
+            out, rc = launch(argv, program, progress)
+        expected = len(plan.windows) if ranges else len(plan.expected)
+        what = (
+            f"{len(plan.windows)} range windows"
+            if ranges
+            else f"{expected} planned launches in {len(plan.windows)} windows ({plan.mode})"
         )
         try:
             text, raw = _checked_capture(ncu_bin, out, rc, produced, log, what, expected, plan, rep.name, ranges)
@@ -122,13 +263,12 @@ def ncu_capture(
             if i == len(tries) - 1 or not (isinstance(exc, MatchError) or ncu.differs_from_plan(out, rc, expected)):
                 raise
             set_aside = str(exc).splitlines()[0][:500]
-            note = (
-                f"[nsightflow] the capture of the program's first pass differs from the plan ({set_aside}): "
-                "that pass is not the program's steady state; capturing again after its warm-up passes"
+            _note(
+                log,
+                f"the capture of the program's first pass differs from the plan ({set_aside}): that pass is not the "
+                "program's steady state; capturing again after its warm-up passes",
             )
-            print(note, file=sys.stderr, flush=True)
-            with open(log, "a") as fh:
-                fh.write(f"\n{note}\n")
+    assert plan is not None
     record = CaptureRecord(
         argv=argv,
         what="ranges" if ranges else plan.mode,
@@ -164,6 +304,10 @@ def _checked_capture(
     ranges: bool,
 ) -> tuple[str, pd.DataFrame]:
     """The raw CSV export of a capture and its parsed table, once the capture is checked against its plan."""
+    from nsightflow.capture import ncu_csv
+    from nsightflow.capture.matching import match_to_plan
+    from nsightflow.capture.plan import expected_frame
+
     ncu.check_capture(out, rc, what=what, expected=expected)
     if not produced.exists():
         raise ToolError(f"ncu wrote no report for {what}; log: {log}")
@@ -180,6 +324,8 @@ def _checked_capture(
 def export(ncu_bin: str, rep: str | Path, log: str | Path, page: str = "raw") -> str:
     """``ncu --import --page raw --csv --print-units base`` of a report: the CSV text (checked to parse); with
     ``page='details'`` the details page as ncu prints it, rule messages included."""
+    from nsightflow.capture import ncu_csv
+
     argv = ncu.export_argv(ncu_bin, rep) if page == "raw" else ncu.details_argv(ncu_bin, rep)
     require(ncu_bin)
     proc = subprocess.run(argv, capture_output=True, text=True)
