@@ -279,7 +279,7 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
     bf16 = Counters(["bf16"], False, ["bf16"])
     seen = {}
 
-    def make():
+    def make(path):
         deadline = time.monotonic() + 120
         while _passes(passes) < 1 and time.monotonic() < deadline:  # the program built and warmed up meanwhile
             time.sleep(0.05)
@@ -287,7 +287,7 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
         seen["before"] = _passes(passes)  # still 1: the windowed pass waits for its plan
         if outcome == "plan fails":
             raise InputError("timeline.sqlite: no stage ranges")
-        _plan(plan)
+        _plan(path)  # made beside its place: the program sees it once the launch is found to be the plan's
         return bf16 if outcome == "same" else Counters(["bf16", "tf32"], False, ["bf16", "tf32"])
 
     def argv_for(counters, comm_filter):
@@ -311,10 +311,13 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
     with pytest.raises(_Replan if outcome == "other counters" else InputError):
         run_tool(launch.argv, log, 120, check=False, env=env, beside=beside)
     assert seen["before"] == 1 and _passes(passes) == 1  # stopped before its windowed pass
+    assert not plan.exists()  # which never saw a plan
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)  # and nothing of it is left
     if outcome == "other counters":
         assert planner.wanted == launch.argv + ["--metrics", "more"]
+        planner.publish()  # for the launch that replaces it
+        assert [w.step for w in planner.plan.windows] == [1] and plan.exists()
 
 
 def test_counters_before_the_plan_are_those_the_plan_then_asks_for(tmp_path):

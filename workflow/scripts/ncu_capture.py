@@ -29,7 +29,7 @@ with rule_job(sm.log[0], sm.output):
         ranges=sm.params.ranges,
         details_out=sm.output.get("details"),
         make_plan=plan_maker(
-            sm.input.sqlite, sm.params.domain, list(sm.params.sample_steps), sm.params.mode, plan, sm.log[0], *counters
+            sm.input.sqlite, sm.params.domain, list(sm.params.sample_steps), sm.params.mode, sm.log[0], *counters
         )
         if making
         else None,

@@ -93,16 +93,15 @@ def plan_maker(
     domain: str,
     sample_steps: list[Any],
     mode: CaptureMode,
-    plan_json: str | Path,
     log: str | Path,
     precisions: ncu.TensorPrecisions,
     non_tensor: ncu.NonTensorFlops,
     flops_json: str | Path,
-) -> Callable[[], Counters]:
-    """What ``ncu_capture`` calls to make the capture's plan from the timeline (nsightflow.capture.plan.make_plan)
-    and learn the FLOP counters it needs."""
+) -> Callable[[Path], Counters]:
+    """What ``ncu_capture`` calls to make the capture's plan from the timeline (nsightflow.capture.plan.make_plan),
+    written where it says, and learn the FLOP counters it needs."""
 
-    def make() -> Counters:
+    def make(plan_json: Path) -> Counters:
         from nsightflow.capture.plan import make_plan
 
         make_plan(sqlite, domain, sample_steps, mode, plan_json, log)
@@ -117,31 +116,38 @@ class _Replan(Exception):
 
 class _Planner:
     """``beside`` of a capture's first launch (nsightflow.capture.tools.run_tool): makes the plan while ncu starts the
-    program, then checks that the launch's command line is the one the plan asks for (raising _Replan if not: the
-    launch, still before its first window, is killed)."""
+    program, beside its final place (``staged``), and publishes it there only once the launch's command line is the
+    one the plan asks for; otherwise it raises _Replan, and the launch, which never saw the plan, has opened no
+    window when it is killed."""
 
     def __init__(
         self,
-        make: Callable[[], Counters],
+        make: Callable[[Path], Counters],
         plan_json: str | Path,
         progress: LaunchProgress | None,
         argv_for: Callable[[Counters, bool], list[str]],
         started: list[str],
     ) -> None:
-        self.make, self.plan_json, self.progress = make, plan_json, progress
+        self.make, self.plan_json, self.progress = make, Path(plan_json), progress
+        self.staged = files.staging(plan_json)
         self.argv_for, self.started = argv_for, started
         self.plan: CapturePlan | None = None
         self.counters: Counters | None = None
         self.wanted: list[str] = started
 
     def __call__(self, env: dict[str, str], pid: int) -> None:
-        self.counters = self.make()
-        self.plan = _read_plan(self.plan_json)
+        self.counters = self.make(self.staged)
+        self.plan = _read_plan(self.staged)
         if self.progress is not None:
             self.progress.expected = self.plan.expected
         self.wanted = self.argv_for(self.counters, self.plan.communicates())
         if self.wanted != self.started:
             raise _Replan("the capture plan, made while ncu started, asks for other FLOP counters or kernel filter")
+        self.publish()
+
+    def publish(self) -> None:
+        """Put the plan where the program waits for it."""
+        files.publish(self.staged, self.plan_json)
 
 
 def _read_plan(plan_json: str | Path) -> CapturePlan:
@@ -176,7 +182,7 @@ def ncu_capture(
     timeout_s: float | None,
     ranges: bool = False,
     details_out: str | Path | None = None,
-    make_plan: Callable[[], Counters] | None = None,
+    make_plan: Callable[[Path], Counters] | None = None,
 ) -> None:
     """One ncu run of the whole program (``--profile-from-start off``; the program, the harness or a command's hook,
     opens the plan's windows), exported to raw CSV and checked against the plan before anything is published: every
@@ -185,9 +191,10 @@ def ncu_capture(
     differs from the plan is made again with the next one; the last one's difference is the error. The default
     metrics collect the FLOP counters ``counters`` names.
 
-    ``make_plan``: writes ``plan_json`` and returns the counters it needs. Where the first launch awaits its plan and
-    ``counters`` are given (``counters_before_plan``), it starts with them and no NCCL filter while the plan is made
-    (see the module's docstring); otherwise the plan is made before ncu starts."""
+    ``make_plan``: writes the plan where it is told (``plan_json``) and returns the counters it needs. Where the
+    first launch awaits its plan and ``counters`` are given (``counters_before_plan``), it starts with them and no
+    NCCL filter while the plan is made beside ``plan_json`` and put there once the launch is found to be the one the
+    plan asks for (see the module's docstring); otherwise the plan is made before ncu starts."""
     rep = Path(rep)
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
     produced = Path(str(tmp_base) + ".ncu-rep")
@@ -196,7 +203,7 @@ def ncu_capture(
     if make_plan is not None:
         Path(plan_json).unlink(missing_ok=True)  # a launch that awaits its plan must never read an older one
         if counters is None or not tries[0].awaits_plan:
-            counters, make_plan = make_plan(), None
+            counters, make_plan = make_plan(Path(plan_json)), None
     if make_plan is None:
         plan = _read_plan(plan_json)
     assert counters is not None, "a plan given needs its counters"
@@ -243,6 +250,7 @@ def ncu_capture(
                 out, rc = launch(argv, program, progress, planner)
             except _Replan as exc:
                 _note(log, f"{exc}: ncu started again with them")
+                planner.publish()
                 argv = planner.wanted
                 out, rc = launch(argv, program, progress)
             assert planner.plan is not None and planner.counters is not None  # made before the launch could end
