@@ -258,7 +258,9 @@ def _plan(path):
     from nsightflow.capture.plan import CapturePlan, Window
 
     window = Window("step", 1, [1], "the step's only operator")
-    CapturePlan("representatives", "nsightflow", [window], [], {"step": {"comm_launches": 0}}).write(path)
+    plan = CapturePlan("representatives", "nsightflow", [window], [], {"step": {"comm_launches": 0}})
+    plan.write(path)
+    return plan
 
 
 @pytest.mark.parametrize("outcome", ["same", "other counters", "plan fails"])
@@ -287,8 +289,8 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
         seen["before"] = _passes(passes)  # still 1: the windowed pass waits for its plan
         if outcome == "plan fails":
             raise InputError("timeline.sqlite: no stage ranges")
-        _plan(path)  # made beside its place: the program sees it once the launch is found to be the plan's
-        return bf16 if outcome == "same" else Counters(["bf16", "tf32"], False, ["bf16", "tf32"])
+        made = _plan(path)  # made beside its place: the program sees it once the launch is found to be the plan's
+        return made, bf16 if outcome == "same" else Counters(["bf16", "tf32"], False, ["bf16", "tf32"])
 
     def argv_for(counters, comm_filter):
         return launch.argv + ([] if counters == bf16 and not comm_filter else ["--metrics", "more"])
@@ -317,7 +319,9 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
     if outcome == "other counters":
         assert planner.wanted == launch.argv + ["--metrics", "more"]
         planner.publish()  # for the launch that replaces it
-        assert [w.step for w in planner.plan.windows] == [1] and plan.exists()
+        from nsightflow.capture.plan import CapturePlan
+
+        assert [w.step for w in CapturePlan.read(plan).windows] == [1]
 
 
 def test_counters_before_the_plan_are_those_the_plan_then_asks_for(tmp_path):

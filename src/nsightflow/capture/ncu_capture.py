@@ -49,14 +49,16 @@ class Counters:
 
 
 def capture_counters(
-    precisions: ncu.TensorPrecisions, non_tensor: ncu.NonTensorFlops, flops_json: str | Path, plan_json: str | Path
+    precisions: ncu.TensorPrecisions,
+    non_tensor: ncu.NonTensorFlops,
+    flops_json: str | Path,
+    plan: str | Path | CapturePlan,
 ) -> Counters:
     """The FLOP counters of a run's capture (config ``ncu.tensor_precisions``, ``ncu.non_tensor_flops``), from
     the GEMM and attention operators the probe pass saw in the planned stages
-    (nsightflow.capture.ncu.seen_precisions)."""
-    from nsightflow.capture.plan import CapturePlan
-
-    plan = CapturePlan.read(plan_json)
+    (nsightflow.capture.ncu.seen_precisions). ``plan``: the capture plan, or its file."""
+    if isinstance(plan, (str, Path)):
+        plan = _read_plan(plan)
     launches = [(e["stage"], int(e["unit"])) for e in plan.expected]
     return _counters(precisions, non_tensor, AnalyticCounts.read(flops_json), launches, list(plan.stages))
 
@@ -97,15 +99,15 @@ def plan_maker(
     precisions: ncu.TensorPrecisions,
     non_tensor: ncu.NonTensorFlops,
     flops_json: str | Path,
-) -> Callable[[Path], Counters]:
+) -> Callable[[Path], tuple[CapturePlan, Counters]]:
     """What ``ncu_capture`` calls to make the capture's plan from the timeline (nsightflow.capture.plan.make_plan),
     written where it says, and learn the FLOP counters it needs."""
 
-    def make(plan_json: Path) -> Counters:
+    def make(plan_json: Path) -> tuple[CapturePlan, Counters]:
         from nsightflow.capture.plan import make_plan
 
-        make_plan(sqlite, domain, sample_steps, mode, plan_json, log)
-        return capture_counters(precisions, non_tensor, flops_json, plan_json)
+        plan = make_plan(sqlite, domain, sample_steps, mode, plan_json, log)
+        return plan, capture_counters(precisions, non_tensor, flops_json, plan)
 
     return make
 
@@ -122,7 +124,7 @@ class _Planner:
 
     def __init__(
         self,
-        make: Callable[[Path], Counters],
+        make: Callable[[Path], tuple[CapturePlan, Counters]],
         plan_json: str | Path,
         progress: LaunchProgress | None,
         argv_for: Callable[[Counters, bool], list[str]],
@@ -136,8 +138,7 @@ class _Planner:
         self.wanted: list[str] = started
 
     def __call__(self, env: dict[str, str], pid: int) -> None:
-        self.counters = self.make(self.staged)
-        self.plan = _read_plan(self.staged)
+        self.plan, self.counters = self.make(self.staged)
         if self.progress is not None:
             self.progress.expected = self.plan.expected
         self.wanted = self.argv_for(self.counters, self.plan.communicates())
@@ -182,7 +183,7 @@ def ncu_capture(
     timeout_s: float | None,
     ranges: bool = False,
     details_out: str | Path | None = None,
-    make_plan: Callable[[Path], Counters] | None = None,
+    make_plan: Callable[[Path], tuple[CapturePlan, Counters]] | None = None,
 ) -> None:
     """One ncu run of the whole program (``--profile-from-start off``; the program, the harness or a command's hook,
     opens the plan's windows), exported to raw CSV and checked against the plan before anything is published: every
@@ -191,7 +192,7 @@ def ncu_capture(
     differs from the plan is made again with the next one; the last one's difference is the error. The default
     metrics collect the FLOP counters ``counters`` names.
 
-    ``make_plan``: writes the plan where it is told (``plan_json``) and returns the counters it needs. Where the
+    ``make_plan``: writes the plan where it is told (``plan_json``) and returns it with the counters it needs. Where the
     first launch awaits its plan and ``counters`` are given (``counters_before_plan``), it starts with them and no
     NCCL filter while the plan is made beside ``plan_json`` and put there once the launch is found to be the one the
     plan asks for (see the module's docstring); otherwise the plan is made before ncu starts."""
@@ -203,8 +204,8 @@ def ncu_capture(
     if make_plan is not None:
         Path(plan_json).unlink(missing_ok=True)  # a launch that awaits its plan must never read an older one
         if counters is None or not tries[0].awaits_plan:
-            counters, make_plan = make_plan(Path(plan_json)), None
-    if make_plan is None:
+            (plan, counters), make_plan = make_plan(Path(plan_json)), None
+    else:
         plan = _read_plan(plan_json)
     assert counters is not None, "a plan given needs its counters"
 
