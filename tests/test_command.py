@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -142,7 +143,7 @@ def test_the_hook_follows_the_programs_child_processes(tmp_path):
     parent = tmp_path / "parent.py"
     parent.write_text(f"import subprocess, sys\nsubprocess.run([sys.executable, {str(child)!r}], check=True)\n")
     call = CommandCall(command=[sys.executable, str(parent)])
-    launch = call.launch(HookSettings("timed", str(tmp_path / "rec.json")))
+    launch = call.launch(HookSettings("timed", str(tmp_path / "rec.json")), tmp_path)
     import subprocess
 
     out = subprocess.run(launch.argv, env={**os.environ, **launch.env}, capture_output=True, text=True, check=True)
@@ -151,6 +152,61 @@ def test_the_hook_follows_the_programs_child_processes(tmp_path):
     assert len(records) == 2 and record_path(tmp_path / "rec.json", child_pid).exists()
     ranged = primary(records, 0)
     assert ranged["pid"] == child_pid and [r[:2] for r in ranged["ranges"]] == [["D", "work"]]
+
+
+def test_code_planted_for_the_hook_never_runs(tmp_path):
+    """The hook's sitecustomize lives in a folder of the run only: a sitecustomize planted where an earlier release
+    put it (a predictable name in the shared temporary folder) is not on the command's path, and a hook folder that
+    is another user's, a symbolic link or writable by others is refused before anything runs."""
+    import shutil
+    import stat
+    import subprocess
+    import tempfile
+
+    from nsightflow.capture.command import CommandCall
+    from nsightflow.errors import CaptureError
+    from nsightflow.records import HookSettings
+
+    planted = []
+    for folder in [Path(tempfile.gettempdir()) / f"nsightflow-site-{os.getuid()}-planted", tmp_path / "elsewhere"]:
+        folder.mkdir(exist_ok=True)
+        (folder / "sitecustomize.py").write_text(f"open({str(tmp_path / 'pwned')!r}, 'w').write('ran')\n")
+        planted.append(folder)
+    try:
+        program = tmp_path / "program.py"
+        program.write_text("print('done')\n")
+        call = CommandCall(command=[sys.executable, str(program)])
+        run = tmp_path / "run"
+        run.mkdir(mode=0o700)
+        launch = call.launch(HookSettings("timed", str(run / "rec.json")), run)
+        site = run / "nsightflow-site"
+        assert launch.env["PYTHONPATH"].split(os.pathsep)[0] == str(site)
+        assert stat.S_IMODE(site.stat().st_mode) == 0o700 and site.stat().st_uid == os.getuid()
+        out = subprocess.run(launch.argv, env={**os.environ, **launch.env}, capture_output=True, text=True, check=True)
+        assert out.stdout == "done\n" and len(list(run.glob("rec.*.json"))) == 1  # the hook ran, from the run's folder
+        assert not (tmp_path / "pwned").exists()
+
+        def refused(why: str, make) -> None:
+            bad = tmp_path / why
+            bad.mkdir()
+            make(bad)
+            with pytest.raises(CaptureError, match="not private") as err:
+                call.launch(HookSettings("timed", str(bad / "rec.json")), bad)
+            assert str(bad / "nsightflow-site") in str(err.value) and "Remove it" in str(err.value)
+
+        refused(
+            "writable", lambda d: (d / "nsightflow-site").mkdir(mode=0o777) or os.chmod(d / "nsightflow-site", 0o777)
+        )
+        refused("symlink", lambda d: (d / "nsightflow-site").symlink_to(planted[1]))
+        if os.getuid() == 0:  # a folder another user made (as root, the test can make one)
+            refused(
+                "foreign",
+                lambda d: (d / "nsightflow-site").mkdir(mode=0o700) or os.chown(d / "nsightflow-site", 65534, 65534),
+            )
+        assert not (tmp_path / "pwned").exists()
+        assert (planted[1] / "sitecustomize.py").read_text().startswith("open(")  # a linked folder is never written
+    finally:
+        shutil.rmtree(planted[0], ignore_errors=True)
 
 
 @pytest.mark.parametrize("work, warmups", [([], [0, 1]), (["torch.compile made 1 graph(s)"], [1]), (None, [1])])

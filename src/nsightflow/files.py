@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +45,19 @@ def write_json(path: str | Path, data: Any, indent: int = 2) -> None:
 def safe_name(text: str, fallback: str = "unknown") -> str:
     """A folder-safe form of a name ("NVIDIA H200" -> "NVIDIA-H200"): runs of other characters become '-'."""
     return re.sub(r"[^A-Za-z0-9_.+-]+", "-", text).strip("-") or fallback
+
+
+@contextmanager
+def scratch(parent: str | Path, what: str) -> Iterator[str]:
+    """A private folder (mode 0700) for one job's scratch files, inside ``parent`` (the run's results, never a shared
+    temporary folder), removed when the job ends; a job killed outright (kill -9) leaves it there, in the run's own
+    folder, where the next run of that job removes it."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob(f".{what}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f".{what}-", dir=parent)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,16 +75,18 @@ class CommandCall:
     def argv(self) -> list[str]:
         return fill(self.command, self.args)
 
-    def launch(self, settings: HookSettings) -> Launch:
-        """The command with the hook: its site folder first on ``PYTHONPATH``, the settings in the environment."""
+    def launch(self, settings: HookSettings, private: str | Path) -> Launch:
+        """The command with the hook: its site folder (made in ``private``, a folder of this run only) first on
+        ``PYTHONPATH``, the settings in the environment."""
         env = {k: str(v) for k, v in self.env.items()}
-        path = [str(site_dir()), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))]
+        path = [str(site_dir(private)), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))]
         env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         env[HOOK_ENV] = settings.to_env()
         return Launch(self.argv(), env, self.cwd, self.gpus)
 
     def windowed(self, plan_json: str | Path, manifest: Manifest) -> Launch:
-        """The launch ncu runs: the hook opens the plan's windows in the stages the timeline found."""
+        """The launch ncu runs: the hook opens the plan's windows in the stages the timeline found (its site folder
+        beside the plan, in the run's own results)."""
         settings = HookSettings(
             mode="ncu",
             out=None,
@@ -95,7 +96,7 @@ class CommandCall:
             windows=str(Path(plan_json).resolve()),
             rank=self.rank,
         )
-        return self.launch(settings)
+        return self.launch(settings, Path(plan_json).resolve().parent)
 
 
 def program_call(fields: dict[str, Any]) -> HarnessCall | CommandCall:
@@ -135,7 +136,8 @@ def _run(
     process it started (nsightflow.capture.hook.record_path), each with the run's output. ``beside``: another run
     while this one runs (nsightflow.capture.gate); ``devices``: the environment of the run this one is beside (its
     claimed devices: this one runs on them too)."""
-    launch = call.launch(settings)
+    assert settings.out is not None
+    launch = call.launch(settings, Path(settings.out).parent)
     env = dict(launch.env)
     if devices is not None and "CUDA_VISIBLE_DEVICES" in devices:  # the workload's own env: wins, as in run_tool
         env.setdefault("CUDA_VISIBLE_DEVICES", devices["CUDA_VISIBLE_DEVICES"])
@@ -143,7 +145,6 @@ def _run(
     out, _ = run_tool(
         argv, log, timeout_s, gpu=not nested, env=env, cwd=launch.cwd, gpus=launch.gpus, beside=beside, nested=nested
     )
-    assert settings.out is not None
     base = Path(settings.out)
     records = []
     for path in sorted(base.parent.glob(f"{base.stem}.*{base.suffix}")):
@@ -234,7 +235,7 @@ def timeline(
     found the stages: nsightflow.capture.gate): the timeline, analytic count, ceilings and manifest."""
     from nsightflow.capture.discovery import primary, rank_rows, same_steps
 
-    with tempfile.TemporaryDirectory(prefix="nsightflow-command-") as tmp:
+    with files.scratch(Path(manifest).parent, "nsightflow-command") as tmp:
         probe = HookSettings(
             "probe",
             f"{tmp}/probe.json",
@@ -282,7 +283,7 @@ def torch_profile(
     (analytic FLOPs and the measured ceilings), and the run's manifest."""
     from nsightflow.capture.discovery import primary, rank_rows, same_steps
 
-    with tempfile.TemporaryDirectory(prefix="nsightflow-command-") as tmp:
+    with files.scratch(Path(manifest).parent, "nsightflow-command") as tmp:
         found, timed = _timed(call, tmp, log, timeout_s)
         labels = {s: safe_label(i, s) for i, s in enumerate(found.stages)}
 

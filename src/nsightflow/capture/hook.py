@@ -1,8 +1,9 @@
 """Inside a command's own program: its NVTX ranges followed, its stage steps run as the harness runs a callable's.
 
 A command workload (``command:`` in the config) is a program nsightflow did not write: its stages are its own
-NVTX ranges. nsightflow puts a ``sitecustomize`` on the program's ``PYTHONPATH`` (see :func:`site_dir`) that calls
-:func:`install` at interpreter start when ``NSIGHTFLOW_HOOK`` holds :class:`HookSettings`. The hook wraps the NVTX
+NVTX ranges. nsightflow puts a ``sitecustomize`` on the program's ``PYTHONPATH`` (in a private folder of the run:
+:func:`site_dir`) that calls :func:`install` at interpreter start when ``NSIGHTFLOW_HOOK`` holds
+:class:`HookSettings`. The hook wraps the NVTX
 calls a Python program makes (``nvtx.annotate``/``push_range``/``pop_range``, ``torch.cuda.nvtx.range``/
 ``range_push``/``range_pop``) and, around each *stage step* (a push/pop range of the stages' domain, top level or
 named in the config), does what the harness does around a callable's step:
@@ -71,23 +72,48 @@ if _os.environ.get("NSIGHTFLOW_HOOK") and _is_python():
 '''
 
 
-def site_dir() -> Path:
+def site_dir(parent: str | Path) -> Path:
     """The folder holding the ``sitecustomize`` that installs the hook (prepended to the command's ``PYTHONPATH``):
-    one per user and nsightflow source, under the system's temporary folder, written atomically when missing."""
-    import hashlib
-    import tempfile
+    ``<parent>/nsightflow-site``, private to this user (made with mode 0700; one found there is used only when it is
+    a real folder owned by this user that no one else can write to), the file written anew each time.
 
+    Every Python process of the command runs what that folder holds, so a folder another user could plant a file in
+    (a predictable name in a shared temporary folder) would run their code as this user: ``parent`` is the run's own
+    folder (its job's private temporary folder, or the run's results), never a shared one."""
     import nsightflow
     from nsightflow import files
 
+    folder = Path(parent) / "nsightflow-site"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    check_private(folder)
     src = str(Path(nsightflow.__file__).resolve().parent.parent)
-    text = SITECUSTOMIZE.format(src=src)
-    digest = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
-    folder = Path(tempfile.gettempdir()) / f"nsightflow-site-{os.getuid()}-{digest}"
-    if not (folder / "sitecustomize.py").is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        files.write_text(folder / "sitecustomize.py", text)
+    files.write_text(folder / "sitecustomize.py", SITECUSTOMIZE.format(src=src))
+    check_private(folder / "sitecustomize.py")
     return folder
+
+
+def check_private(path: Path) -> None:
+    """Refuse ``path`` unless it is this user's own, not a symbolic link, and writable by no one else."""
+    import stat
+
+    from nsightflow.errors import CaptureError
+
+    st = os.lstat(path)
+    why = None
+    if stat.S_ISLNK(st.st_mode):
+        why = "it is a symbolic link"
+    elif st.st_uid != os.getuid():
+        why = f"it belongs to user id {st.st_uid}, not to this user ({os.getuid()})"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"others can write to it (mode {stat.S_IMODE(st.st_mode):o})"
+    if why is not None:
+        raise CaptureError(
+            f"{path}: the command hook's folder is not private ({why}); every Python process of the command would "
+            "run what it holds. Remove it (or make it yours with mode 0700), and check who could have written there"
+        )
 
 
 def _sync() -> None:
