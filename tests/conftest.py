@@ -18,6 +18,20 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 
 
+def steady_steps(run: Path, stage: str, steps: int) -> int:
+    """The steps of a command's ``stage`` left once the run set its warm-up steps apart (nsightflow.capture.warmup),
+    checked against its manifest: the timed run had all ``steps``, only leading ones were set apart, at least one
+    is left."""
+    import json
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    apart = [int(w["step"]) for w in manifest.get("warmup_steps", []) if w["stage"] == stage]
+    assert len(manifest["every_wall_s"][stage]) == steps
+    assert apart == list(range(len(apart))) and len(apart) < steps
+    assert len(manifest["program_wall_s"][stage]) == steps - len(apart)
+    return steps - len(apart)
+
+
 def gpu_available() -> bool:
     """A CUDA GPU visible to torch and both Nsight tools on PATH: the GPU test host."""
     if not (shutil.which("nsys") and shutil.which("ncu")):

@@ -228,6 +228,10 @@ class Manifest(_Record):
     # the pass whose steps the timeline's stage ranges are: "ranged", or "probe" where the probe pass alone was traced
     # (nsightflow.capture.passes.probe_stands_in; stage_wall_s is then None); "" where no harness said
     traced_pass: str = ""
+    # a command's warm-up steps, set apart from its stages (nsightflow.capture.warmup): stage, step, wall_s, why
+    warmup_steps: list[dict[str, Any]] = field(default_factory=list)
+    every_wall_s: dict[str, list[float]] | None = None  # the timed run's every step, warm-up included (a command's)
+    analytic_how: str = ""  # how the analytic count was made (which run, with or without compilation)
 
     WHAT = "run manifest (manifest.json)"  # an older one, without a precision, gets none: no peak, never a wrong one
 
@@ -347,7 +351,7 @@ def trace_path(trace: str | Path, rank: int | None, profiled: int = 0) -> Path:
 
 
 HOOK_ENV = "NSIGHTFLOW_HOOK"  # the variable that carries HookSettings into a command's program
-HookMode = Literal["timed", "probe", "ncu", "torch", "count"]
+HookMode = Literal["timed", "probe", "ranged", "ncu", "torch", "count"]
 
 
 @dataclass(frozen=True)
@@ -368,6 +372,7 @@ class HookSettings:
     rank: int = 0  # in a job of several processes: the rank that is probed, counted and captured
     gate: str | None = None  # a launch beside another (nsightflow.capture.gate): probe waits there, timed for it
     gate_pid: int | None = None  # mode timed: the process of the gated launch (it may end before it is ready)
+    skip: dict[str, list[int]] = field(default_factory=dict)  # stage -> its warm-up steps (ordinals): followed only
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -146,6 +146,31 @@ def flop_notes(s: pd.Series) -> list[Diagnostic]:
     return notes
 
 
+def program_notes(manifest: Manifest | None) -> list[Diagnostic]:
+    """A program run as it is: its warm-up steps set apart (per stage, each step's wall and why), and how its
+    analytic count was made."""
+    if manifest is None:
+        return []
+    out = []
+    by_stage: dict[str, list[dict[str, Any]]] = {}
+    for w in manifest.warmup_steps:
+        by_stage.setdefault(str(w["stage"]), []).append(w)
+    for stage, steps in by_stage.items():
+        left = len((manifest.program_wall_s or {}).get(stage, []))
+        said = "; ".join(f"step {w['step']} {units.ms(float(w['wall_s']) * 1e3)} ms ({w['why']})" for w in steps)
+        out.append(
+            note(
+                stage,
+                f"{len(steps)} warm-up step(s) set apart from the steady state: {said}. They ran in every launch but "
+                f"were not profiled, counted or sampled; wall, MFU and throughput are those of the {left} steady "
+                "step(s)",
+            )
+        )
+    if manifest.analytic_how:
+        out.append(Diagnostic("info", "analytic FLOPs", manifest.analytic_how))
+    return out
+
+
 def command_records(records: list[CaptureRecord], ncu_bin: str) -> list[dict[str, Any]]:
     """The ncu capture and export commands behind a run's numbers, from the capture rule's records."""
     out = []
@@ -162,6 +187,7 @@ def diagnose(agg: RunTables, records: list[CaptureRecord], manifest: Manifest | 
     """The report's diagnostics: tool warnings, clock state, coverage and every number that is estimated
     rather than measured."""
     out = [Diagnostic("warning", "nsys", w) for w in (manifest.warnings if manifest else [])]
+    out += program_notes(manifest)
     if manifest is not None and manifest.precision_level in ("warning", "info"):  # decided with the precision
         level: Literal["warning", "info"] = "warning" if manifest.precision_level == "warning" else "info"
         text = f"MFU against the {agg.peaks.precision} peak: {manifest.precision_why}"

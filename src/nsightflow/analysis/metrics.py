@@ -212,7 +212,10 @@ def with_program_wall(stages: pd.DataFrame, program_wall_s: dict[str, list[float
         raise InputError(f"{source}: step wall times {bad} are not durations; rerun the profiling rule")
     out["wall_profiled_ns"] = out["wall_ns"]
     out["wall_ns"] = [float(sum(program_wall_s[s])) * 1e9 for s in out["stage"]]
-    return out
+    # The program's order (its stages as first run), not the profiled ranges': a stage whose first steps were warm-up
+    # (set apart, not profiled: nsightflow.capture.warmup) starts later in the timeline than in the program.
+    order = {stage: i for i, stage in enumerate(program_wall_s)}
+    return out.sort_values("stage", key=lambda s: s.map(order), kind="stable", ignore_index=True)
 
 
 def _util(amount: float, seconds: float, peak: float) -> float:

@@ -19,7 +19,7 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from nsightflow.capture.passes import safe_label
 from nsightflow.capture.tools import publish_nsys, run_tool, tool_warnings, write_manifest
 from nsightflow.domains import DEFAULT_DOMAIN
 from nsightflow.errors import CaptureError, ConfigError
-from nsightflow.records import HOOK_ENV, HookMode, HookSettings, Manifest
+from nsightflow.records import HOOK_ENV, HookSettings, Manifest
 
 if TYPE_CHECKING:
     from nsightflow.capture.discovery import Discovery
@@ -82,11 +82,15 @@ class CommandCall:
         path = [str(site_dir(private)), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))]
         env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         env[HOOK_ENV] = settings.to_env()
-        return Launch(self.argv(), env, self.cwd, self.gpus)
+        cwd = str(Path(self.cwd).resolve()) if self.cwd else None  # every path a tool is given is absolute
+        return Launch(self.argv(), env, cwd, self.gpus)
 
     def windowed(self, plan_json: str | Path, manifest: Manifest) -> Launch:
-        """The launch ncu runs: the hook opens the plan's windows in the stages the timeline found (its site folder
-        beside the plan, in the run's own results)."""
+        """The launch ncu runs: the hook opens the plan's windows in the stages the timeline found, never in their
+        warm-up steps (its site folder beside the plan, in the run's own results)."""
+        skip: dict[str, list[int]] = {}
+        for w in manifest.warmup_steps:
+            skip.setdefault(str(w["stage"]), []).append(int(w["step"]))
         settings = HookSettings(
             mode="ncu",
             out=None,
@@ -95,6 +99,7 @@ class CommandCall:
             mirror=self.mirror,
             windows=str(Path(plan_json).resolve()),
             rank=self.rank,
+            skip=skip,
         )
         return self.launch(settings, Path(plan_json).resolve().parent)
 
@@ -131,14 +136,15 @@ def _run(
     wrap: list[str],
     beside: Callable[[dict[str, str], int], None] | None = None,
     devices: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One run of the command with the hook (under ``wrap``, a profiler's argv prefix): the record of every Python
     process it started (nsightflow.capture.hook.record_path), each with the run's output. ``beside``: another run
     while this one runs (nsightflow.capture.gate); ``devices``: the environment of the run this one is beside (its
-    claimed devices: this one runs on them too)."""
+    claimed devices: this one runs on them too); ``extra_env``: set for this run only (over the workload's)."""
     assert settings.out is not None
     launch = call.launch(settings, Path(settings.out).parent)
-    env = dict(launch.env)
+    env = {**launch.env, **(extra_env or {})}
     if devices is not None and "CUDA_VISIBLE_DEVICES" in devices:  # the workload's own env: wins, as in run_tool
         env.setdefault("CUDA_VISIBLE_DEVICES", devices["CUDA_VISIBLE_DEVICES"])
     argv, nested = wrap + launch.argv, devices is not None
@@ -175,11 +181,57 @@ def _record(
         "iterations": 1,
         "stage_wall_s": profiled.get("steps") or {},
         "program_wall_s": found.walls,
+        "every_wall_s": found.every_wall,
+        "warmup_steps": [asdict(w) for w in found.warmup],
         "stages": [{"name": s, "repeats": len(found.walls[s]), "steps": len(found.walls[s])} for s in found.stages],
         "ranks": ranks,
         "profiled_rank": call.rank if ranks else None,
         **extra,
     }
+
+
+# The count run of a command: compilation off, so that torch.compile (fullgraph=True included) runs the program's
+# Python as written, each operator seen by the counting TorchDispatchMode (under such a mode torch.compile skips every
+# frame, or raises with fullgraph=True). The model's FLOPs are the same; the measured runs stay compiled.
+EAGER = {"TORCHDYNAMO_DISABLE": "1", "TORCH_COMPILE_DISABLE": "1"}
+
+
+def _count(
+    call: CommandCall,
+    found: Discovery,
+    tmp: str,
+    flops: str | Path,
+    ceilings: str | Path,
+    log: str | Path,
+    timeout_s: float | None,
+) -> dict[str, Any]:
+    """The count run (analytic FLOPs and bytes of the steady steps, the measured ceilings): the counted record."""
+    from nsightflow.capture.discovery import primary, same_steps
+
+    settings = HookSettings("count", f"{tmp}/count.json", found.domain, found.stages, call.mirror, dtype=call.dtype)
+    settings = replace(
+        settings,
+        rank=call.rank,
+        skip=found.skip,
+        flops_out=str(Path(flops).resolve()),
+        ceilings_out=str(Path(ceilings).resolve()),
+    )
+    counted = primary(_run(call, settings, log, timeout_s, [], extra_env=EAGER), call.rank)
+    same_steps(found, counted, "counting")
+    return counted
+
+
+def count_how(found: Discovery, separate: bool) -> str:
+    """How a command's analytic count was made, for the report."""
+    if not separate:
+        return "operators counted in the measured nsys run (the program does not compile)"
+    if not found.compiles:
+        return "operators counted in a run of its own (the program does not compile)"
+    return (
+        "operators counted in a run of its own with compilation off (TORCHDYNAMO_DISABLE=1), since the program "
+        "compiles (torch.compile made graphs in its timed run) and a counting TorchDispatchMode would make "
+        "torch.compile skip its frames; the measured runs ran it compiled, its kernels as it launches them"
+    )
 
 
 def _timed(
@@ -199,7 +251,8 @@ def _timed(
     settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
     settings = replace(settings, gate=gate, gate_pid=pid)
     timed = _run(call, settings, log, timeout_s, [], devices=devices)
-    return discover(primary(timed, call.rank), call.domain, call.stages), timed
+    found = discover(primary(timed, call.rank), call.domain, call.stages)
+    return replace(found, compiles=any(r.get("compiled_graphs") for r in timed)), timed
 
 
 def timed_beside(
@@ -212,7 +265,9 @@ def timed_beside(
 
     def timed_first(devices: dict[str, str], pid: int) -> None:
         timed_run.append(_timed(call, tmp, log, timeout_s, (gate, pid), devices))
-        open_gate(gate, {"domain": timed_run[0][0].domain, "stages": timed_run[0][0].stages})
+        found = timed_run[0][0]
+        opened = {"domain": found.domain, "stages": found.stages, "skip": found.skip, "probe": not found.compiles}
+        open_gate(gate, opened)
 
     runs = _run(call, replace(profile, gate=gate), log, timeout_s, wrap, beside=timed_first)
     return timed_run[0][0], timed_run[0][1], runs
@@ -254,17 +309,22 @@ def timeline(
         profiled = primary(runs, call.rank)
         same_steps(found, profiled, "nsys")
         publish_nsys(tmp_base, rep, sqlite_out, log)
+        # A program that compiles ran unprobed under nsys (the gate said so): it is counted in a run of its own.
+        counted = _count(call, found, tmp, flops, ceilings, log, timeout_s) if found.compiles else profiled
         harness_json = Path(tmp) / "harness.json"
-        extra = {k: profiled[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
-        extra["environment"] = profiled["environment"]
+        extra = {k: counted[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
+        extra.update(environment=counted["environment"], analytic_how=count_how(found, found.compiles))
         files.write_json(harness_json, _record(call, found, profiled, extra, rank_rows(timed, runs, found)))
         commands = [
             {"what": "the command, timed (no profiler; the one under nsys waits for it)", "argv": call.argv()},
             {
-                "what": "Timeline (nsys) of the command with the probe, analytic count and ceilings",
+                "what": "Timeline (nsys) of the command"
+                + (" as it runs (compiled)" if found.compiles else " with the probe, analytic count and ceilings"),
                 "argv": wrap + call.argv(),
             },
         ]
+        if found.compiles:
+            commands.append({"what": "the command with the operator count (compilation off)", "argv": call.argv()})
         write_manifest(harness_json, manifest, versions, commands, settings, tool_warnings(profiled["output"]))
 
 
@@ -287,33 +347,24 @@ def torch_profile(
         found, timed = _timed(call, tmp, log, timeout_s)
         labels = {s: safe_label(i, s) for i, s in enumerate(found.stages)}
 
-        def hook(
-            mode: HookMode, trace: str | None = None, flops_out: str | None = None, ceilings_out: str | None = None
-        ) -> HookSettings:
-            out = f"{tmp}/{mode}.json"
-            settings = HookSettings(mode, out, found.domain, found.stages, call.mirror, labels, call.dtype)
-            return replace(settings, rank=call.rank, trace=trace, flops_out=flops_out, ceilings_out=ceilings_out)
-
-        runs = _run(call, hook("torch", trace=str(Path(trace).resolve())), log, timeout_s, [])
+        hook = HookSettings("torch", f"{tmp}/torch.json", found.domain, found.stages, call.mirror, labels)
+        hook = replace(hook, dtype=call.dtype, rank=call.rank, trace=str(Path(trace).resolve()), skip=found.skip)
+        runs = _run(call, hook, log, timeout_s, [])
         profiled = primary(runs, call.rank)
         same_steps(found, profiled, "torch.profiler")
-        counted_runs = _run(
-            call,
-            hook("count", flops_out=str(Path(flops).resolve()), ceilings_out=str(Path(ceilings).resolve())),
-            log,
-            timeout_s,
-            [],
-        )
-        counted = primary(counted_runs, call.rank)
-        same_steps(found, counted, "counting")
+        counted = _count(call, found, tmp, flops, ceilings, log, timeout_s)
         extra = {k: counted[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
-        extra.update(environment=counted["environment"], trace_labels=profiled["trace_labels"])
+        extra.update(
+            environment=counted["environment"],
+            trace_labels=profiled["trace_labels"],
+            analytic_how=count_how(found, True),
+        )
         harness_json = Path(tmp) / "harness.json"
         files.write_json(harness_json, _record(call, found, profiled, extra, rank_rows(timed, runs, found)))
         commands = [
             {"what": "the command, timed (no profiler)", "argv": call.argv()},
             {"what": "the command under torch.profiler", "argv": call.argv()},
-            {"what": "the command with the operator count and ceilings", "argv": call.argv()},
+            {"what": "the command with the operator count and ceilings (compilation off)", "argv": call.argv()},
         ]
         write_manifest(harness_json, manifest, versions, commands, settings, tool_warnings(profiled["output"]))
 

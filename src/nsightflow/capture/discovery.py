@@ -3,34 +3,54 @@ of its runs (nsightflow.capture.hook), the timed run's first."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from nsightflow.capture.attribution import top_level
+from nsightflow.capture.warmup import WarmupStep, warmup_steps
 from nsightflow.domains import LIBRARY_DOMAINS, is_nsightflows_own
 from nsightflow.errors import CaptureError, WorkloadError
 
 
 @dataclass(frozen=True)
 class Discovery:
-    """The stages a timed run of a command found: their domain, names (first seen first), and steps' wall times."""
+    """The stages a timed run of a command found: their domain, names (first seen first), their steady steps' wall
+    times (``walls``), every step's (``every_wall``), the warm-up steps set apart (nsightflow.capture.warmup), and
+    whether the program compiled (``torch.compile`` made graphs in any of its processes)."""
 
     domain: str
     stages: list[str]
     walls: dict[str, list[float]]
     how: str
+    every_wall: dict[str, list[float]] = field(default_factory=dict)
+    warmup: list[WarmupStep] = field(default_factory=list)
+    compiles: bool = False
+
+    @property
+    def skip(self) -> dict[str, list[int]]:
+        """Per stage, the ordinals of its warm-up steps (what every later run of the program only follows)."""
+        out: dict[str, list[int]] = {}
+        for w in self.warmup:
+            out.setdefault(w.stage, []).append(w.step)
+        return out
+
+    def steady(self, every: dict[str, list[float]]) -> dict[str, list[float]]:
+        """``every`` (stage → each step's value) without the warm-up steps."""
+        skip = self.skip
+        return {k: [x for i, x in enumerate(v) if i not in skip.get(k, ())] for k, v in every.items()}
 
 
-RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end"]
+RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end", "graphs"]
 
 
 def discover(record: dict[str, Any], domain: str | None, stages: list[str] | None) -> Discovery:
     """The stage steps of a command's timed run (its hook record): the ranges of ``domain`` named ``stages`` (else
     its top-level ones), one at a time (a stage range inside another step is part of that step). Without a domain,
     the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time."""
-    ranges = pd.DataFrame(record.get("ranges") or [], columns=RANGE_COLUMNS)
+    rows = [list(r) + [0] * (len(RANGE_COLUMNS) - len(r)) for r in record.get("ranges") or []]
+    ranges = pd.DataFrame(rows, columns=RANGE_COLUMNS)
     how = f"the configured domain {domain!r}"
     if domain is None:
         cand = ranges[
@@ -62,9 +82,13 @@ def discover(record: dict[str, Any], domain: str | None, stages: list[str] | Non
             f"{seen[:20] or 'none'}; fix the workload's stages: (or domain:, '' for the default domain)"
         )
     walls: dict[str, list[float]] = {}
-    for name, start, end in zip(mine["name"], mine["start"], mine["end"], strict=True):
+    graphs: dict[str, list[int]] = {}
+    for name, start, end, made in zip(mine["name"], mine["start"], mine["end"], mine["graphs"], strict=True):
         walls.setdefault(str(name), []).append((end - start) / 1e9)
-    return Discovery(domain, list(walls), walls, how)
+        graphs.setdefault(str(name), []).append(int(made))
+    warmup = [w for stage, v in walls.items() for w in warmup_steps(stage, v, graphs[stage])]
+    found = Discovery(domain, list(walls), walls, how, walls, warmup, bool(record.get("compiled_graphs")))
+    return Discovery(domain, list(walls), found.steady(walls), how, walls, warmup, found.compiles)
 
 
 def _active(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -94,7 +118,7 @@ def rank_rows(timed: list[dict[str, Any]], profiled: list[dict[str, Any]], found
     active = _active(profiled)
     if len(active) < 2:
         return []
-    walls = {r.get("rank"): discover(r, found.domain, found.stages).walls for r in _active(timed)}
+    walls = {r.get("rank"): found.steady(discover(r, found.domain, found.stages).every_wall) for r in _active(timed)}
     return [
         {
             "rank": r.get("rank"),

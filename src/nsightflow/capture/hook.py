@@ -12,9 +12,17 @@ named in the config), does what the harness does around a callable's step:
   beside the nsys launch, whose program the hook holds until this run has ended: nsightflow.capture.gate);
 - ``probe`` (under nsys): the step mirrored into nsightflow's own domain (the ranged pass) and its probe domain,
   its operators numbered, marked and counted (nsightflow.capture.probe): the timeline reads as a callable's does;
+- ``ranged`` (under nsys, where the timed run saw ``torch.compile`` make graphs): the step mirrored only. A
+  ``TorchDispatchMode`` such as the probe makes torch.compile skip every frame ("non-infra torch dispatch mode
+  present"), so a compiled program is never probed where it is measured: it is counted in a ``count`` run of its
+  own, with compilation off;
 - ``ncu``: the capture plan's profiler windows opened around the planned operators of the planned steps;
 - ``torch``: the step inside ``record_function`` under a torch.profiler started at interpreter start;
 - ``count``: the operators counted (analytic FLOPs and bytes) with nothing else.
+
+Steps the timed run found to be warm-up (nsightflow.capture.warmup: compilation, CUDA-graph recording, cold caches)
+are followed in every later run, synchronized at their end as in the timed run, and nothing else: no profiler window,
+mirror or count (``HookSettings.skip``).
 
 The GPU is synchronized before each step's range ends (the NVTX guide's rule, kept for programs that forget it), so
 a step's window holds its kernels. Each process writes its record (rank, steps' wall times, environment, the ranges
@@ -128,9 +136,10 @@ class Tracker:
     def __init__(self, settings: HookSettings) -> None:
         self.s = settings
         self.lock = threading.RLock()
-        self.stacks: dict[int, list[tuple[str, str, int]]] = {}  # thread -> (domain, name, start ns)
-        self.ranges: list[tuple[str, str, int, int, int, int]] = []  # domain, name, depth, thread, start, end
-        self.step: tuple[str, int, int, int] | None = None  # stage, step, thread, depth of its range
+        self.stacks: dict[int, list[tuple[str, str, int, int]]] = {}  # thread -> (domain, name, start ns, graphs)
+        # domain, name, depth, thread, start, end, graphs torch.compile made while the range was open
+        self.ranges: list[tuple[str, str, int, int, int, int, int]] = []
+        self.step: tuple[str, int, int, int, bool] | None = None  # stage, step, thread, depth of its range, set apart
         self.counts: dict[str, int] = {}
         self.walls: dict[str, list[float]] = {}
         self.started = time.perf_counter()
@@ -155,7 +164,9 @@ class Tracker:
                     gate.wait_ready(self.s.gate, self.s.gate_pid)
             else:
                 found = gate.wait_open(self.s.gate)
-                self.s = replace(self.s, domain=found["domain"], stages=found["stages"])
+                self.s = replace(self.s, domain=found["domain"], stages=found["stages"], skip=found.get("skip") or {})
+                if not found.get("probe", True):  # the program compiles: its steps run as they are, unprobed
+                    self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
             self.gated = False
 
     def _is_step(self, domain: str, name: str, depth: int) -> bool:
@@ -172,15 +183,16 @@ class Tracker:
             if self.rank is None:
                 self.rank = rank_of()
             stack = self.stacks.setdefault(tid, [])
-            depth = sum(1 for d, _, _ in stack if d == domain)
-            stack.append((domain, name, time.perf_counter_ns()))
+            depth = sum(1 for d, _, _, _ in stack if d == domain)
+            stack.append((domain, name, time.perf_counter_ns(), compiled_graphs()))
             if self._is_step(domain, name, depth):
-                step = (
-                    payload if isinstance(payload, int) and not isinstance(payload, bool) else self.counts.get(name, 0)
-                )
-                self.counts[name] = self.counts.get(name, 0) + 1
-                self.step = (name, step, tid, len(stack) - 1)
-                self._begin(name, step)
+                ordinal = self.counts.get(name, 0)
+                step = payload if isinstance(payload, int) and not isinstance(payload, bool) else ordinal
+                self.counts[name] = ordinal + 1
+                apart = ordinal in self.s.skip.get(name, ())  # warm-up (nsightflow.capture.warmup): followed only
+                self.step = (name, step, tid, len(stack) - 1, apart)
+                if not apart:
+                    self._begin(name, step)
 
     def pop(self, domain: str | None) -> None:
         if self.inside:
@@ -194,12 +206,12 @@ class Tracker:
                 return
             if self.step is not None and self.step[2] == tid and self.step[3] == at:
                 self._end()
-            elif self.s.domain is None and not any(d == domain for d, _, _ in stack[:at]):
+            elif self.s.domain is None and not any(d == domain for d, _, _, _ in stack[:at]):
                 _sync()  # stages not yet known: every top-level range ends synchronized
-            d, name, t0 = stack.pop(at)
+            d, name, t0, graphs = stack.pop(at)
             if self.s.mode == "timed":
-                depth = sum(1 for x, _, _ in stack[:at] if x == d)
-                self.ranges.append((d, name, depth, tid, t0, time.perf_counter_ns()))
+                depth = sum(1 for x, _, _, _ in stack[:at] if x == d)
+                self.ranges.append((d, name, depth, tid, t0, time.perf_counter_ns(), compiled_graphs() - graphs))
 
     def _begin(self, stage: str, step: int) -> None:
         if DEBUG:
@@ -217,6 +229,9 @@ class Tracker:
         assert self.step is not None
         stage = self.step[0]
         _sync()
+        if self.step[4]:  # a warm-up step: synchronized as in the timed run, nothing else
+            self.step = None
+            return
         if self.actions is not None:
             self._own(self.actions.end)
         self.walls.setdefault(stage, []).append(time.perf_counter() - self.t0)
@@ -238,9 +253,29 @@ class Tracker:
             "stage_order": list(self.walls),
             "ranges": [list(r) for r in self.ranges],
             "main_thread": threading.main_thread().ident,
+            "compiled_graphs": compiled_graphs(),
             "rank": self.rank if self.rank is not None else rank_of(),
             "device": device_of(),
         }
+
+
+_COUNTERS: Any = None
+
+
+def compiled_graphs() -> int:
+    """How many graphs ``torch.compile`` has made in this process so far (dynamo's own counter; 0 before dynamo is
+    loaded): read at every range's push and pop, so a dictionary look-up once dynamo is there."""
+    global _COUNTERS
+    if _COUNTERS is None:
+        if "torch._dynamo" not in sys.modules:
+            return 0
+        try:
+            from torch._dynamo.utils import counters
+
+            _COUNTERS = counters
+        except Exception:  # a torch without that counter: no compilation is seen, none is invented
+            return 0
+    return int(_COUNTERS["stats"]["unique_graphs"])
 
 
 def rank_of() -> int | None:

@@ -35,7 +35,8 @@ class _Ranges:
 
 
 class ProbeActions:
-    """Modes probe (ranges mirrored, operators marked and counted), ncu (windows) and count (operators counted).
+    """Modes probe (ranges mirrored, operators marked and counted), ranged (ranges mirrored only: a program that
+    compiles runs as it is), ncu (windows) and count (operators counted).
 
     ``profiled`` False: a rank other than the profiled one under nsys, probed and counted the same way (so that no
     rank waits in a collective on another's probing) with its steps and operators in the ranks domain only, its
@@ -57,7 +58,12 @@ class ProbeActions:
         # As the harness does: the probe run's steps in the stages' and the probe domain, the ncu run's in the probe
         # domain (its results' NVTX stacks say which step and operator); operators marked in both.
         probe = [ranks_domain(s.mirror), s.mirror, probe_domain(s.mirror)]
-        domains = {"probe": probe if profiled else probe[:1], "ncu": [probe_domain(s.mirror)]}.get(s.mode)
+        domains = {
+            "probe": probe if profiled else probe[:1],
+            "ranged": probe[:2] if profiled else probe[:1],
+            "ncu": [probe_domain(s.mirror)],
+        }.get(s.mode)
+        self.probing = s.mode != "ranged"  # no TorchDispatchMode where the program compiles and is measured
         self.marks = _Ranges(domains) if domains else None
         self.probe: Any = None
         self._replays = graph_replays_counted(self.tally)
@@ -72,13 +78,13 @@ class ProbeActions:
             self.tally.begin(stage)
         if self.windows is not None:
             self.windows.begin_step(stage, step)
-        if self.probe is None:  # made at the first step: a program that compiles has loaded dynamo by then
-            self.probe = op_probe(self.ops_base if self.marks is not None else None, self.tally, self.windows)
-        self.observed = self.windows is None or (
-            self.windows.wanted(stage, step) and not self.windows.whole(stage, step)
+        self.observed = self.probing and (
+            self.windows is None or (self.windows.wanted(stage, step) and not self.windows.whole(stage, step))
         )
-        self.probe.index = 0
         if self.observed:
+            if self.probe is None:  # made at the first probed step: a program that compiles has loaded dynamo by then
+                self.probe = op_probe(self.ops_base if self.marks is not None else None, self.tally, self.windows)
+            self.probe.index = 0
             self.probe.__enter__()
 
     def end(self) -> None:
@@ -173,6 +179,6 @@ def for_mode(s: HookSettings, rank: int | None = None) -> ProbeActions | TorchAc
     if s.mode == "torch":
         return TorchActions(s, rank)
     profiled = rank is None or rank == s.rank
-    if s.mode == "timed" or (not profiled and s.mode != "probe"):
+    if s.mode == "timed" or (not profiled and s.mode not in ("probe", "ranged")):
         return TimedActions()
     return ProbeActions(s, profiled)

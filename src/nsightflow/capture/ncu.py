@@ -237,7 +237,7 @@ def capture_argv(
         ncu,
         "--force-overwrite",
         "--export",
-        str(out_base),
+        str(Path(out_base).resolve()),  # absolute: the program may run in another folder (a command's cwd:)
         "--nvtx",
         *start,
         f"--replay-mode={replay_mode}",

@@ -46,7 +46,7 @@ def profile_argv(
         "--export=sqlite",
         "--force-overwrite=true",
         "-o",
-        str(out_base),
+        str(Path(out_base).resolve()),  # absolute: the program may run in another folder (a command's cwd:)
         *program,
     ]
 

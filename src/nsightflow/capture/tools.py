@@ -150,12 +150,24 @@ def publish_nsys(tmp_base: Path, rep: Path, sqlite_out: str | Path, log: str | P
     """Publish the .nsys-rep and SQLite export nsys wrote at ``tmp_base``, or say what is missing."""
     produced = Path(str(tmp_base) + ".nsys-rep")
     if not produced.exists():
-        raise ToolError(f"nsys wrote no .nsys-rep (only a .qdstrm?): its importer may lack libdw.so.1; log: {log}")
+        raise ToolError(f"nsys wrote no .nsys-rep at {produced}: {nsys_missing_why(tmp_base)}; log: {log}")
     exported = Path(str(tmp_base) + ".sqlite")
     if not exported.exists():
         raise ToolError(f"nsys wrote no SQLite export beside {produced.name} (--export=sqlite); log: {log}")
     files.publish(exported, Path(sqlite_out))
     files.publish(produced, rep)
+
+
+def nsys_missing_why(tmp_base: Path) -> str:
+    """Why nsys left no report where it was told, from what it did leave: a raw ``.qdstrm`` its importer did not turn
+    into a report (the importer's libraries, libdw.so.1 among them), or nothing at all."""
+    raw = Path(str(tmp_base) + ".qdstrm")
+    if raw.exists():
+        return (
+            f"it left only the raw capture {raw.name}, which its importer (QdstrmImporter) did not convert: run "
+            f"QdstrmImporter -i {raw} to see why (a missing library such as libdw.so.1 is the usual cause)"
+        )
+    return "it left nothing there either (the program ended before nsys started tracing, or nsys failed: see the log)"
 
 
 def tool_warnings(output: str) -> list[str]:

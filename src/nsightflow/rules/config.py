@@ -143,6 +143,12 @@ def _program(i: int, name: str, w: dict[str, Any]) -> None:
             f"{where}: nprocs applies to a callable; a command starts its own processes (e.g. command: [torchrun, "
             "--nproc_per_node, '2', script.py]): remove nprocs"
         )
+    cwd = w.get("cwd")
+    if cwd is not None and not Path(cwd).is_dir():
+        raise ConfigError(
+            f"{where}.cwd: {cwd!r} is not a folder (from {Path.cwd()}, where snakemake runs): give the program's own "
+            "folder, absolute or relative to where snakemake runs"
+        )
     from nsightflow.capture.command import PLACEHOLDER
 
     known = set(w.get("args") or {}) | set(w.get("sweep") or {})
