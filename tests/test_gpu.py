@@ -33,6 +33,7 @@ from conftest import (
     snakemake,
     sql_launches,
     sql_rank_kernels,
+    steady_steps,
     wait_gone,
 )
 
@@ -897,11 +898,14 @@ def test_a_command_with_its_own_nvtx_ranges_matches_a_full_capture_of_them(tmp_p
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
     launches = pd.read_csv(run / "kernels.csv").groupby("stage")["instances"].sum()
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["stage_domain"] == "LLM" and [s["steps"] for s in manifest["stages"]] == [1, 4]
+    every = {"prefill": 1, "decode": NVTX_PROGRAM["steps"]}
+    steady = {stage: steady_steps(run, stage, n) for stage, n in every.items()}  # a cold first step is set apart
+    assert manifest["stage_domain"] == "LLM" and [s["steps"] for s in manifest["stages"]] == list(steady.values())
     for stage in ("prefill", "decode"):
-        f, d, t = truth[stage]
+        f, d, t = truth[stage]  # every step: its steps are alike, so per step against the steady ones'
+        f, d, t = (x * steady[stage] / every[stage] for x in (f, d, t))
         mt, md = stages.loc[stage, "flops_tensor_measured"], stages.loc[stage, "dram_bytes_measured"]
-        n_full = int((full["nvtx_range"] == stage).sum())
+        n_full = int((full["nvtx_range"] == stage).sum()) * steady[stage] // every[stage]
         print(
             f"command {stage}: tensor FLOPs {mt:.6g} vs full {t:.6g} ({mt / t - 1:+.3%}); DRAM {md:.6g} vs full "
             f"{d:.6g} ({md / d - 1:+.3%}); launches {launches[stage]} vs {n_full} in the full capture; profiled "
@@ -913,7 +917,7 @@ def test_a_command_with_its_own_nvtx_ranges_matches_a_full_capture_of_them(tmp_p
     a = NVTX_PROGRAM
     per_token = 2 * 2 * a["hidden"] * 4 * a["hidden"] * a["layers"]
     assert stages.loc["prefill", "flops_analytic"] == per_token * a["batch"] * a["prompt"]
-    assert stages.loc["decode", "flops_analytic"] == per_token * a["batch"] * a["steps"]
+    assert stages.loc["decode", "flops_analytic"] == per_token * a["batch"] * steady["decode"]
     # The same program as a callable, through the same workflow: the command's cost against it.
     twin = {"name": "nvtx_callable", "callable": "workloads:nvtx_program", "args": NVTX_PROGRAM}
     _, callable_s = _run(tmp_path, "callable", workloads=[twin])
@@ -1075,6 +1079,7 @@ def _check_ranks(run, parallel, reference, profiled_rank=0):
 def test_two_ranks_on_one_gpu_report_per_rank_stages(tmp_path):
     # Two tensor-parallel ranks sharing one GPU, talking over gloo; rank 0 captured.
     job = {"name": "tp1", "command": _torchrun("tensor"), "env": {"CUDA_VISIBLE_DEVICES": "0"}}
+    job["warmup_steps"] = 0  # the reference counts every step's launches
     results, seconds = _run(tmp_path, "ranks_one_gpu", workloads=[job])
     print(f"two ranks on one GPU: workflow {seconds:.1f} s")
     os.environ["CUDA_VISIBLE_DEVICES"] = "0"
@@ -1149,10 +1154,15 @@ def test_nccl_ranks_on_two_gpus_report_communication_and_capture_without_deadloc
     if len(gpus()) < 2:
         pytest.skip("needs a host with at least two GPUs")
     jobs = [
-        {"name": "dp", "command": _torchrun("data"), "gpus": 2},
-        {"name": "tp", "command": _torchrun("tensor"), "gpus": 2},
-        {"name": "tp_rank1", "command": _torchrun("tensor"), "gpus": 2, "rank": 1},
-        {"name": "dp_llama", "command": _torchrun("data", model="llama"), "gpus": 2},  # HuggingFace Llama, DDP
+        {"name": "dp", "command": _torchrun("data"), "gpus": 2, "warmup_steps": 0},
+        {"name": "tp", "command": _torchrun("tensor"), "gpus": 2, "warmup_steps": 0},
+        {"name": "tp_rank1", "command": _torchrun("tensor"), "gpus": 2, "warmup_steps": 0, "rank": 1},
+        {
+            "name": "dp_llama",
+            "command": _torchrun("data", model="llama"),
+            "gpus": 2,
+            "warmup_steps": 0,
+        },  # HuggingFace Llama, DDP
     ]
     results, seconds = _run(tmp_path, "ranks_two_gpus", workloads=jobs)
     print(f"four NCCL jobs of two ranks: workflow {seconds:.1f} s")
@@ -1168,3 +1178,80 @@ def test_nccl_ranks_on_two_gpus_report_communication_and_capture_without_deadloc
     tp = pd.DataFrame(json.loads((results / "tp" / "summary.json").read_text())["ranks"]).set_index(["rank", "stage"])
     assert dp.loc[(0, "backward"), "comm_launches"] > 0 and tp.loc[(0, "decode"), "comm_launches"] > 0
     assert set(tp["device"]) == {"cuda:0", "cuda:1"}
+
+
+COMPILED = {"steps": 12, "hidden": 2048, "batch": 64}
+
+
+def _compiled_argv(python, steps=COMPILED["steps"]):
+    argv = [python, "tests/programs/compiled_steps.py", "--backend", "inductor", "--mode", "reduce-overhead"]
+    return argv + [x for k, v in {**COMPILED, "steps": steps}.items() for x in (f"--{k}", str(v))]
+
+
+def test_a_compiled_command_runs_its_compiled_kernels_as_a_plain_nsys_run_does(tmp_path):
+    """torch.compile(mode='reduce-overhead', fullgraph=True), as gpt-fast's --compile: under nsightflow the same
+    kernels per steady step as a plain `nsys profile` of the same command (Triton kernels, CUDA-graph replays), its
+    compile and graph-recording steps set apart, its FLOPs from its shapes, and its measured FLOPs and DRAM bytes
+    against ncu over every launch of its ranges."""
+    python = sys.executable
+    results, seconds = _run(tmp_path, "compiled", workloads=[{"name": "compiled", "command": _compiled_argv(python)}])
+    run = results / "compiled"
+    manifest = json.loads((run / "manifest.json").read_text())
+    apart = [w["step"] for w in manifest["warmup_steps"]]
+    print(f"compiled command: workflow {seconds:.1f} s; set apart {manifest['warmup_steps']}")
+    assert apart[:1] == [0] and "torch.compile made" in manifest["warmup_steps"][0]["why"]
+    steady = COMPILED["steps"] - len(apart)
+    # The plain run: nsys alone, no hook, no nsightflow in the process.
+    plain = tmp_path / "plain"
+    subprocess.run(
+        [shutil.which("nsys"), "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+         "--cuda-graph-trace=node", "--export=sqlite", "-o", str(plain), *_compiled_argv(python)],
+        check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    mine = sql_launches(run / "timeline" / "timeline.sqlite")
+    mine = mine[mine["stage"] == "decode"]
+    # The plain run's decode ranges in order: step i is the i-th range (no payload).
+    con = sqlite3.connect(f"{plain}.sqlite")
+    ranges = con.execute(
+        "SELECT n.start, n.\"end\" FROM NVTX_EVENTS n JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.text = 'LLM' "
+        "AND d.domainId = n.domainId WHERE n.eventType = 59 ORDER BY n.start"
+    ).fetchall()
+    assert len(ranges) == COMPILED["steps"]
+    launches = pd.read_sql_query(
+        "SELECT rt.start AS launch, dn.value AS kernel, k.graphNodeId IS NOT NULL AS graph FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId "
+        "JOIN StringIds dn ON dn.id = k.demangledName",
+        con,
+    )
+    for step in range(len(apart), COMPILED["steps"]):
+        s, e = ranges[step]
+        theirs = launches[(launches["launch"] >= s) & (launches["launch"] <= e)]
+        ours = mine[mine["step"] == step]
+        assert Counter(ours["kernel"]) == Counter(theirs["kernel"]), f"step {step}"
+        assert ours["graph"].sum() == theirs["graph"].sum() > 0  # replayed from a CUDA graph in both
+    assert any(k.startswith("triton_") for k in mine["kernel"])  # compiled kernels, not the eager twin's
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert int(stages.loc["decode", "range_instances"]) == steady
+    h, b = COMPILED["hidden"], COMPILED["batch"]
+    assert stages.loc["decode", "flops_analytic"] == 2 * (2 * b * h * 4 * h) * steady
+    # ncu over every launch of every decode range; the steady steps are the last ones, each of the same launches.
+    base = tmp_path / "full"
+    argv = ncu.reference_argv(shutil.which("ncu"), base, "LLM", ["decode"], ncu.DEFAULT_METRICS, _compiled_argv(python))
+    subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
+    full, _ = ncu_csv.parse_raw_csv(text)
+    per_step = len(mine) // steady
+    tail = full.iloc[len(full) - per_step * steady :]
+    f, d, t = _cell_sums(tail, pd.Series("decode", index=tail.index))["decode"]
+    mt, md = stages.loc["decode", "flops_tensor_measured"], stages.loc["decode", "dram_bytes_measured"]
+    print(
+        f"compiled decode, {steady} steady steps of {per_step} launches: tensor FLOPs {mt:.6g} vs ncu over every "
+        f"launch {t:.6g} ({mt / t - 1:+.3%}); DRAM {md:.6g} vs {d:.6g} ({md / d - 1:+.3%}); profiled "
+        f"{stages.loc['decode', 'profiled_launches']:.0f}"
+    )
+    dram = tail["dram__bytes_read.sum"] + tail["dram__bytes_write.sum"]
+    by_position = dram.groupby(np.arange(len(tail)) % per_step).agg(["mean", "min", "max"])
+    names = tail["Kernel Name"].iloc[:per_step].str[:40].tolist()
+    places = list(zip(names, by_position.values.tolist(), strict=True))
+    print(f"ncu over every launch, DRAM bytes per launch by position in the step (mean, min, max): {places}")
+    assert abs(mt / t - 1) < 0.01 and abs(md / d - 1) < 0.01

@@ -1,6 +1,6 @@
 """A program that compiles its step with ``torch.compile(fullgraph=True)`` and opens an NVTX range around each step,
 as gpt-fast's ``--compile`` does, small enough for a CPU: no nsightflow import. It prints how many graphs
-torch.compile made, and the stage's FLOPs per step: two matmuls of (batch x hidden) by (hidden x 4·hidden) and back.
+torch.compile made. Its matrix FLOPs per step: two matmuls, (batch x hidden) by (hidden x 4·hidden) and back.
 """
 
 import argparse
@@ -15,21 +15,27 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--backend", default="aot_eager", help="torch.compile's backend (inductor on a GPU)")
+    parser.add_argument("--mode", default=None, help="torch.compile's mode (reduce-overhead: CUDA graphs, as gpt-fast)")
     a = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(0)
-    w1 = torch.randn(a.hidden, 4 * a.hidden, device=device)
-    w2 = torch.randn(4 * a.hidden, a.hidden, device=device) / a.hidden
+    # A module's parameters, as a model's are (CUDA graphs keep them in place; free tensors would be copied in).
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(a.hidden, 4 * a.hidden, bias=False),
+        torch.nn.ReLU(),
+        torch.nn.Linear(4 * a.hidden, a.hidden, bias=False),
+    ).to(device=device, dtype=dtype)
 
-    @torch.compile(backend=a.backend, fullgraph=True)
+    @torch.compile(backend=a.backend, mode=a.mode, fullgraph=True)
     def step(x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x @ w1) @ w2
+        return mlp(x) + x
 
-    x = torch.randn(a.batch, a.hidden, device=device)
+    x = torch.randn(a.batch, a.hidden, device=device, dtype=dtype)
     with torch.no_grad():
         for _ in range(a.steps):
             with nvtx.annotate("decode", domain="LLM"):
-                x = step(x)
+                x = step(x).clone()  # a CUDA graph's output is overwritten by its next replay (as gpt-fast clones)
                 if device == "cuda":
                     torch.cuda.synchronize()
     from torch._dynamo.utils import counters

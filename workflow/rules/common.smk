@@ -70,6 +70,7 @@ def harness_call(wildcards):
                 "dtype": spec["args"].get("dtype"),
                 "rank": spec.get("rank") or 0,
                 "gpus": spec.get("gpus") or 1,
+                "warmup_steps": spec.get("warmup_steps", "auto"),
             }
         )
     python = canonical_python(config["tools"]["python"] or sys.executable)

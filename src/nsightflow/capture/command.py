@@ -71,6 +71,7 @@ class CommandCall:
     dtype: str | None = None
     rank: int = 0  # a job of several processes: the rank that is probed and captured
     gpus: int = 1  # the devices its processes use (one per rank for NCCL): claimed together
+    warmup_steps: int | str = "auto"  # "auto" (nsightflow.capture.warmup), or the first N steps of each stage
 
     def argv(self) -> list[str]:
         return fill(self.command, self.args)
@@ -251,7 +252,7 @@ def _timed(
     settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
     settings = replace(settings, gate=gate, gate_pid=pid)
     timed = _run(call, settings, log, timeout_s, [], devices=devices)
-    found = discover(primary(timed, call.rank), call.domain, call.stages)
+    found = discover(primary(timed, call.rank), call.domain, call.stages, call.warmup_steps)
     return replace(found, compiles=any(r.get("compiled_graphs") for r in timed)), timed
 
 

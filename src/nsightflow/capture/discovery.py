@@ -45,10 +45,13 @@ class Discovery:
 RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end", "graphs"]
 
 
-def discover(record: dict[str, Any], domain: str | None, stages: list[str] | None) -> Discovery:
+def discover(
+    record: dict[str, Any], domain: str | None, stages: list[str] | None, warmup: int | str = "auto"
+) -> Discovery:
     """The stage steps of a command's timed run (its hook record): the ranges of ``domain`` named ``stages`` (else
     its top-level ones), one at a time (a stage range inside another step is part of that step). Without a domain,
-    the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time."""
+    the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time. ``warmup``: the
+    steps set apart (nsightflow.capture.warmup): "auto", or the first N of each stage."""
     rows = [list(r) + [0] * (len(RANGE_COLUMNS) - len(r)) for r in record.get("ranges") or []]
     ranges = pd.DataFrame(rows, columns=RANGE_COLUMNS)
     how = f"the configured domain {domain!r}"
@@ -67,6 +70,7 @@ def discover(record: dict[str, Any], domain: str | None, stages: list[str] | Non
         time_in = (cand["end"] - cand["start"]).groupby(cand["domain"]).sum()
         domain = str(time_in.idxmax())
         how = f"the domain whose top-level ranges hold the most time ({time_in[domain] / 1e9:.3f} s)"
+    warmup_n = None if warmup == "auto" else int(warmup)
     mine = ranges[ranges["domain"] == domain]
     if stages is not None:
         mine = mine[mine["name"].isin(stages)]
@@ -86,9 +90,9 @@ def discover(record: dict[str, Any], domain: str | None, stages: list[str] | Non
     for name, start, end, made in zip(mine["name"], mine["start"], mine["end"], mine["graphs"], strict=True):
         walls.setdefault(str(name), []).append((end - start) / 1e9)
         graphs.setdefault(str(name), []).append(int(made))
-    warmup = [w for stage, v in walls.items() for w in warmup_steps(stage, v, graphs[stage])]
-    found = Discovery(domain, list(walls), walls, how, walls, warmup, bool(record.get("compiled_graphs")))
-    return Discovery(domain, list(walls), found.steady(walls), how, walls, warmup, found.compiles)
+    apart = [w for stage, v in walls.items() for w in warmup_steps(stage, v, graphs[stage], warmup_n)]
+    found = Discovery(domain, list(walls), walls, how, walls, apart, bool(record.get("compiled_graphs")))
+    return Discovery(domain, list(walls), found.steady(walls), how, walls, apart, found.compiles)
 
 
 def _active(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

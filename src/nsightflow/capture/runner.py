@@ -43,6 +43,7 @@ def command_fields(
         "dtype": args.get("dtype"),
         "rank": rank,
         "gpus": gpus,
+        "warmup_steps": 0,  # the runner's own warm-up passes (``warmup``) run before its ranges: every step is steady
     }
 
 

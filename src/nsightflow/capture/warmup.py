@@ -32,10 +32,14 @@ class WarmupStep:
     why: str
 
 
-def warmup_steps(stage: str, walls: list[float], graphs: list[int]) -> list[WarmupStep]:
+def warmup_steps(stage: str, walls: list[float], graphs: list[int], first: int | None = None) -> list[WarmupStep]:
     """The leading steps of ``stage`` that are warm-up: ``walls`` each step's wall time (s) in the timed run,
-    ``graphs`` how many graphs ``torch.compile`` made while each step ran."""
+    ``graphs`` how many graphs ``torch.compile`` made while each step ran; ``first``: the first N steps instead (the
+    workload's ``warmup_steps: N``), never every one."""
     n = len(walls)
+    if first is not None:
+        said = f"the workload's warmup_steps: {first}"
+        return [WarmupStep(stage, i, walls[i], said) for i in range(min(first, n - 1))]
     if n < 2:
         return []
     tail = walls[n // 2 :]

@@ -115,7 +115,7 @@ def check(config: dict[str, Any], schema_path: str | Path) -> None:
     semantic(config)
 
 
-COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus")
+COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus", "warmup_steps")
 SEVERAL_PROCESSES = ("rank", "gpus")  # also a callable's, when it runs as several processes (nprocs)
 
 
@@ -130,7 +130,7 @@ def _program(i: int, name: str, w: dict[str, Any]) -> None:
     if "callable" in w:
         several = (w.get("nprocs") or 1) > 1  # a job of several processes: a rank and GPUs to choose
         only = [k for k in COMMAND_ONLY if not (several and k in SEVERAL_PROCESSES)]
-        extra = [k for k in only if w.get(k) not in (None, {}, [], 0) and (k, w.get(k)) != ("gpus", 1)]
+        extra = [k for k in only if w.get(k) not in (None, {}, [], 0, "auto") and (k, w.get(k)) != ("gpus", 1)]
         if extra:
             raise ConfigError(
                 f"{where}: {', '.join(extra)} apply to a command: workload only"

@@ -44,7 +44,19 @@ def points(sweep: dict[str, Any], mode: str = "product") -> list[dict[str, Any]]
 
 
 # What a run keeps of its workload besides its name and arguments: the callable, or the command and its settings.
-PROGRAM_KEYS = ("callable", "command", "env", "cwd", "domain", "stages", "rank", "gpus", "nprocs", "code_version")
+PROGRAM_KEYS = (
+    "callable",
+    "command",
+    "env",
+    "cwd",
+    "domain",
+    "stages",
+    "rank",
+    "gpus",
+    "nprocs",
+    "code_version",
+    "warmup_steps",
+)
 
 
 def expand(workloads: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
