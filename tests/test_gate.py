@@ -55,8 +55,8 @@ def test_the_profile_launch_runs_its_program_after_the_timed_run_with_the_stages
     clock = {k: float(v) for k, v in re.findall(r"^(\w+ \w+) ([0-9.]+)$", log.read_text(), re.M)}
     assert clock["timed END"] < clock["probe START"]  # the probe's program waited at the gate for the whole run
     assert found.domain == "T" and found.stages == ["prefill", "decode"]
-    assert {k: len(v) for k, v in found.walls.items()} == {"prefill": 1, "decode": 3}
-    assert {k: len(v) for k, v in runs[0]["steps"].items()} == {"prefill": 1, "decode": 3}
+    assert {k: len(v) for k, v in found.every_wall.items()} == {"prefill": 1, "decode": 3}
+    assert {k: len(v) for k, v in runs[0]["steps"].items()} == {k: len(v) for k, v in found.walls.items()}
     assert len(timed) == 1 and timed[0]["mode"] == "timed"
 
 

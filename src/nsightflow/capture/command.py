@@ -27,7 +27,7 @@ from nsightflow import files
 from nsightflow.capture import nsys
 from nsightflow.capture.gate import open_gate
 from nsightflow.capture.harness import HarnessCall, Launch
-from nsightflow.capture.hook import site_dir
+from nsightflow.capture.hook_site import site_dir
 from nsightflow.capture.passes import safe_label
 from nsightflow.capture.tools import publish_nsys, run_tool, tool_warnings, write_manifest
 from nsightflow.domains import DEFAULT_DOMAIN

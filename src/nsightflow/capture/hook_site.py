@@ -1,0 +1,80 @@
+"""Where a command's hook is installed from: the ``sitecustomize`` nsightflow writes into a private folder of the run
+and prepends to the program's ``PYTHONPATH`` (nsightflow.capture.hook does the rest inside the program)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SITECUSTOMIZE = '''"""Written by nsightflow: follow this program's NVTX ranges (nsightflow.capture.hook)."""
+import os as _os
+import sys as _sys
+
+def _is_python():  # not a tool's embedded interpreter (ncu runs its rules in one, and reads PYTHONPATH too)
+    try:
+        return "python" in _os.path.basename(_os.readlink("/proc/self/exe")).lower()
+    except OSError:
+        return True
+
+
+if _os.environ.get("NSIGHTFLOW_HOOK") and _is_python():
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
+    _mine = _sys.modules.pop("sitecustomize", None)
+    try:  # the sitecustomize this one hides, if the environment has one
+        import sitecustomize  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        _sys.modules["sitecustomize"] = _mine
+    try:
+        from nsightflow.capture.hook import install
+    except ImportError:
+        _sys.path.append({src!r})
+        from nsightflow.capture.hook import install
+    install()
+'''
+
+
+def site_dir(parent: str | Path) -> Path:
+    """The folder holding the ``sitecustomize`` that installs the hook (prepended to the command's ``PYTHONPATH``):
+    ``<parent>/nsightflow-site``, private to this user (made with mode 0700; one found there is used only when it is
+    a real folder owned by this user that no one else can write to), the file written anew each time.
+
+    Every Python process of the command runs what that folder holds, so a folder another user could plant a file in
+    (a predictable name in a shared temporary folder) would run their code as this user: ``parent`` is the run's own
+    folder (its job's private temporary folder, or the run's results), never a shared one."""
+    import nsightflow
+    from nsightflow import files
+
+    folder = Path(parent) / "nsightflow-site"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    check_private(folder)
+    src = str(Path(nsightflow.__file__).resolve().parent.parent)
+    files.write_text(folder / "sitecustomize.py", SITECUSTOMIZE.format(src=src))
+    check_private(folder / "sitecustomize.py")
+    return folder
+
+
+def check_private(path: Path) -> None:
+    """Refuse ``path`` unless it is this user's own, not a symbolic link, and writable by no one else."""
+    import stat
+
+    from nsightflow.errors import CaptureError
+
+    st = os.lstat(path)
+    why = None
+    if stat.S_ISLNK(st.st_mode):
+        why = "it is a symbolic link"
+    elif st.st_uid != os.getuid():
+        why = f"it belongs to user id {st.st_uid}, not to this user ({os.getuid()})"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"others can write to it (mode {stat.S_IMODE(st.st_mode):o})"
+    if why is not None:
+        raise CaptureError(
+            f"{path}: the command hook's folder is not private ({why}); every Python process of the command would "
+            "run what it holds. Remove it (or make it yours with mode 0700), and check who could have written there"
+        )
