@@ -59,7 +59,7 @@ def test_the_profiled_launch_of_a_compiled_command_runs_it_compiled(tmp_path):
     probe = HookSettings("probe", str(tmp_path / "probe.json"), flops_out=str(tmp_path / "flops.json"))
     found, timed, runs = timed_beside(call, str(tmp_path), tmp_path / "log", 300, probe, [])
     profiled = primary(runs, 0)
-    assert found.compiles and found.skip == {"decode": [0]} or found.skip["decode"][0] == 0
+    assert found.compiles and found.skip["decode"][:1] == [0]  # its compile step set apart (a slow next one may be)
     assert profiled["mode"] == "ranged" and profiled["compiled_graphs"] == 1
     assert "graphs 1" in profiled["output"]
     assert len(profiled["steps"]["decode"]) == len(found.walls["decode"])  # the warm-up step only followed
