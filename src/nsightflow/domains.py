@@ -5,6 +5,10 @@ from __future__ import annotations
 
 DEFAULT_DOMAIN = "nsightflow"
 
+# The automatic stages of a command that opens no NVTX range (nsightflow.capture.hook_auto): followed by the hook,
+# never emitted to NVTX.
+AUTO_DOMAIN = "nsightflow.auto"
+
 # NVTX domains that libraries open for their own calls (CUB/Thrust, NCCL, cuDNN, cuBLAS): never a program's stages.
 LIBRARY_DOMAINS = frozenset({"cccl", "nccl", "cudnn", "cublas", "cublaslt", "cusparse", "cufft", "nvshmem"})
 

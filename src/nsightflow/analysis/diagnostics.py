@@ -14,6 +14,7 @@ from nsightflow import units
 from nsightflow.analysis.aggregate import FULL_COVERAGE, RunTables
 from nsightflow.capture import ncu
 from nsightflow.capture.flops import SIMT
+from nsightflow.domains import AUTO_DOMAIN
 from nsightflow.records import CaptureRecord, Diagnostic, Manifest, StageCount
 
 MODE_TEXT = {
@@ -168,6 +169,10 @@ def program_notes(manifest: Manifest | None) -> list[Diagnostic]:
         )
     if manifest.analytic_how:
         out.append(Diagnostic("info", "analytic FLOPs", manifest.analytic_how))
+    if manifest.stage_domain == AUTO_DOMAIN:
+        out.append(
+            Diagnostic("info", "stages", f"{manifest.stage_domain_how[:1].upper()}{manifest.stage_domain_how[1:]}")
+        )
     return out
 
 

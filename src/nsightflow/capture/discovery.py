@@ -10,7 +10,7 @@ import pandas as pd
 
 from nsightflow.capture.attribution import top_level
 from nsightflow.capture.warmup import WarmupStep, warmup_steps
-from nsightflow.domains import LIBRARY_DOMAINS, is_nsightflows_own
+from nsightflow.domains import AUTO_DOMAIN, LIBRARY_DOMAINS, is_nsightflows_own
 from nsightflow.errors import CaptureError, WorkloadError
 
 
@@ -43,6 +43,21 @@ class Discovery:
 
 
 RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end", "graphs"]
+MAX_SHAPES = 4  # automatic stages: a kind of call with more input shapes than this is one stage, not one per shape
+AUTO_HOW = (
+    "Automatic stages (the program opened no NVTX range): training iterations between optimizer steps and top-level "
+    "module calls outside them, by gradient mode and input shape"
+)
+
+
+def auto_names(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The automatic stages' ranges (nsightflow.capture.hook_auto) with a kind of top-level call that came with more
+    than MAX_SHAPES input shapes named by its kind alone (``inference 1x7`` → ``inference``)."""
+    auto = ranges["domain"] == AUTO_DOMAIN
+    kind = ranges["name"].str.split(" ").str[0]
+    shapes = ranges[auto].groupby(kind[auto])["name"].nunique()
+    many = auto & kind.map(lambda k: shapes.get(k, 0) > MAX_SHAPES)
+    return ranges.assign(name=ranges["name"].where(~many, kind))
 
 
 def discover(
@@ -53,23 +68,34 @@ def discover(
     the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time. ``warmup``: the
     steps set apart (nsightflow.capture.warmup): "auto", or the first N of each stage."""
     rows = [list(r) + [0] * (len(RANGE_COLUMNS) - len(r)) for r in record.get("ranges") or []]
-    ranges = pd.DataFrame(rows, columns=RANGE_COLUMNS)
-    how = f"the configured domain {domain!r}"
+    ranges = auto_names(pd.DataFrame(rows, columns=RANGE_COLUMNS))
+    how = AUTO_HOW if domain == AUTO_DOMAIN else f"the configured domain {domain!r}"
+    own = ranges[ranges["domain"] != AUTO_DOMAIN]
     if domain is None:
-        cand = ranges[
-            ~ranges["domain"].str.lower().isin(LIBRARY_DOMAINS)
-            & ~ranges["domain"].map(is_nsightflows_own).astype(bool)
-            & (ranges["depth"] == 0)
+        cand = own[
+            ~own["domain"].str.lower().isin(LIBRARY_DOMAINS)
+            & ~own["domain"].map(is_nsightflows_own).astype(bool)
+            & (own["depth"] == 0)
         ]
-        if cand.empty:
+        if not cand.empty:
+            time_in = (cand["end"] - cand["start"]).groupby(cand["domain"]).sum()
+            domain = str(time_in.idxmax())
+            how = f"the domain whose top-level ranges hold the most time ({time_in[domain] / 1e9:.3f} s)"
+        elif (ranges["domain"] == AUTO_DOMAIN).any():
+            domain, how = AUTO_DOMAIN, AUTO_HOW
+        else:
             raise WorkloadError(
-                "the command opened no NVTX push/pop range nsightflow could follow: put its stages inside "
-                "nvtx.annotate('name', domain='...') or torch.cuda.nvtx.range('name') (a Python program), or give "
-                "the workload's domain: and stages:"
+                "the command opened no NVTX range, called no torch.nn.Module and stepped no torch.optim optimizer in "
+                "a Python process nsightflow could follow: check that the command runs the program (a Python "
+                "program started by python, torchrun or a script), or put its steps inside "
+                "nvtx.annotate('name', domain='...') or torch.cuda.nvtx.range('name')"
             )
-        time_in = (cand["end"] - cand["start"]).groupby(cand["domain"]).sum()
-        domain = str(time_in.idxmax())
-        how = f"the domain whose top-level ranges hold the most time ({time_in[domain] / 1e9:.3f} s)"
+    elif own.empty and domain != AUTO_DOMAIN:
+        raise WorkloadError(
+            f"the workload names the NVTX domain {domain!r}{f' and stages {stages}' if stages else ''}, but the "
+            "command opened no NVTX range: remove domain: and stages: from the workload to profile its automatic "
+            "stages (training iterations and model calls), or add those ranges to the program"
+        )
     warmup_n = None if warmup == "auto" else int(warmup)
     mine = ranges[ranges["domain"] == domain]
     if stages is not None:

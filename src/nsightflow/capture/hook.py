@@ -20,6 +20,9 @@ named in the config), does what the harness does around a callable's step:
 - ``torch``: the step inside ``record_function`` under a torch.profiler started at interpreter start;
 - ``count``: the operators counted (analytic FLOPs and bytes) with nothing else.
 
+A program that opens no NVTX range of its own has automatic stages (nsightflow.capture.hook_auto): its training
+iterations and top-level model calls, followed as ranges of ``AUTO_DOMAIN`` by the same step logic.
+
 Steps the timed run found to be warm-up (nsightflow.capture.warmup: compilation, CUDA-graph recording, cold caches)
 are followed in every later run, synchronized at their end as in the timed run, and nothing else: no profiler window,
 mirror or count (``HookSettings.skip``).
@@ -48,6 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nsightflow.domains import AUTO_DOMAIN
 from nsightflow.records import HOOK_ENV, HookSettings
 
 
@@ -74,6 +78,13 @@ class Tracker:
         self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
         self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
         self.gated = settings.gate is not None and settings.mode in ("probe", "timed")  # not yet past the gate
+        self.own = False  # whether the program has opened an NVTX range of its own
+        self.auto: Any = None  # the automatic stages' hooks (nsightflow.capture.hook_auto), while followed
+
+    def follows_auto(self) -> bool:
+        """Whether the automatic stages (nsightflow.capture.hook_auto) are followed: they are the stages, or the
+        stages are not known yet and the program has opened no range of its own."""
+        return self.s.domain == AUTO_DOMAIN or (self.s.domain is None and not self.own)
 
     def pass_gate(self) -> None:
         """A launch beside another (nsightflow.capture.gate): the probe waits for the stages the timed run found; the
@@ -109,6 +120,10 @@ class Tracker:
         with self.lock:
             if self.rank is None:
                 self.rank = rank_of()
+            if domain != AUTO_DOMAIN and not self.own:
+                self.own = True
+                if self.auto is not None and self.s.domain is None:  # its own ranges are its stages
+                    self.auto.remove()
             stack = self.stacks.setdefault(tid, [])
             depth = sum(1 for d, _, _, _ in stack if d == domain)
             stack.append((domain, name, time.perf_counter_ns(), compiled_graphs()))
@@ -134,7 +149,8 @@ class Tracker:
             if self.step is not None and self.step[2] == tid and self.step[3] == at:
                 self._end()
             elif self.s.domain is None and not any(d == domain for d, _, _, _ in stack[:at]):
-                _sync()  # stages not yet known: every top-level range ends synchronized
+                if domain != AUTO_DOMAIN or not self.own:
+                    _sync()  # stages not yet known: every top-level range ends synchronized
             d, name, t0, graphs = stack.pop(at)
             if self.s.mode == "timed":
                 depth = sum(1 for x, _, _, _ in stack[:at] if x == d)
@@ -248,6 +264,10 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
     _wrap_nvtx(tracker)
     if settings.mode == "probe":
         tracker.pass_gate()  # beside a timed run: before the program's first line, torch imported, no GPU touched
+    if tracker.follows_auto():
+        from nsightflow.capture import hook_auto
+
+        tracker.auto = hook_auto.install(tracker)  # stages for a program that opens no range of its own
     atexit.register(_finish, tracker)
     return tracker
 
