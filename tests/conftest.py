@@ -55,12 +55,20 @@ def slurm_available() -> bool:
     return out.returncode == 0 and any(s in ("idle", "mixed", "allocated") for s in out.stdout.split())
 
 
+def corpus_dir() -> Path | None:
+    """The folder of public programs the corpus tier runs (NSIGHTFLOW_CORPUS: one snapshot per program, e.g.
+    ``nanoGPT/train.py``): their code is never committed here, so each machine brings its own copy."""
+    folder = os.environ.get("NSIGHTFLOW_CORPUS")
+    return Path(folder).resolve() if folder and Path(folder).is_dir() else None
+
+
 # Tiers that are skipped where their machinery is missing, unless NSIGHTFLOW_REQUIRE names them (CI does,
 # so that a broken setup fails the run instead of skipping its tests).
 TIERS = {
     "gpu": (gpu_available, "a CUDA GPU with nsys and ncu on PATH (the GPU test host)"),
     "slurm": (slurm_available, "a Slurm cluster that answers (sinfo); scripts/slurm_local.sh starts one"),
     "browser": (lambda: shutil.which("chromium") is not None, "Chromium (Debian's package chromium)"),
+    "corpus": (lambda: corpus_dir() is not None, "NSIGHTFLOW_CORPUS: a folder of the public programs' snapshots"),
 }
 
 

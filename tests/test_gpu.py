@@ -1255,3 +1255,36 @@ def test_a_compiled_command_runs_its_compiled_kernels_as_a_plain_nsys_run_does(t
     places = list(zip(names, by_position.values.tolist(), strict=True))
     print(f"ncu over every launch, DRAM bytes per launch by position in the step (mean, min, max): {places}")
     assert abs(mt / t - 1) < 0.01 and abs(md / d - 1) < 0.01
+
+
+NO_RANGES = {"steps": 6, "accum": 2, "hidden": 1024, "batch": 512, "eval-every": 3, "eval-batches": 2}
+
+
+def test_a_compiled_training_script_without_ranges_is_profiled_by_its_iterations(tmp_path):
+    """A training loop with no NVTX range, its model compiled (inductor): its iterations (optimizer steps) and its
+    evaluation calls are the stages, measured compiled (Triton kernels in the iterations), and ncu's tensor FLOPs of
+    the sampled iterations equal the MLP's matmuls (bf16, every dimension a multiple of 128: no padding)."""
+    argv = [sys.executable, "tests/programs/no_ranges.py", "--mode", "train", "--compile", "--backend", "inductor"]
+    argv += [x for k, v in NO_RANGES.items() for x in (f"--{k}", str(v))]
+    results, seconds = _run(tmp_path, "no_ranges", workloads=[{"name": "no_ranges", "command": argv}])
+    run = results / "no_ranges"
+    manifest = json.loads((run / "manifest.json").read_text())
+    h, b = NO_RANGES["hidden"], NO_RANGES["batch"]
+    evaluation = f"inference {b}x{h}"
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    print(
+        f"no-range training: workflow {seconds:.1f} s; stages {stages.index.tolist()}; apart {manifest['warmup_steps']}"
+    )
+    print(stages[["range_instances", "flops_analytic", "flops_tensor_measured", "wall_s", "busy_s"]].to_string())
+    assert manifest["stage_domain"] == "nsightflow.auto" and set(stages.index) == {"iteration", evaluation}
+    iterations = steady_steps(run, "iteration", NO_RANGES["steps"])
+    mm = 2 * b * h * 4 * h
+    analytic = iterations * NO_RANGES["accum"] * 5 * mm  # forward 2 matmuls, backward 3 (no input gradient first)
+    assert stages.loc["iteration", "flops_analytic"] == analytic
+    measured = stages.loc["iteration", "flops_tensor_measured"]
+    print(
+        f"iteration tensor FLOPs measured {measured:.6g} vs the shapes' {analytic:.6g} ({measured / analytic - 1:+.3%})"
+    )
+    assert abs(measured / analytic - 1) < 0.01
+    kernels = sql_launches(run / "timeline" / "timeline.sqlite")
+    assert any(k.startswith("triton_") for k in kernels.loc[kernels["stage"] == "iteration", "kernel"])

@@ -4,6 +4,7 @@ top-level model calls outside them, by gradient mode and input shape (nsightflow
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pandas as pd
@@ -49,12 +50,19 @@ def test_a_training_script_without_ranges_reports_its_iterations_and_evaluation_
 
 
 def test_a_generation_script_without_ranges_gets_prefill_and_decode_apart(tmp_path):
-    work = torch_workflow(tmp_path, [{"name": "gen", "command": _argv("--mode", "generate")}])
+    """Run from its own folder (``cwd:``), by a relative path, as a user runs a script of a project checked out
+    elsewhere: the hook's records and the profilers' outputs still land in the run's results."""
+    own = tmp_path / "project"
+    own.mkdir()
+    shutil.copy(PROGRAM, own / "generate.py")
+    argv = [sys.executable, "generate.py", *_argv("--mode", "generate")[2:]]
+    work = torch_workflow(tmp_path, [{"name": "gen", "command": argv, "cwd": str(own)}])
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "gen"
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
     prefill, decode = f"inference 1x{PROMPT}x{HIDDEN}", f"inference 1x1x{HIDDEN}"
     assert set(stages.index) == {prefill, decode}
+    assert sorted(p.name for p in own.iterdir()) == ["generate.py"]  # nothing of nsightflow's left there
     assert stages.loc[prefill, "flops_analytic"] == 2 * _mm(PROMPT)
     decodes = steady_steps(run, decode, STEPS)
     assert stages.loc[decode, "flops_analytic"] == decodes * 2 * _mm(1)

@@ -51,8 +51,9 @@ def safe_name(text: str, fallback: str = "unknown") -> str:
 def scratch(parent: str | Path, what: str) -> Iterator[str]:
     """A private folder (mode 0700) for one job's scratch files, inside ``parent`` (the run's results, never a shared
     temporary folder), removed when the job ends; a job killed outright (kill -9) leaves it there, in the run's own
-    folder, where the next run of that job removes it."""
-    parent = Path(parent)
+    folder, where the next run of that job removes it. Its path is absolute: a command runs in its own folder
+    (``cwd:``) and writes its records there."""
+    parent = Path(parent).resolve()
     parent.mkdir(parents=True, exist_ok=True)
     for stale in parent.glob(f".{what}-*"):
         shutil.rmtree(stale, ignore_errors=True)
