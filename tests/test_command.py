@@ -245,3 +245,26 @@ def test_a_commands_ncu_launch_never_starts_before_its_plan(tmp_path):
     fields = {"command": [sys.executable, "program.py"]}
     got = program_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json", await_plan=True)
     assert [launch.awaits_plan for launch in got] == [False]
+
+
+def test_stage_ranges_in_a_worker_thread_are_profiled_under_torch_profiler(tmp_path):
+    """torch.profiler is thread-local: it starts and stops on the thread of the steps (kineto killed the process with
+    SIGSEGV when it was stopped from the main thread at exit)."""
+    steps, n = 4, 64
+    argv = [
+        sys.executable,
+        str(ROOT / "tests" / "programs" / "threaded_steps.py"),
+        "--steps",
+        str(steps),
+        "--n",
+        str(n),
+    ]
+    work = torch_workflow(tmp_path, [{"name": "threaded", "command": argv}])
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "threaded"
+    decode = steady_steps(run, "decode", steps)
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert int(stages.loc["decode", "range_instances"]) == decode
+    assert stages.loc["decode", "flops_analytic"] == decode * 2 * n**3
+    kernels = pd.read_csv(run / "kernels.csv").set_index("kernel")  # the trace's operators, inside its steps
+    assert kernels.loc["aten::mm", "instances"] == decode and kernels.loc["aten::tanh", "instances"] == decode

@@ -1249,11 +1249,24 @@ def test_a_compiled_command_runs_its_compiled_kernels_as_a_plain_nsys_run_does(t
         f"launch {t:.6g} ({mt / t - 1:+.3%}); DRAM {md:.6g} vs {d:.6g} ({md / d - 1:+.3%}); profiled "
         f"{stages.loc['decode', 'profiled_launches']:.0f}"
     )
+    # Steady walls against the program's own step times, printed by the same timed run (the first lines in the log).
+    log = (run / "logs" / "timeline.log").read_text().splitlines()
+    own = [float(line.split()[1]) for line in log if re.fullmatch(r"step \d+\.\d+", line)][: COMPILED["steps"]]
+    ours = manifest["program_wall_s"]["decode"]
+    theirs = statistics.median(own[len(apart) :])
+    ratio = statistics.median(ours) / theirs
+    print(f"steady decode wall per step: ours {statistics.median(ours) * 1e3:.4f} ms, the program's own "
+          f"{theirs * 1e3:.4f} ms ({ratio - 1:+.2%}); its own every step {own}")  # fmt: skip
+    assert len(own) == COMPILED["steps"] and abs(ratio - 1) < 0.05
     dram = tail["dram__bytes_read.sum"] + tail["dram__bytes_write.sum"]
     by_position = dram.groupby(np.arange(len(tail)) % per_step).agg(["mean", "min", "max"])
     names = tail["Kernel Name"].iloc[:per_step].str[:40].tolist()
     places = list(zip(names, by_position.values.tolist(), strict=True))
     print(f"ncu over every launch, DRAM bytes per launch by position in the step (mean, min, max): {places}")
+    for raw_csv in sorted((run / "ncu").glob("*.raw.csv")):
+        mine_raw, _ = ncu_csv.parse_raw_csv(raw_csv)
+        bytes_ = mine_raw["dram__bytes_read.sum"] + mine_raw["dram__bytes_write.sum"]
+        print(f"windowed {raw_csv.name}: {list(zip(mine_raw['Kernel Name'].str[:40], bytes_.tolist(), strict=True))}")
     assert abs(mt / t - 1) < 0.01 and abs(md / d - 1) < 0.01
 
 
@@ -1275,7 +1288,7 @@ def test_a_compiled_training_script_without_ranges_is_profiled_by_its_iterations
     print(
         f"no-range training: workflow {seconds:.1f} s; stages {stages.index.tolist()}; apart {manifest['warmup_steps']}"
     )
-    print(stages[["range_instances", "flops_analytic", "flops_tensor_measured", "wall_s", "busy_s"]].to_string())
+    print(stages[["range_instances", "flops_analytic", "flops_tensor_measured", "wall_ms", "gpu_busy_ms"]].to_string())
     assert manifest["stage_domain"] == "nsightflow.auto" and set(stages.index) == {"iteration", evaluation}
     iterations = steady_steps(run, "iteration", NO_RANGES["steps"])
     mm = 2 * b * h * 4 * h
@@ -1288,3 +1301,23 @@ def test_a_compiled_training_script_without_ranges_is_profiled_by_its_iterations
     assert abs(measured / analytic - 1) < 0.01
     kernels = sql_launches(run / "timeline" / "timeline.sqlite")
     assert any(k.startswith("triton_") for k in kernels.loc[kernels["stage"] == "iteration", "kernel"])
+
+
+def test_stage_ranges_in_a_worker_thread_on_the_gpu(tmp_path):
+    """Steps run in a worker thread (a server's loop): under torch.profiler (started and stopped on that thread) and
+    under nsys and ncu, every steady step's matmul is measured: 2·n³ tensor FLOPs each."""
+    steps, n = 6, 2048
+    argv = [sys.executable, "tests/programs/threaded_steps.py", "--steps", str(steps), "--n", str(n)]
+    for profiler in ("torch", "nsight"):
+        results, seconds = _run(
+            tmp_path, f"threaded_{profiler}", workloads=[{"name": "threaded", "command": argv}], profiler=profiler
+        )
+        run = results / "threaded"
+        decode = steady_steps(run, "decode", steps)
+        stages = pd.read_csv(run / "stages.csv").set_index("stage")
+        kernels = pd.read_csv(run / "kernels.csv")
+        print(f"threaded, {profiler}: {seconds:.1f} s; {stages.loc['decode'].to_dict()}")
+        assert stages.loc["decode", "flops_analytic"] == decode * 2 * n**3
+        assert stages.loc["decode", "gpu_busy_ms"] > 0 and not kernels["kernel"].str.startswith("aten::").any()
+        if profiler == "nsight":
+            assert stages.loc["decode", "flops_tensor_measured"] == decode * 2 * n**3

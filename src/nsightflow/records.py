@@ -373,6 +373,7 @@ class HookSettings:
     gate: str | None = None  # a launch beside another (nsightflow.capture.gate): probe waits there, timed for it
     gate_pid: int | None = None  # mode timed: the process of the gated launch (it may end before it is ready)
     skip: dict[str, list[int]] = field(default_factory=dict)  # stage -> its warm-up steps (ordinals): followed only
+    steps: dict[str, int] = field(default_factory=dict)  # stage -> the timed run's steps (torch: stop after the last)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -1,9 +1,11 @@
 """A program that compiles its step with ``torch.compile(fullgraph=True)`` and opens an NVTX range around each step,
 as gpt-fast's ``--compile`` does, small enough for a CPU: no nsightflow import. It prints how many graphs
-torch.compile made. Its matrix FLOPs per step: two matmuls, (batch x hidden) by (hidden x 4·hidden) and back.
+torch.compile made, and each step's time (``step <seconds>``, synchronized). Its matrix FLOPs per step: two
+matmuls, (batch x hidden) by (hidden x 4·hidden) and back.
 """
 
 import argparse
+import time
 
 import nvtx
 import torch
@@ -35,9 +37,11 @@ def main() -> None:
     with torch.no_grad():
         for _ in range(a.steps):
             with nvtx.annotate("decode", domain="LLM"):
+                t0 = time.perf_counter()
                 x = step(x).clone()  # a CUDA graph's output is overwritten by its next replay (as gpt-fast clones)
                 if device == "cuda":
                     torch.cuda.synchronize()
+                print(f"step {time.perf_counter() - t0:.6f}", flush=True)  # its own timing, as gpt-fast prints
     from torch._dynamo.utils import counters
 
     print(f"graphs {counters['stats']['unique_graphs']}")

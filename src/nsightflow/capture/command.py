@@ -350,6 +350,7 @@ def torch_profile(
 
         hook = HookSettings("torch", f"{tmp}/torch.json", found.domain, found.stages, call.mirror, labels)
         hook = replace(hook, dtype=call.dtype, rank=call.rank, trace=str(Path(trace).resolve()), skip=found.skip)
+        hook = replace(hook, steps={k: len(v) for k, v in found.every_wall.items()})
         runs = _run(call, hook, log, timeout_s, [])
         profiled = primary(runs, call.rank)
         same_steps(found, profiled, "torch.profiler")

@@ -179,6 +179,8 @@ class Tracker:
             self._own(self.actions.end)
         self.walls.setdefault(stage, []).append(time.perf_counter() - self.t0)
         self.step = None
+        if self.s.steps and all(self.counts.get(k, 0) >= n for k, n in self.s.steps.items()):
+            self._own(self.actions.last_step)  # torch.profiler stops on the thread that started it
 
     def _own(self, fn: Any, *args: Any) -> Any:
         self.inside = True

@@ -97,6 +97,9 @@ class ProbeActions:
         if self.marks is not None:
             self.marks.pop()
 
+    def last_step(self) -> None:
+        pass
+
     def finish(self) -> dict[str, Any]:
         from nsightflow.capture.flops import matmul_precision
         from nsightflow.capture.harness import environment, measure_ceilings
@@ -123,7 +126,11 @@ class ProbeActions:
 
 
 class TorchActions:
-    """Mode torch: the whole program under torch.profiler, each step inside ``record_function('<mirror>:<label>')``."""
+    """Mode torch: the whole program under torch.profiler, each step inside ``record_function('<mirror>:<label>')``.
+
+    torch.profiler is thread-local: it starts at the first step, on that step's thread, and stops after the last step
+    the timed run had (``HookSettings.steps``), on the same thread; kineto killed the process (SIGSEGV) when a program
+    whose steps ran in a worker thread stopped it from the main thread at exit."""
 
     def __init__(self, s: HookSettings, rank: int | None) -> None:
         import torch
@@ -137,6 +144,7 @@ class TorchActions:
         self.prof = profile(activities=activities)
         self.prof.start()
         self.ranges: list[Any] = []
+        self.stopped = False
 
     def begin(self, stage: str, step: int) -> None:
         from torch.profiler import record_function
@@ -149,15 +157,23 @@ class TorchActions:
     def end(self) -> None:
         self.ranges.pop().__exit__(None, None, None)
 
-    def finish(self) -> dict[str, Any]:
+    def last_step(self) -> None:
+        """Stop the profiler and write the trace (after the program's last step, on its thread)."""
         from nsightflow import files
-        from nsightflow.capture.harness import environment
 
+        if self.stopped:
+            return
+        self.stopped = True
         self.prof.stop()
         if self.trace:
             tmp = files.staging(self.trace)
             self.prof.export_chrome_trace(str(tmp))
             files.publish(tmp, self.trace)
+
+    def finish(self) -> dict[str, Any]:
+        from nsightflow.capture.harness import environment
+
+        self.last_step()  # a run whose step count is not known: at exit
         return {"environment": environment(device_in_use()), "trace_labels": {v: k for k, v in self.s.labels.items()}}
 
 
@@ -165,6 +181,9 @@ class TimedActions:
     """Mode timed, and a rank that is not profiled under ncu or in the count run: nothing at the steps."""
 
     def begin(self, stage: str, step: int) -> None:
+        pass
+
+    def last_step(self) -> None:
         pass
 
     def end(self) -> None:
