@@ -61,6 +61,15 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def _idle() -> bool:
+    """Whether the GPU's current stream has no work left (a program that synchronized its step itself): the step
+    ended when its range did, and the hook's own synchronization is not part of its wall."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return True
+    return bool(torch.cuda.current_stream().query())
+
+
 class Tracker:
     """Follows the program's push/pop ranges per thread and acts at stage step boundaries (see the module's doc)."""
 
@@ -171,13 +180,15 @@ class Tracker:
     def _end(self) -> None:
         assert self.step is not None
         stage = self.step[0]
+        ended, done = time.perf_counter(), _idle()  # the program may have waited for its step's work itself
         _sync()
         if self.step[4]:  # a warm-up step: synchronized as in the timed run, nothing else
             self.step = None
             return
+        ended = ended if done else time.perf_counter()
         if self.actions is not None:
             self._own(self.actions.end)
-        self.walls.setdefault(stage, []).append(time.perf_counter() - self.t0)
+        self.walls.setdefault(stage, []).append(ended - self.t0)
         self.step = None
         if self.s.steps and all(self.counts.get(k, 0) >= n for k, n in self.s.steps.items()):
             self._own(self.actions.last_step)  # torch.profiler stops on the thread that started it
