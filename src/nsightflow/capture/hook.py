@@ -70,6 +70,14 @@ def _idle() -> bool:
     return bool(torch.cuda.current_stream().query())
 
 
+def _closing() -> int:
+    """Synchronize the GPU at a range's end; when the range ended (ns): at once where the program had waited for its
+    work itself, else once the synchronization returned (the hook's own wait is never part of a step's wall)."""
+    ended, done = time.perf_counter_ns(), _idle()
+    _sync()
+    return ended if done else time.perf_counter_ns()
+
+
 class Tracker:
     """Follows the program's push/pop ranges per thread and acts at stage step boundaries (see the module's doc)."""
 
@@ -155,21 +163,23 @@ class Tracker:
             at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == domain), None)
             if at is None:
                 return
+            end = None
             if self.step is not None and self.step[2] == tid and self.step[3] == at:
-                self._end()
+                end = self._end()
             elif self.s.domain is None and not any(d == domain for d, _, _, _ in stack[:at]):
                 if domain != AUTO_DOMAIN or not self.own:
-                    _sync()  # stages not yet known: every top-level range ends synchronized
+                    end = _closing()  # stages not yet known: every top-level range ends synchronized
             d, name, t0, graphs = stack.pop(at)
             if self.s.mode == "timed":
                 depth = sum(1 for x, _, _, _ in stack[:at] if x == d)
-                self.ranges.append((d, name, depth, tid, t0, time.perf_counter_ns(), compiled_graphs() - graphs))
+                end = end if end is not None else time.perf_counter_ns()
+                self.ranges.append((d, name, depth, tid, t0, end, compiled_graphs() - graphs))
 
     def _begin(self, stage: str, step: int) -> None:
         if DEBUG:
             # One write, the line and its end: print() writes them apart, and another rank's line came between.
             sys.stderr.write(f"[nsightflow hook] pid {os.getpid()} {self.s.mode}: step {stage!r} {step}\n")
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter_ns()
         if self.actions is None:  # the first step: the rank is known by now (torch.distributed initialised)
             from nsightflow.capture import hook_actions
 
@@ -177,21 +187,21 @@ class Tracker:
             self.actions = self._own(hook_actions.for_mode, self.s, self.rank)
         self._own(self.actions.begin, stage, step)
 
-    def _end(self) -> None:
+    def _end(self) -> int:
+        """End the step: synchronized, its actions ended, its wall kept; returns when it ended (ns)."""
         assert self.step is not None
         stage = self.step[0]
-        ended, done = time.perf_counter(), _idle()  # the program may have waited for its step's work itself
-        _sync()
+        ended = _closing()
         if self.step[4]:  # a warm-up step: synchronized as in the timed run, nothing else
             self.step = None
-            return
-        ended = ended if done else time.perf_counter()
+            return ended
         if self.actions is not None:
             self._own(self.actions.end)
-        self.walls.setdefault(stage, []).append(ended - self.t0)
+        self.walls.setdefault(stage, []).append((ended - self.t0) / 1e9)
         self.step = None
         if self.s.steps and all(self.counts.get(k, 0) >= n for k, n in self.s.steps.items()):
             self._own(self.actions.last_step)  # torch.profiler stops on the thread that started it
+        return ended
 
     def _own(self, fn: Any, *args: Any) -> Any:
         self.inside = True
