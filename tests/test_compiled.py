@@ -46,6 +46,7 @@ def test_a_compiled_command_is_measured_compiled_and_counted_apart(tmp_path):
     assert any(n.startswith("Torch-Compiled Region") for n in names)
     page = (run / "report.html").read_text()
     assert "warm-up step(s) set apart" in page and "torch.compile made 1 graph(s)" in page
+    assert "<h3>Wall time per step (the program's timed run)</h3><img alt='wall time per step'" in page
 
 
 def test_the_profiled_launch_of_a_compiled_command_runs_it_compiled(tmp_path):

@@ -96,6 +96,27 @@ def figure_png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def step_walls_png(every: dict[str, list[float]], apart: dict[str, list[int]]) -> bytes:
+    """Each stage's wall time per step of the program's timed run (log scale), the warm-up steps set apart drawn
+    hollow: a user sees compilation and cold caches beside the steady state."""
+    fig, ax = _figure(7, 3.2, 110)
+    colours = stage_colours(list(every))
+    for stage, walls in every.items():
+        skip = set(apart.get(stage, []))
+        steady = [(i, w * 1e3) for i, w in enumerate(walls) if i not in skip]
+        warm = [(i, w * 1e3) for i, w in enumerate(walls) if i in skip]
+        c = colours[stage]
+        ax.plot([i for i, _ in steady], [w for _, w in steady], "o-", color=c, ms=3, lw=1, label=stage)
+        if warm:
+            ax.scatter([i for i, _ in warm], [w for _, w in warm], facecolors="none", edgecolors=c, s=30)
+    ax.set_yscale("log")
+    ax.set_xlabel("step (hollow: warm-up, set apart)")
+    ax.set_ylabel("wall per step (ms)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return figure_png(fig)
+
+
 def breakdown_png(df: pd.DataFrame) -> bytes:
     """Where the time goes, per run: busy time by stage (left), and per stage how close it runs to the
     compute peak (MFU) and to the bandwidth peak (right): the larger bar says which bound it is near."""

@@ -234,6 +234,15 @@ def render_run(
     said = run.get("diagnostics", [])
     parts += [f"<p class='warn'>{html.escape(d.text)}</p>" for d in said if d.level == "note"]
     parts.append(diagnostics_html([d for d in said if d.level != "note"]))
+    manifest = run.get("manifest") or Manifest()
+    if manifest.every_wall_s:
+        apart: dict[str, list[int]] = {}
+        for w in manifest.warmup_steps:
+            apart.setdefault(str(w["stage"]), []).append(int(w["step"]))
+        parts.append(
+            "<h3>Wall time per step (the program's timed run)</h3>"
+            + _png(charts.step_walls_png(manifest.every_wall_s, apart), "wall time per step")
+        )
     parts.append(peaks_html(pk))
     has_counters = "arithmetic_intensity" in run["kernels"] and run["kernels"]["arithmetic_intensity"].notna().any()
     if has_counters:
@@ -276,7 +285,6 @@ def render_run(
         + kernels_html(run["kernels"], kernel_columns(on_cpu, backend), "operators" if on_cpu else "kernels")
         + cards_html(run.get("cards") or [])
     )
-    manifest = run.get("manifest") or Manifest()
     parts.append(
         "<details><summary>Configuration and tool versions</summary><pre>"
         + html.escape(
