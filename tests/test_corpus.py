@@ -1,15 +1,19 @@
 """Corpus tier: public programs nobody here wrote, run as their users run them, checked against their own numbers.
 
 Their code is never committed: NSIGHTFLOW_CORPUS names a folder holding a snapshot of each (``nanoGPT/``: karpathy/
-nanoGPT, MIT licence), and a test copies it into its own folder, makes its data synthetically (no download) and runs
-the whole workflow over its unmodified command. On a CPU through torch.profiler; with ``-m gpu`` under nsys and ncu.
+nanoGPT, MIT licence; ``gpt-fast/``: pytorch-labs/gpt-fast, BSD-3-Clause), and a test copies it into its own folder,
+makes its data, checkpoint and tokenizer synthetically (no download) and runs the whole workflow over its command: as
+published, or with the few NVTX lines a user adds by NVIDIA's guide. On a CPU through torch.profiler; with
+``-m gpu`` under nsys and ncu.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import pickle
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,3 +106,91 @@ def test_nanogpt_as_published_under_nsys_and_ncu(tmp_path):
     print(stages.T.to_string())
     # the GPU ran at least the model's matrix FLOPs of an iteration (tile padding adds, nothing removes)
     assert stages.loc["iteration", "flops_tensor_measured"] >= 0.99 * stages.loc["iteration", "flops_analytic"]
+
+
+# gpt-fast's stories15M shape (its model.py), under a folder name that also picks its tiktoken tokenizer.
+GPT_FAST = {"n_layer": 6, "dim": 288, "intermediate": 768, "vocab": 32000}
+PROMPT, NEW, SAMPLES = 32, 8, 2
+RANGES = [  # (a line of generate.py, the lines a user puts around it); the same indentation
+    ("next_token = prefill(model, prompt.view(batch_size, -1), input_pos, **sampling_kwargs).clone()", "prefill"),
+    ("next_token, next_prob = decode_one_token(", "decode"),
+]
+
+
+def _gpt_fast(tmp_path: Path, device: str, compile_: bool) -> tuple[Path, list[str]]:
+    """A copy of gpt-fast with NVTX ranges around its prefill and each decode step, a random stories15M-shaped
+    checkpoint and a tiktoken file of as many tokens as its vocabulary; its generate.py command line."""
+    corpus = corpus_dir()
+    assert corpus is not None and (corpus / "gpt-fast" / "generate.py").is_file(), "NSIGHTFLOW_CORPUS lacks gpt-fast/"
+    folder = tmp_path / "gpt-fast"
+    shutil.copytree(corpus / "gpt-fast", folder, ignore=shutil.ignore_patterns(".git"))
+    src = (folder / "generate.py").read_text()
+    for line, stage in RANGES:
+        at = src.index(line)
+        start = src.rindex("\n", 0, at) + 1
+        indent = src[start:at]
+        end = src.index("cur_token = next_token.clone()", at) if stage == "decode" else at
+        end = src.index("\n", end) + 1
+        pushed = f'{indent}nvtx.push_range("{stage}", domain="LLM")\n'
+        src = src[:start] + pushed + src[start:end] + f'{indent}nvtx.pop_range(domain="LLM")\n' + src[end:]
+    (folder / "generate.py").write_text("import nvtx\n" + src)
+    ckpt = folder / "checkpoints" / "stories15M-llama-3"
+    ckpt.mkdir(parents=True)
+    make = (
+        "import torch; from model import Transformer; torch.manual_seed(0); m = Transformer.from_name('stories15M'); "
+        "[torch.nn.init.normal_(p, std=0.02) for p in m.parameters()]; "
+        f"torch.save(m.state_dict(), {str(ckpt / 'model.pth')!r})"
+    )
+    subprocess.run([sys.executable, "-c", make], cwd=folder, check=True)
+    ranks = [bytes([b]) for b in range(256)] + [f"t{i}".encode() for i in range(GPT_FAST["vocab"] - 256 - 256)]
+    lines = (f"{base64.b64encode(t).decode()} {r}" for r, t in enumerate(ranks))
+    (ckpt / "tokenizer.model").write_text("\n".join(lines) + "\n")
+    argv = [sys.executable, "generate.py", "--checkpoint_path", str(ckpt / "model.pth"), "--prompt", str(PROMPT)]
+    argv += ["--num_samples", str(SAMPLES), "--max_new_tokens", str(NEW), "--device", device]
+    return folder, argv + (["--compile"] if compile_ else [])
+
+
+def _gpt_fast_flops(tokens: int, cache: int) -> float:
+    """One forward over ``tokens`` new tokens with a KV cache of ``cache`` positions, from the shapes: 2 FLOPs per
+    weight per token (wqkv, wo, the three FFN matrices, the output), and attention over the whole cache (gpt-fast
+    masks it: q·kᵀ and p·v, 2·2·dim·cache per token per layer)."""
+    L, d, f, v = GPT_FAST["n_layer"], GPT_FAST["dim"], GPT_FAST["intermediate"], GPT_FAST["vocab"]
+    weights = L * (3 * d * d + d * d + 3 * d * f) + d * v
+    return tokens * (2 * weights + L * 4 * d * cache)
+
+
+def _check_gpt_fast(run: Path, compiled: bool) -> None:
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert set(stages.index) == {"prefill", "decode"}, stages.index.tolist()
+    counts = json.loads((run / "analytic_flops.json").read_text())["stages"]
+    runs = SAMPLES + (1 if compiled else 0)  # gpt-fast's --compile runs one more sample first, to compile
+    prefills = steady_steps(run, "prefill", runs)
+    decodes = steady_steps(run, "decode", runs * (NEW - 1))
+    cache = PROMPT + NEW
+    for stage, steps, tokens in (("prefill", prefills, PROMPT), ("decode", decodes, 1)):
+        got, want = counts[stage]["flops"] / steps, _gpt_fast_flops(tokens, cache)
+        print(f"gpt-fast {stage}: FLOPs per step {got:.6g} vs the shapes' {want:.6g} ({got / want - 1:+.3%})")
+        assert abs(got / want - 1) < 0.01
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compile"])
+def test_gpt_fast_with_its_ranges_on_a_cpu(tmp_path, compiled):
+    folder, argv = _gpt_fast(tmp_path, "cpu", compiled)
+    work = _workflow(tmp_path, {"name": "gptfast", "command": argv, "cwd": str(folder)}, "torch")
+    snakemake(work, "--cores", "1", "results/report.html")
+    _check_gpt_fast(work / "results" / "gptfast", compiled)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compile"])
+def test_gpt_fast_with_its_ranges_under_nsys_and_ncu(tmp_path, compiled):
+    folder, argv = _gpt_fast(tmp_path, "cuda", compiled)
+    work = _workflow(tmp_path, {"name": "gptfast", "command": argv, "cwd": str(folder)}, "nsight")
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "gptfast"
+    _check_gpt_fast(run, compiled)
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    print(stages[["range_instances", "wall_ms", "gpu_busy_ms", "flops_analytic", "flops_tensor_measured"]].to_string())
+    if compiled:  # measured compiled: Triton kernels in its decode steps
+        kernels = pd.read_csv(run / "kernels.csv")
+        assert kernels.loc[kernels["stage"] == "decode", "kernel"].str.startswith("triton_").any()
