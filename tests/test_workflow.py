@@ -128,3 +128,7 @@ def test_command_line_overrides_arrive_typed(tmp_path):
     )
     assert got["select"] == {"top_n": 3, "coverage": None}
     assert got["workloads"][0]["args"] == {"batch": 2, "model": "/models/7"}
+    # Strings that YAML 1.1 would change stay as written: a zero-padded count, a version, a word, an empty string.
+    kept = {"steps": "010", "version": "1.10", "mode": "off", "tag": "", "ratio": "0.5", "lr": "1e-3", "on": "true"}
+    got = coerce({"workloads": [{"name": "a", "callable": "m:f", "args": kept}]}, schema)["workloads"][0]["args"]
+    assert got == {"steps": "010", "version": "1.10", "mode": "off", "tag": "", "ratio": 0.5, "lr": 1e-3, "on": True}

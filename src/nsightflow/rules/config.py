@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,24 @@ def _message(err: Any) -> str:
     return f"config {where}: {err.message}"
 
 
+_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"[-+]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+)")
+_WORDS = {"true": True, "false": False, "null": None, "~": None}
+
+
 def _scalar(text: str) -> Any:
-    """A command-line string read as YAML, when it is a plain number, boolean or null."""
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    return value if value is None or isinstance(value, (bool, int, float)) else text
+    """A command-line string as the number, boolean or null it spells, read as YAML 1.2 does and only where nothing
+    is lost: ``'010'``, ``'1.10'``, ``'off'`` and ``''`` stay strings (PyYAML's YAML 1.1 made them 8, 1.1, False and
+    None: a workload's argument changed under it)."""
+    if text.lower() in _WORDS:
+        return _WORDS[text.lower()]
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        value = float(text)
+        exponent = "e" in text.lower()
+        return value if exponent or repr(value) == text.lstrip("+") else text
+    return text
 
 
 def _types(spec: dict[str, Any]) -> set[str]:
