@@ -159,3 +159,18 @@ def test_a_real_two_rank_timeline_gives_each_rank_its_own_kernels():
         assert row["comm_ms"] == pytest.approx((comm["end"] - comm["start"]).sum() / 1e6)
         assert row["comm_exposed_ms"] == pytest.approx(exposed_by_hand(g) / 1e6)
         assert row["comm_overlapped_ms"] + row["comm_exposed_ms"] == pytest.approx(row["comm_ms"])
+
+
+def test_ranks_with_unequal_step_counts_are_compared_per_step():
+    """Rank 1 ran 3 steps of 10 ms (30 ms), rank 0 ran 2 of 12 ms (24 ms): by totals rank 1 looked slowest, per step
+    rank 0 is (12 ms against 10 ms, 20% over)."""
+    from nsightflow.analysis.ranks import rank_notes
+    from nsightflow.records import Manifest
+
+    table = pd.DataFrame(
+        {"stage": ["decode", "decode"], "rank": [0, 1], "steps": [2, 3], "wall_ms": [24.0, 30.0]}
+        | {"comm_ms": [0.0, 0.0], "comm_exposed_ms": [0.0, 0.0]}
+    )
+    said = [d.message for d in rank_notes(table, Manifest(profiled_rank=0)) if d.source == "decode"]
+    want = "rank 0 is the slowest (12.000 ms a step, 20.0% over the fastest rank; the ranks ran 2 and 3 steps)."
+    assert said == [want]

@@ -99,8 +99,15 @@ def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
                 row.update(_busy(groups.get((int(r["pid"]), stage), launches.iloc[0:0])))
             rows.append(row)
     out = pd.DataFrame(rows)
-    out["slowest"] = out["wall_ms"].eq(out.groupby("stage")["wall_ms"].transform("max")) & out["wall_ms"].notna()
+    per_step = per_step_ms(out)  # ranks may run unequal step counts: compared per step, never by totals
+    out["slowest"] = per_step.eq(per_step.groupby(out["stage"]).transform("max")) & per_step.notna()
     return out.reindex(columns=columns.names("ranks"))
+
+
+def per_step_ms(table: pd.DataFrame) -> pd.Series:
+    """Each rank's stage wall per step (ms): its total over its own step count."""
+    steps = pd.to_numeric(table["steps"], errors="coerce")
+    return (pd.to_numeric(table["wall_ms"], errors="coerce") / steps.where(steps > 0)).astype(float)
 
 
 def _busy(g: pd.DataFrame) -> dict[str, Any]:
@@ -143,14 +150,16 @@ def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[Diagnostic]:
         )
     ]
     for stage, g in table.groupby("stage", sort=False):
-        walls = g["wall_ms"].dropna()
+        walls = per_step_ms(g).dropna()
         if len(walls) > 1 and walls.min() > 0:
             slow = g.loc[walls.sort_values().index[-1]]
+            steps = sorted(set(g["steps"].astype(int)))
+            unequal = f"; the ranks ran {' and '.join(map(str, steps))} steps" if len(steps) > 1 else ""
             notes.append(
                 note(
                     str(stage),
-                    f"rank {slow['rank']} is the slowest ({slow['wall_ms']:.3f} ms, "
-                    f"{walls.max() / walls.min() - 1:.1%} over the fastest rank).",
+                    f"rank {slow['rank']} is the slowest ({walls.max():.3f} ms a step, "
+                    f"{walls.max() / walls.min() - 1:.1%} over the fastest rank{unequal}).",
                 )
             )
         comm = g["comm_ms"].fillna(0)
