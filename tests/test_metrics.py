@@ -91,6 +91,12 @@ def test_results_are_joined_to_the_plan_by_order_grid_block_and_name():
     swapped.loc[7, "kernel"] = exp.loc[8, "kernel"] if exp.loc[8, "kernel"] != exp.loc[7, "kernel"] else "other"
     with pytest.raises(matching.MatchError, match="differs from the planned launch"):
         matching.match_to_plan(res, swapped, "prefill")
+    # A Triton kernel (the names made so) planned with another block: the autotuner's choice, named as the cause.
+    tuned, res_tuned = exp.copy(), res.copy()
+    tuned.loc[5, ["kernel", "mangled", "block"]] = ["triton_per_fused_mean_0", "triton_per_fused_mean_0", "(256, 1, 1)"]
+    res_tuned.loc[res_tuned["ncu_id"] == res["ncu_id"].min() + 5, "ncu_kernel"] = "triton_per_fused_mean_0"
+    with pytest.raises(matching.MatchError, match="result 5 .* Triton kernel ran with another launch shape"):
+        matching.match_to_plan(res_tuned, tuned, "prefill")
     with pytest.raises(matching.MatchError, match="the plan names 127"):
         matching.match_to_plan(res, exp.iloc[:127], "prefill")
 

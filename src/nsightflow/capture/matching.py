@@ -67,11 +67,23 @@ def match_to_plan(results: pd.DataFrame, expected: pd.DataFrame, capture: str) -
             f"{str(res.loc[i, 'ncu_kernel'])[:100]} grid {res.loc[i, 'grid']} block {res.loc[i, 'block']}; timeline "
             f"{str(exp.loc[i, 'kernel'])[:100]} grid {exp.loc[i, 'grid']} block {exp.loc[i, 'block']} "
             f"({exp.loc[i, 'stage']} step {exp.loc[i, 'step']}); {len(bad)} results differ"
+            + _why_shapes_differ(str(res.loc[i, "ncu_kernel"]), str(exp.loc[i, "mangled"]), str(exp.loc[i, "kernel"]))
         )
     for col in JOINED + [c for c in ("unit", "role") if c in exp.columns]:
         res[col] = exp[col].to_numpy()
     res["capture"] = capture
     return res
+
+
+def _why_shapes_differ(ncu_name: str, mangled: str, demangled: str) -> str:
+    """The cause, where it is known: a Triton kernel that torch.compile's autotuner gave another launch shape."""
+    if kernel_agrees(ncu_name, mangled, demangled) and ncu_name.startswith("triton_"):
+        return (
+            ". The same Triton kernel ran with another launch shape: torch.compile's autotuner timed its candidate "
+            "configurations again in the ncu launch, where ncu slows every launch, and chose another one, so the "
+            "program ran other kernels under ncu than in its timeline"
+        )
+    return ""
 
 
 def _stage_of(stack: list[dict[str, Any]] | None, domain: str) -> tuple[str, str, int] | None:
