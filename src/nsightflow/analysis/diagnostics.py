@@ -170,9 +170,7 @@ def program_notes(manifest: Manifest | None) -> list[Diagnostic]:
     if manifest.analytic_how:
         out.append(Diagnostic("info", "analytic FLOPs", manifest.analytic_how))
     if manifest.stage_domain == AUTO_DOMAIN:
-        out.append(
-            Diagnostic("info", "stages", f"{manifest.stage_domain_how[:1].upper()}{manifest.stage_domain_how[1:]}")
-        )
+        out.append(Diagnostic("info", "stages", manifest.stage_domain_how))
     return out
 
 

@@ -152,8 +152,8 @@ class Tracker:
                 self.step = (name, step, tid, len(stack) - 1, apart)
                 if not apart:
                     self._begin(name, step)
-                # the range starts once the hook's own work is done: none of it is part of the program's time
-                stack[-1] = (domain, name, time.perf_counter_ns(), stack[-1][3])
+            # every range starts once the hook's own work is done: none of it is part of the program's time
+            stack[-1] = (domain, name, time.perf_counter_ns(), stack[-1][3])
 
     def pop(self, domain: str | None) -> None:
         if self.inside:

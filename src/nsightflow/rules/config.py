@@ -52,9 +52,10 @@ _WORDS = {"true": True, "false": False, "null": None, "~": None}
 
 
 def _scalar(text: str) -> Any:
-    """A command-line string as the number, boolean or null it spells, read as YAML 1.2 does and only where nothing
-    is lost: ``'010'``, ``'1.10'``, ``'off'`` and ``''`` stay strings (PyYAML's YAML 1.1 made them 8, 1.1, False and
-    None: a workload's argument changed under it)."""
+    """A command-line string as the number, boolean or null it spells, only where nothing is lost: an integer
+    without leading zeros, a float that prints back as written (or in exponent form), true/false/null/~. ``'010'``,
+    ``'1.10'``, ``'off'`` and ``''`` stay strings (PyYAML's YAML 1.1 made them 8, 1.1, False and None: a workload's
+    argument changed under it)."""
     if text.lower() in _WORDS:
         return _WORDS[text.lower()]
     if _INT.fullmatch(text):
