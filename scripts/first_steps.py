@@ -19,19 +19,13 @@ from launch_timing import report_only, timed_launch, timeline_call
 
 from nsightflow.capture import nsys
 from nsightflow.capture.harness import HarnessCall
+from nsightflow.capture.hostfacts import THREAD_VARS
 
 SPLIT = re.compile(
     r"warm-up pass 1 by stage: prefill ([0-9.]+) s first step, [0-9.]+ s the rest, decode ([0-9.]+) s "
     r"first step, ([0-9.]+) s the rest"
 )
-SNAKEMAKE_THREADS = [
-    "OMP_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-]
+SNAKEMAKE_THREADS = list(THREAD_VARS)
 PHASE = re.compile(r"nsightflow: (workload built|warm-up pass 1): ([0-9.]+) s$", re.M)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -268,3 +269,37 @@ def test_stage_ranges_in_a_worker_thread_are_profiled_under_torch_profiler(tmp_p
     assert stages.loc["decode", "flops_analytic"] == decode * 2 * n**3
     kernels = pd.read_csv(run / "kernels.csv").set_index("kernel")  # the trace's operators, inside its steps
     assert kernels.loc["aten::mm", "instances"] == decode and kernels.loc["aten::tanh", "instances"] == decode
+
+
+THREADS_PROGRAM = """
+import os, sys
+import nvtx, torch
+with open(sys.argv[1], "a") as f:
+    print(os.environ.get("OMP_NUM_THREADS"), os.environ.get("MKL_NUM_THREADS"), torch.get_num_threads(), file=f)
+x = torch.randn(64, 64)
+for _ in range(2):
+    with nvtx.annotate("step", domain="T"):
+        x = x @ x / 64
+"""
+
+
+@pytest.mark.parametrize("user", [None, "3"])
+def test_the_program_keeps_the_users_thread_settings_not_the_jobs(tmp_path, user):
+    """Snakemake sets OMP_NUM_THREADS and five more to a job's ``threads`` in every job: the profiled program gets
+    the user's own values back (here: unset, or 3), in every launch, so it runs as it runs alone."""
+    seen = tmp_path / "seen.txt"
+    (tmp_path / "threads.py").write_text(THREADS_PROGRAM)
+    work = torch_workflow(
+        tmp_path, [{"name": "threads", "command": [sys.executable, str(tmp_path / "threads.py"), str(seen)]}]
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    env.pop("NSIGHTFLOW_HOST_FACTS", None)
+    if user is not None:
+        env["OMP_NUM_THREADS"] = user
+    snakemake(work, "--cores", "2", "results/report.html", env=env)
+    lines = seen.read_text().splitlines()
+    assert len(lines) >= 2  # the timed run, the profiled one (and the count run)
+    plain = tmp_path / "plain.txt"  # the program run alone, from the same environment
+    subprocess.run([sys.executable, str(tmp_path / "threads.py"), str(plain)], env=env, check=True)
+    assert plain.read_text().split()[:2] == [str(user), "None"]
+    assert all(line == plain.read_text().strip() for line in lines), lines

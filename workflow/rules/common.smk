@@ -49,6 +49,12 @@ def gpu_jobs(wildcards):
     return GPU_JOBS * (run_spec(wildcards).get("gpus") or 1)
 
 
+def profile_threads(wildcards):
+    """A profiling job on the CPU takes every core, so it runs alone: its walls and measured ceilings are the
+    machine's, not shared with another job's (the program keeps the user's own thread settings: hostfacts)."""
+    return 1 if GPU_JOBS else max(1, workflow.cores or 1)
+
+
 def harness_call(wildcards):
     """The workload's launch (nsightflow.capture.harness.HarnessCall's fields, or a command's:
     nsightflow.capture.command.CommandCall's, also for a callable run as several processes: nsightflow.capture.runner):

@@ -11,6 +11,7 @@ rule timeline:
         "results/{run}/logs/timeline.log",
     conda:
         "../../envs/nsightflow.yaml"
+    threads: profile_threads
     resources:
         gpu=gpu_jobs,
         runtime=runtime_min(config["nsys"]["timeout_s"]),

@@ -13,6 +13,7 @@ rule torch_profile:
         "results/{run}/logs/torch_profile.log",
     conda:
         "../../envs/nsightflow.yaml"
+    threads: profile_threads
     resources:
         gpu=gpu_jobs,
         runtime=runtime_min(config["torch"]["timeout_s"]),

@@ -19,6 +19,16 @@ from typing import Any, Literal
 from nsightflow.capture.backend import device_label, gpus, resolve, slug, tool_versions
 
 ENV = "NSIGHTFLOW_HOST_FACTS"
+# The thread-count variables Snakemake sets in every job to the job's `threads` (1 unless a rule says more): a
+# profiled program gets the user's own values back (nsightflow.capture.tools), so it runs as it runs alone.
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,8 @@ class HostFacts:
     versions: dict[str, Any] = field(default_factory=dict)
     decided_on: str = ""  # host name of the machine that decided
     request: dict[str, Any] = field(default_factory=dict)  # the config values the decision was made from
+    # the user's thread-count variables where the invocation started (None: unset)
+    user_threads: dict[str, str | None] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -69,6 +81,7 @@ def decide(config: dict[str, Any]) -> HostFacts:
         versions=tool_versions(backend, req["nsys"], req["ncu"]),
         decided_on=platform.node(),
         request=req,
+        user_threads={k: os.environ.get(k) for k in THREAD_VARS},
     )
 
 
@@ -86,3 +99,22 @@ def shared(config: dict[str, Any], environ: os._Environ[str] | dict[str, Any] = 
     facts = decide(config)
     environ[ENV] = facts.to_json()
     return facts
+
+
+def as_the_user_set(env: dict[str, Any], environ: os._Environ[str] | dict[str, Any] = os.environ) -> dict[str, Any]:
+    """``env`` with the thread-count variables as the user had them where the invocation started (``environ`` holds
+    the invocation's facts; without them, ``env`` as it is): a job's ``threads`` must not change the program."""
+    text = environ.get(ENV)
+    if not text:
+        return env
+    try:
+        user = HostFacts(**json.loads(text)).user_threads
+    except (TypeError, ValueError):
+        return env
+    out = dict(env)
+    for name, value in user.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out

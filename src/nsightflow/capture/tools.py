@@ -42,13 +42,15 @@ def run_tool(
     (process ``pid``) runs, a ``nested`` run_tool in it on the same devices (nsightflow.capture.children.run).
     """
     from nsightflow.capture.gpus import claim
+    from nsightflow.capture.hostfacts import as_the_user_set
 
     require(argv[0])
     with claim(n_devices=None if gpu else 0, want=gpus) as (child_env, decision):
         started = time.time()
         inner = None if beside is None else lambda pid: beside(child_env, pid)
         try:
-            stdout, code = children.run(argv, {**child_env, **(env or {})}, timeout_s, on_line, cwd, inner, nested)
+            program_env = {**as_the_user_set(child_env), **(env or {})}
+            stdout, code = children.run(argv, program_env, timeout_s, on_line, cwd, inner, nested)
         except subprocess.TimeoutExpired as exc:
             append_log(log, argv, (exc.output or "") + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
             raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
