@@ -79,6 +79,9 @@ def test_a_training_step_with_fused_adamw_is_analysed(analysed):
     assert len(adam) and adam["flops_tensor"].notna().all()  # the kernel whose name nsys and ncu spell apart
     # ncu's NVTX filter is per thread: autograd's backward kernels are not in the capture, and the page says so
     assert st.loc["LLM@backward", "coverage"] < 0.05
+    # ... so its counters, which would count the rest as zero, are not shown: "—", never a zero
+    for col in ("flops_tensor_measured", "dram_bytes_measured", "hfu_busy", "dram_bw_util_busy"):
+        assert pd.isna(st.loc["LLM@backward", col]), col
     summary = Summary.read(run / "summary.json")
     assert any(d.source == "LLM@backward" and d.level == "warning" for d in summary.diagnostics)
     assert any("autograd" in n and "LLM@backward" in n for n in summary.notes())
@@ -98,9 +101,16 @@ def test_an_moe_with_nested_decode_ranges_and_cub_ranges_is_analysed(analysed):
         assert st.loc[stage, "coverage"] == 1.0
         assert st.loc[stage, "flops_tensor_measured"] == pytest.approx(cells[stage]["bf16"], rel=1e-9)
         assert st.loc[stage, "dram_bytes_measured"] == pytest.approx(cells[stage]["dram"], rel=1e-9)
+        # every result is one profiled launch, counted once (not once per launch of its class)
+        assert st.loc[stage, "profiled_launches"] == cells[stage]["results"]
+    kernels = pd.read_csv(run / "kernels.csv")
+    assert (kernels["sampled_launches"] <= kernels["instances"]).all()
+    by_stage = kernels.groupby("stage")["sampled_launches"].sum()
+    assert {k: by_stage[k] for k in st.index} == {k: cells[k]["results"] for k in st.index}
+    # no probe ran beside these captures: which operator launched each kernel is unknown, not zero FLOPs of each
+    assert st[["flops_measured_gemm", "flops_measured_attention", "flops_measured_other"]].isna().all().all()
     notes = Summary.read(run / "summary.json").notes()
     assert any(n.startswith("LLM@decode_all: a range that only holds") for n in notes)
-    kernels = pd.read_csv(run / "kernels.csv")
     assert kernels["kernel"].str.contains("kernelHistogram1D").any()  # MoE routing's histogram, joined
 
 

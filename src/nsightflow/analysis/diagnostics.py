@@ -12,6 +12,7 @@ import pandas as pd
 
 from nsightflow import units
 from nsightflow.analysis.aggregate import FULL_COVERAGE, RunTables
+from nsightflow.analysis.metrics import MIN_COVERAGE
 from nsightflow.capture import ncu
 from nsightflow.capture.flops import SIMT
 from nsightflow.domains import AUTO_DOMAIN
@@ -33,8 +34,22 @@ def note(source: str, message: str) -> Diagnostic:
     return Diagnostic("note", source, message)
 
 
-def wall_note(program: dict[str, Any] | None, profiler: str, probe_stands_in: bool = False) -> Diagnostic:
-    """What the wall times on the page are; ``probe_stands_in``: the timeline traced the probe pass alone."""
+def wall_note(
+    program: dict[str, Any] | None,
+    profiler: str,
+    probe_stands_in: bool = False,
+    walls: pd.DataFrame | None = None,
+    device: str = "gpu",
+) -> Diagnostic:
+    """What the wall times on the page are; ``probe_stands_in``: the timeline traced the probe pass alone;
+    ``walls``: the stages' program and profiled walls (``wall_ns``, ``wall_profiled_ns``), to say which ran longer;
+    ``device``: 'gpu' or 'cpu', whose busy time it is."""
+    busy = (
+        "busy times are the GPU's, which the profiler does not slow"
+        if device == "gpu"
+        else "busy times are the share of each profiled step that operators ran, applied to the program's own wall "
+        "(operators run slower under the profiler, so their own times are not set against the program's wall)"
+    )
     if program and probe_stands_in:
         return note(
             "",
@@ -47,14 +62,29 @@ def wall_note(program: dict[str, Any] | None, profiler: str, probe_stands_in: bo
         return note(
             "",
             "wall times are the program's own: every step timed after the warm-up with no NVTX range and no profiler "
-            f"collecting; the same steps under {profiler} ('wall under profiler') took longer, since the profiler adds "
-            "time to every launch; busy times are the GPU's, which the profiler does not slow.",
+            f"collecting; 'wall under profiler' is the same steps' under {profiler}{_which_longer(walls)}; {busy}.",
         )
     return note(
         "",
-        f"wall times are those of the ranges under {profiler}, which adds time to every launch: a launch-bound "
-        "stage runs faster without it.",
+        f"wall times are those of the ranges under {profiler}, which adds time to every call: a stage of many small "
+        f"calls runs faster without it; {busy.split(',')[0] if device == 'gpu' else 'busy times are the operators'}.",
     )
+
+
+def _which_longer(walls: pd.DataFrame | None) -> str:
+    """Which stages ran longer under the profiler and which shorter (a run's own spread can exceed its cost)."""
+    unit = "ns" if walls is not None and "wall_profiled_ns" in walls else "ms"
+    if walls is None or f"wall_profiled_{unit}" not in walls or walls[f"wall_profiled_{unit}"].isna().all():
+        return ""
+    ratio = walls[f"wall_profiled_{unit}"] / walls[f"wall_{unit}"]
+    longer = [f"{st} {r - 1:+.0%}" for st, r in zip(walls["stage"], ratio, strict=True) if np.isfinite(r) and r >= 1]
+    shorter = [f"{st} {r - 1:+.0%}" for st, r in zip(walls["stage"], ratio, strict=True) if np.isfinite(r) and r < 1]
+    said = []
+    if longer:
+        said.append(f"longer for {', '.join(longer)} (the profiler adds time to every call)")
+    if shorter:
+        said.append(f"shorter for {', '.join(shorter)} (the program's own step times vary from run to run by more)")
+    return ": " + ", ".join(said) if said else ""
 
 
 def stage_notes(ssum: pd.DataFrame, analytic: dict[str, StageCount] | None = None) -> list[Diagnostic]:
@@ -257,7 +287,16 @@ def diagnose(agg: RunTables, records: list[CaptureRecord], manifest: Manifest | 
             out.append(Diagnostic("estimate", "peaks", f"{key} peak not measured: {src}"))
     for _, st in agg.stages.iterrows():
         cov = st.get("coverage")
-        if cov is not None and np.isfinite(cov) and cov < FULL_COVERAGE:
+        if cov is not None and np.isfinite(cov) and cov < MIN_COVERAGE:
+            out.append(
+                Diagnostic(
+                    "warning",
+                    st["stage"],
+                    f"counters cover {cov:.3%} of the stage's GPU time, under {MIN_COVERAGE:.0%}: its measured "
+                    "FLOPs, bytes, HFU and bandwidth are not shown ('—'); they would count the rest as zero",
+                )
+            )
+        elif cov is not None and np.isfinite(cov) and cov < FULL_COVERAGE:
             out.append(
                 Diagnostic(
                     "warning",

@@ -103,8 +103,10 @@ def class_summary(values: pd.DataFrame) -> pd.DataFrame:
         kernel=("kernel", "first"),
         instances=("duration_ns", "size"),
         total_ns=("duration_ns", "sum"),
-        profiled=("profiled", "sum"),
     ).reset_index()
+    # Each launch row carries its class's profiled launches in its step: counted once per step, not per launch.
+    once = values.drop_duplicates(["stage", "step", "class_key"]).groupby(["stage", "class_key"])["profiled"].sum()
+    out["profiled"] = [int(once.get((st, k), 0)) for st, k in zip(out["stage"], out["class_key"], strict=True)]
     out["total_ns"] = out["total_ns"].astype("float64")
     _add_counter_totals(out, g)
     return out
@@ -182,9 +184,12 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
         }
         for c in COUNTERS:
             row[c] = float(ok[c].sum(skipna=False)) if len(ok) else np.nan
-        by_op = ok.groupby(launch_op_classes(ok["class_key"]))[basis].sum() if len(ok) else pd.Series(dtype=float)
+        op = launch_op_classes(ok["class_key"])
+        by_op = ok.groupby(op)[basis].sum() if len(ok) else pd.Series(dtype=float)
+        # No launch has a known operator (captures made without the probe): the split is unknown, not zero.
+        split = len(ok) > 0 and bool((op != "unattributed").any())
         for c in OP_CLASSES:
-            row[f"flops_{c}"] = float(by_op.get(c, 0.0)) if len(ok) else np.nan
+            row[f"flops_{c}"] = float(by_op.get(c, 0.0)) if split or (c == "unattributed" and len(ok)) else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -304,5 +309,30 @@ def stage_summary(
             row["dram_bw_util_busy_ceiling"] = _util(dram, busy_s, _num(pk.ceiling_dram))
         row["busy_over_wall"] = busy_ns / st["wall_ns"] if st["wall_ns"] else np.nan
         row["diverges"] = bool(row["busy_over_wall"] < divergence)
+        if model == 0:  # no GEMM or attention in the model count (an optimizer step): MFU says nothing
+            for col in ("mfu_wall", "mfu_busy", "mfu_busy_ceiling"):
+                if col in row:
+                    row[col] = np.nan
+        if np.isfinite(row["coverage"]) and row["coverage"] < MIN_COVERAGE:
+            for col in COUNTER_COLUMNS:
+                if col in row:
+                    row[col] = np.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# Under this share of a stage's busy time with counters, its measured totals say more about what was not measured
+# than about the stage: they are not shown ("—"; a diagnostic gives the share). Above it they are lower bounds.
+MIN_COVERAGE = 0.5
+COUNTER_COLUMNS = (
+    "flops_measured",
+    "flops_tensor_measured",
+    *(f"flops_measured_{c}" for c in OP_CLASSES),
+    "executed_over_model",
+    "dram_bytes_measured",
+    "hfu_wall",
+    "hfu_busy",
+    "dram_bw_util_busy",
+    "dram_bw_util_wall",
+    "dram_bw_util_busy_ceiling",
+)
