@@ -54,8 +54,9 @@ STAGES: tuple[Column, ...] = (
         "gpu_busy_ms",
         "busy ms",
         "ms",
-        "time the device was running the stage's kernels (GPU) or operators (CPU, self time), from the timeline; "
-        "busy / wall well below 1 means the host, not the device, sets the pace",
+        "time the GPU was running the stage's kernels, from the timeline; on a CPU, the share of each profiled step "
+        "its operators ran, applied to the program's wall (operators run slower under torch.profiler), so never "
+        "above the wall; busy / wall well below 1 means the host (Python, launches, dispatch) sets the pace",
         term="busy",
     ),
     Column(

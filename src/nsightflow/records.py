@@ -154,6 +154,10 @@ class Ceilings(_Record):
     matmul_flops_per_s: float | None = None
     copy_bytes_per_s: float | None = None
     method: dict[str, str] = field(default_factory=dict)  # matmul, copy: how each was measured
+    # every repetition's rate (FLOP/s, bytes/s), slowest first: the measurement's spread
+    matmul_runs: list[float] = field(default_factory=list)
+    copy_runs: list[float] = field(default_factory=list)
+    threads: int | None = None  # torch's intra-op threads while measuring (the CPU)
     torch: str = ""
     error: str | None = None
 

@@ -38,10 +38,11 @@ class RunTables:
     classes: pd.DataFrame = field(default_factory=pd.DataFrame)  # per class of identical launches (nsight)
     results: pd.DataFrame = field(default_factory=pd.DataFrame)  # ncu results joined to launches (nsight)
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # per rank and stage of a job of several processes
+    device: str = "gpu"  # what ran the stages: 'gpu' or 'cpu' (words and advice follow it)
 
     def __post_init__(self) -> None:
         if "stage" in self.stages.columns and "bound" not in self.stages.columns:
-            self.stages = bounds.with_bounds(self.stages)  # what bounds each stage, from its own numbers
+            self.stages = bounds.with_bounds(self.stages, self.device)  # what bounds each stage, from its own numbers
 
 
 def load_analytic(path: str | Path) -> dict[str, StageCount]:

@@ -56,8 +56,42 @@ def memory_use(row: pd.Series) -> tuple[float, str]:
     return _num(row, "dram_bw_util_busy", "bw_util_busy_model")
 
 
-def classify(row: pd.Series) -> StageBound:
-    """The bound of one stage (a row of stages.csv)."""
+# What to try next, by bound and by the device the stage ran on (a CPU has no graphs, occupancy or DRAM peak).
+ADVICE = {
+    "gpu": {
+        "launch/host": "the host sets the pace: replay the step from a CUDA graph or "
+        "torch.compile(mode='reduce-overhead'), remove synchronizations inside it, or give each launch more work "
+        "(a larger batch)",
+        "latency": "neither unit is near its peak while the device is busy: the kernels are small or serial; fuse "
+        "them (torch.compile), batch more work per launch, or look at the top kernels' occupancy and stalls",
+        "compute left": "little is left in the kernels: fewer FLOPs (a lower precision, less recomputation) or more "
+        "devices",
+        "compute": "compute-bound below the measured ceiling: the top GEMMs' tile shapes and precision are where the "
+        "rest is",
+        "memory": "move fewer bytes: fuse elementwise work, keep weights or the KV cache in a lower precision, or "
+        "reuse each weight for more tokens (a larger batch)",
+    },
+    "cpu": {
+        "launch/host": "Python and operator dispatch between the operators set the pace: fewer, larger operators "
+        "(torch.compile fuses them), no per-step Python work or copies, or more work per call (a larger batch)",
+        "latency": "neither matrix nor memory throughput is near its ceiling: the operators are small or serial; "
+        "fuse them (torch.compile), give intra-op parallelism more work (a larger batch; torch.get_num_threads() "
+        "threads), or profile the top operators",
+        "compute left": "little is left in the operators: fewer FLOPs, or a precision the CPU multiplies natively "
+        "(bf16 needs AMX or AVX-512 BF16, else float32 is often faster)",
+        "compute": "compute-bound below the measured matmul ceiling: the top operators' shapes, dtype (one the CPU "
+        "vectorises natively) and thread count are where the rest is",
+        "memory": "move fewer bytes: fuse elementwise work (torch.compile), a lower precision for weights and the KV "
+        "cache, or reuse each weight for more tokens (a larger batch)",
+    },
+}
+
+
+def classify(row: pd.Series, device: str = "gpu") -> StageBound:
+    """The bound of one stage (a row of stages.csv); ``device``: 'gpu' or 'cpu', which the advice is for."""
+    advice = ADVICE["cpu" if device == "cpu" else "gpu"]
+    unit = "device" if device != "cpu" else "CPU (its operators)"
+    mem = "DRAM" if device != "cpu" else "memory"
     stage = str(row["stage"])
     busy, _ = _num(row, "busy_over_wall")
     if not math.isfinite(busy):
@@ -66,9 +100,8 @@ def classify(row: pd.Series) -> StageBound:
         return StageBound(
             stage,
             "launch/host",
-            f"the device is busy {busy:.0%} of the stage's wall time",
-            "the host sets the pace: replay the step from a CUDA graph or torch.compile(mode='reduce-overhead'), "
-            "remove synchronizations inside it, or give each launch more work (a larger batch)",
+            f"the {unit} is busy {busy:.0%} of the stage's wall time",
+            advice["launch/host"],
         )
     compute, c_name = compute_use(row)
     memory, m_name = memory_use(row)
@@ -76,18 +109,17 @@ def classify(row: pd.Series) -> StageBound:
         return StageBound(
             stage,
             "unknown",
-            f"the device is busy {busy:.0%} of wall, but neither FLOPs nor bytes were measured (times only)",
+            f"the {unit} is busy {busy:.0%} of wall, but neither FLOPs nor bytes were measured (times only)",
             "",
         )
     c, m = (x if math.isfinite(x) else 0.0 for x in (compute, memory))
-    used = f"compute {c:.0%} of peak ({c_name}), DRAM {m:.0%} of peak ({m_name}), busy {busy:.0%} of wall"
+    used = f"compute {c:.0%} of peak ({c_name}), {mem} {m:.0%} of peak ({m_name}), busy {busy:.0%} of wall"
     if max(c, m) < NEAR_PEAK:
         return StageBound(
             stage,
             "latency",
             used,
-            "neither unit is near its peak while the device is busy: the kernels are small or serial; fuse them "
-            "(torch.compile), batch more work per launch, or look at the top kernels' occupancy and stalls",
+            advice["latency"],
         )
     if c >= m:
         ceiling, _ = _num(row, "mfu_busy_ceiling")
@@ -96,10 +128,7 @@ def classify(row: pd.Series) -> StageBound:
             stage,
             "compute",
             used + (f"; {ceiling:.0%} of the measured matmul ceiling" if math.isfinite(ceiling) else ""),
-            "little is left in the kernels: fewer FLOPs (a lower precision, less recomputation) or more devices"
-            if left
-            else "compute-bound below the measured ceiling: the top GEMMs' tile shapes and precision are where the "
-            "rest is",
+            advice["compute left"] if left else advice["compute"],
         )
     ceiling, _ = _num(row, "dram_bw_util_busy_ceiling")
     left = math.isfinite(ceiling) and ceiling >= LITTLE_LEFT
@@ -107,12 +136,11 @@ def classify(row: pd.Series) -> StageBound:
         stage,
         "memory",
         used + (f"; {ceiling:.0%} of the measured copy bandwidth" if math.isfinite(ceiling) else ""),
-        "move fewer bytes: fuse elementwise work, keep weights or the KV cache in a lower precision, or reuse each "
-        "weight for more tokens (a larger batch)" + ("; the bandwidth itself is nearly used up" if left else ""),
+        advice["memory"] + ("; the bandwidth itself is nearly used up" if left else ""),
     )
 
 
-def with_bounds(stages: pd.DataFrame) -> pd.DataFrame:
-    """``stages`` with ``bound`` and ``bound_why`` columns."""
-    found = [classify(row) for _, row in stages.iterrows()]
+def with_bounds(stages: pd.DataFrame, device: str = "gpu") -> pd.DataFrame:
+    """``stages`` with ``bound`` and ``bound_why`` columns (``device``: 'gpu' or 'cpu')."""
+    found = [classify(row, device) for _, row in stages.iterrows()]
     return stages.assign(bound=[b.bound for b in found], bound_why=[b.why for b in found])

@@ -66,7 +66,7 @@ def aggregate_run(
     classes, kernels, stages = tables(
         tl, matched, chosen_pairs(plan), analytic, pk, divergence, top_n, coverage, plan.mode == "representatives", wall
     )
-    notes = [note("capture", f"{MODE_TEXT[plan.mode]}."), wall_note(wall[0], "nsys", tl.probe_stands_in)]
+    notes = [note("capture", f"{MODE_TEXT[plan.mode]}."), wall_note(wall[0], "nsys", tl.probe_stands_in, stages)]
     estimates = []
     for stage, s in plan.stages.items():
         text = f"{s['profiled']} of {s['launches']} launches profiled ({s['classes']} classes of identical launches)"

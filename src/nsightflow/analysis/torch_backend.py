@@ -3,8 +3,10 @@ measured ceilings; no hardware counters."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from nsightflow.analysis import metrics, peaks, ranks
@@ -12,7 +14,7 @@ from nsightflow.analysis.aggregate import RunTables, load_analytic, program_wall
 from nsightflow.analysis.checks import check_analytic, check_bounds
 from nsightflow.analysis.diagnostics import note, stage_notes, wall_note
 from nsightflow.errors import InputError
-from nsightflow.records import Ceilings, Manifest
+from nsightflow.records import Ceilings, Diagnostic, Manifest, Peaks
 
 
 def aggregate_torch(
@@ -45,11 +47,21 @@ def aggregate_torch(
     check_analytic(analytic, stages, str(flops_json))
     table = ranked(kernels, top_n, coverage)
     table["avg_ns"] = table["total_ns"] / table["instances"]
-    busy = kernels.groupby("stage", as_index=False).agg(busy_ns=("total_ns", "sum"))
     wall = program_wall(manifest_json)
-    ssum = metrics.stage_summary(metrics.with_program_wall(stages, *wall), busy, analytic, pk, divergence)
+    walls = metrics.with_program_wall(stages, *wall)
+    busy = kernels.groupby("stage", as_index=False).agg(busy_ns=("total_ns", "sum"))
+    if kind != "gpu":
+        busy = cpu_busy(busy, walls)
+    ssum = metrics.stage_summary(walls, busy, analytic, pk, divergence)
+    check_bounds(ssum, pk)
+    ssum, pk, ceiling_notes = within_ceilings(ssum, pk, ceiling)
     ssum = metrics.with_kernel_counts(ssum, kernels)
-    what = "CUDA kernels (CUPTI)" if kind == "gpu" else "CPU operators (self time)"
+    what = (
+        "CUDA kernels (CUPTI)"
+        if kind == "gpu"
+        else "CPU operators (self time); a stage's busy time is the share of each profiled step its operators ran "
+        "(on the step's thread), applied to the program's own wall time, so it never exceeds the wall"
+    )
     notes = [
         note(
             "torch.profiler backend",
@@ -57,11 +69,84 @@ def aggregate_torch(
             "so FLOPs are the analytic count's and bytes a lower bound (each operator's tensors touched once; "
             "DRAM traffic can be lower when intermediates stay in cache). The roofline is analytic, per stage.",
         ),
-        wall_note(wall[0], "torch.profiler"),
+        wall_note(wall[0], "torch.profiler", walls=walls, device=kind),
     ]
-    notes += stage_notes(ssum, analytic)
-    check_bounds(ssum, pk)
+    notes += ceiling_notes + stage_notes(ssum, analytic)
     manifest = Manifest.read(manifest_json) if manifest_json else Manifest()
     per_rank = ranks.rank_table(ranks.no_launches(), manifest)
     notes += ranks.rank_notes(per_rank, manifest)
-    return RunTables(table, ssum, pk, notes, ranks=per_rank)
+    return RunTables(table, ssum, pk, notes, ranks=per_rank, device="cpu" if kind != "gpu" else "gpu")
+
+
+def cpu_busy(busy: pd.DataFrame, walls: pd.DataFrame) -> pd.DataFrame:
+    """CPU busy time per stage as the program runs: the share of the profiled steps' wall that operators ran
+    (``busy_ns``: their self times under torch.profiler, on the steps' thread), times the program's own wall.
+
+    torch.profiler slows every operator call (microseconds each), so operator times under it, set against the
+    program's unprofiled wall, would put a stage of small operators at several times 100% busy. The share is
+    measured in one pass and applied to the other; where there is no timed pass it applies to the ranges' own wall.
+    """
+    by = walls.set_index("stage")
+    out = busy.copy()
+    shares, rows = [], []
+    for stage, ns in zip(out["stage"], out["busy_ns"], strict=True):
+        w = by.loc[stage]
+        profiled = float(w["wall_profiled_ns"]) if pd.notna(w["wall_profiled_ns"]) else float(w["wall_ns"])
+        share = min(1.0, ns / profiled) if profiled > 0 else float("nan")
+        shares.append(share)
+        rows.append(share * float(w["wall_ns"]))
+    out["busy_ns"] = rows
+    out["busy_share_profiled"] = shares
+    return out
+
+
+def _spread(runs: list[float], unit: str, scale: float) -> str:
+    return f"{runs[0] / scale:.3g} to {runs[-1] / scale:.3g} {unit}" if runs else "not recorded"
+
+
+def within_ceilings(ssum: pd.DataFrame, pk: Peaks, ceiling: Ceilings) -> tuple[pd.DataFrame, Peaks, list[Diagnostic]]:
+    """Utilisations against measured ceilings, never above 100%: a ceiling is a microbenchmark's best run, a
+    lower bound of what the device can do, and a stage that ran faster proves it higher.
+
+    - Compute: the ceiling becomes the fastest stage's own rate (model FLOPs per busy second), every MFU is divided
+      by it, and a note names the stage, both rates and the microbenchmark's spread.
+    - Operator bytes: a rate above the copy ceiling means the tensors were served from cache, not memory; that
+      stage's bandwidth use is not shown ("—"), with a note.
+    Values beyond any device's tolerance were refused before (nsightflow.analysis.checks.check_bounds).
+    """
+    out, notes = ssum.copy(), []
+    mfu = out["mfu_busy"].astype(float)
+    if np.isfinite(pk.compute) and (mfu > 1).any():
+        top = int(mfu.idxmax())
+        rate = float(mfu[top]) * pk.compute
+        stage = str(out.loc[top, "stage"])
+        notes.append(
+            note(
+                stage,
+                f"{stage} ran at {rate / 1e9:.4g} GFLOP/s of model FLOPs on busy time, {mfu[top] - 1:.1%} above the "
+                f"measured matmul ceiling ({pk.compute / 1e9:.4g} GFLOP/s, the best of its repetitions, which spread "
+                f"{_spread(ceiling.matmul_runs, 'GFLOP/s', 1e9)}): the ceiling measured low, so this stage's rate is "
+                "taken as the ceiling and every MFU of the run is against it",
+            )
+        )
+        for col in ("mfu_busy", "mfu_wall", "hfu_busy", "hfu_wall"):
+            if col in out:
+                out[col] = out[col].astype(float) / float(mfu[top])
+        pk = replace(
+            pk,
+            compute=rate,
+            compute_source=f"the rate stage {stage} reached ({pk.compute_source}, {rate / pk.compute - 1:.1%} lower)",
+        )
+    bw = out["bw_util_busy_model"].astype(float)
+    for i in out.index[bw > 1]:
+        stage = str(out.loc[i, "stage"])
+        notes.append(
+            note(
+                stage,
+                f"{stage}'s operators touched {bw[i] * pk.dram / 1e9:.4g} GB/s of tensors on busy time, above the "
+                f"measured copy rate ({pk.dram / 1e9:.4g} GB/s, spread {_spread(ceiling.copy_runs, 'GB/s', 1e9)}): "
+                "they were served from cache, not memory, so its bandwidth use cannot be told and is not shown",
+            )
+        )
+        out.loc[i, "bw_util_busy_model"] = np.nan
+    return out, pk, notes

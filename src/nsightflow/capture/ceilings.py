@@ -19,7 +19,7 @@ from nsightflow.capture.flops import tensor_precision
 # a measured rate is a reference, not a proven bound: the report says so when a stage runs faster)
 SIZES = {
     "cuda": {"matmul_n": 8192, "copy_bytes": 1 << 30, "reps": 20},
-    "cpu": {"matmul_n": 1536, "copy_bytes": 1 << 27, "reps": 3},
+    "cpu": {"matmul_n": 1536, "copy_bytes": 1 << 27, "reps": 5},
 }
 
 
@@ -86,11 +86,12 @@ def measure(
         (lambda: torch.matmul(a, b.t(), out=c)) if layout == "a @ b.T" else (lambda: torch.matmul(a, b, out=c))
     )
     fn()  # warm-up: library handles, autotuning
-    mm = min(timed(fn) for _ in range(reps))
+    mm_runs = sorted(timed(fn) for _ in range(reps))
     src = torch.empty(nbytes // 4, device=device, dtype=torch.float32).fill_(1.0)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    cp = min(timed(lambda: dst.copy_(src)) for _ in range(reps))
+    cp_runs = sorted(timed(lambda: dst.copy_(src)) for _ in range(reps))
+    mm, cp = mm_runs[0], cp_runs[0]
     return {
         "device": device,
         "device_name": device_name(device),
@@ -99,6 +100,9 @@ def measure(
         "precision": tensor_precision(dtype, torch.backends.cuda.matmul.allow_tf32),
         "matmul_flops_per_s": 2 * n**3 / mm,
         "copy_bytes_per_s": 2 * src.numel() * 4 / cp,
+        "matmul_runs": [2 * n**3 / t for t in reversed(mm_runs)],
+        "copy_runs": [2 * src.numel() * 4 / t for t in reversed(cp_runs)],
+        "threads": torch.get_num_threads(),
         "method": {
             "matmul": f"best of {reps} of {layout} (the faster of a @ b and a @ b.T): {n}x{n} by {n}x{n} "
             f"in {dtype}, 2*n^3 FLOPs",

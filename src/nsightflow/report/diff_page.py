@@ -8,7 +8,7 @@ import html
 from nsightflow.analysis.diff import kernel_diff, stage_diff, summary_lines
 from nsightflow.analysis.runfiles import Run
 from nsightflow.report.headline import short_kernel
-from nsightflow.report.pages import page, table
+from nsightflow.report.pages import on_cpu, page, table
 
 
 def render_diff(before: Run, after: Run, title: str = "nsightflow diff") -> str:
@@ -16,6 +16,8 @@ def render_diff(before: Run, after: Run, title: str = "nsightflow diff") -> str:
     kernels = kernel_diff(before["kernels"], after["kernels"])
     kernels = kernels.assign(kernel=[short_kernel(k) for k in kernels["kernel"]])
     names = f"{html.escape(before['run_id'])} → {html.escape(after['run_id'])}"
+    cpu = all(on_cpu(r["manifest"]) for r in (before, after))
+    noun = "operators" if cpu else "kernels"
     lines = "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(stages))
     stage_cols = {"stage": ("stage", "text"), "presence": ("in", "text")}
     for col, (header, kind) in {
@@ -23,6 +25,7 @@ def render_diff(before: Run, after: Run, title: str = "nsightflow diff") -> str:
         "gpu_busy_ms": ("busy ms", "ms"),
         "mfu_busy": ("MFU on busy", "pct"),
         "dram_bw_util_busy": ("DRAM use on busy", "pct"),
+        "bw_util_busy_model": ("BW util (operator bytes) on busy", "pct"),
         "bound": ("bound", "text"),
     }.items():
         if f"{col}_before" in stages:
@@ -32,7 +35,7 @@ def render_diff(before: Run, after: Run, title: str = "nsightflow diff") -> str:
             stage_cols[f"{col}_change"] = (f"{header} change", "pct")
     kernel_cols = {
         "stage": ("stage", "text"),
-        "kernel": ("kernel", "text"),
+        "kernel": (noun[:-1], "text"),
         "status": ("status", "text"),
         "instances_before": ("launches before", "count"),
         "instances_after": ("launches after", "count"),
@@ -45,7 +48,7 @@ def render_diff(before: Run, after: Run, title: str = "nsightflow diff") -> str:
         [
             f"<h2>{names}</h2><ul class='advice'>{lines}</ul>",
             "<h3>Stages</h3>" + table(stages, stage_cols, cls="stages"),
-            "<h3>Kernels, largest change of GPU time first</h3>"
+            f"<h3>{noun.capitalize()}, largest change of {'CPU' if cpu else 'GPU'} time first</h3>"
             + table(kernels[kernels["status"] != "same"].head(40), kernel_cols, cls="kernels"),
         ],
     )

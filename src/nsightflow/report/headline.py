@@ -39,7 +39,7 @@ def _top(kernels: pd.DataFrame, stage: str, n: int = 3) -> str:
     )
 
 
-def headline_rows(stages: pd.DataFrame, kernels: pd.DataFrame | None) -> list[dict[str, Any]]:
+def headline_rows(stages: pd.DataFrame, kernels: pd.DataFrame | None, device: str = "gpu") -> list[dict[str, Any]]:
     """One dict per stage: stage, share (of the run's wall time), bound, why, advice, mfu_wall, mfu_busy, memory
     (DRAM use on busy time, measured or from the operators' bytes), top (HTML)."""
     wall = (
@@ -48,7 +48,7 @@ def headline_rows(stages: pd.DataFrame, kernels: pd.DataFrame | None) -> list[di
     total = float(wall.sum())
     rows = []
     for i, (_, row) in enumerate(stages.iterrows()):
-        b = classify(row)
+        b = classify(row, device)
         memory, _ = memory_use(row)
         rows.append(
             {
@@ -66,16 +66,18 @@ def headline_rows(stages: pd.DataFrame, kernels: pd.DataFrame | None) -> list[di
     return rows
 
 
-def headline_html(stages: pd.DataFrame, kernels: pd.DataFrame, pk: Peaks) -> str:
-    """The run page's headline: a short table, then one sentence per stage of what to try next."""
-    rows = headline_rows(stages, kernels)
+def headline_html(stages: pd.DataFrame, kernels: pd.DataFrame, pk: Peaks, device: str = "gpu") -> str:
+    """The run page's headline: a short table, then one sentence per stage of what to try next (``device``: 'gpu' or
+    'cpu', what ran the stages)."""
+    rows = headline_rows(stages, kernels, device)
+    mem, what = ("memory", "operators") if device == "cpu" else ("DRAM", "kernels")
     if not rows:
         return ""
     compute = html.escape(f"{pk.precision} peak, {pk.compute_source}") if pk.compute_source else "no compute peak"
     memory = html.escape(pk.dram_source) if pk.dram_source else "no bandwidth peak"
     head = (
         "<tr><th>stage</th><th>share of wall</th><th>bound</th><th>MFU on wall / busy</th>"
-        "<th>DRAM use on busy</th><th>top kernels (share of busy time)</th></tr>"
+        f"<th>{mem} use on busy</th><th>top {what} (share of busy time)</th></tr>"
     )
     body = "".join(
         f"<tr><td>{html.escape(r['stage'])}</td><td class='num'>{_pct(r['share'])}</td>"
@@ -92,16 +94,16 @@ def headline_html(stages: pd.DataFrame, kernels: pd.DataFrame, pk: Peaks) -> str
     )
     return (
         f"<div class='headline'><h3>Headline</h3><table class='headline'>{head}{body}</table>"
-        f"<p class='peaks'>MFU against the {compute}; DRAM against {memory}.</p>"
+        f"<p class='peaks'>MFU against the {compute}; {mem} against {memory}.</p>"
         f"<ul class='advice'>{advice}</ul></div>"
     )
 
 
-def headline_line(run_id: str, stages: pd.DataFrame) -> str:
+def headline_line(run_id: str, stages: pd.DataFrame, device: str = "gpu") -> str:
     """The index's one line for a run: each stage's share of wall, bound and MFU on busy time."""
     parts = [
         f"{html.escape(r['stage'])} {_pct(r['share'])} of wall, <b>{html.escape(r['bound'])}</b>"
         f"<span title='{html.escape(r['why'])}'> (MFU on busy {_pct(r['mfu_busy'])})</span>"
-        for r in headline_rows(stages, None)
+        for r in headline_rows(stages, None, device)
     ]
     return f"<li><a href='{html.escape(run_id)}/report.html'>{html.escape(run_id)}</a>: " + "; ".join(parts) + "</li>"

@@ -174,9 +174,8 @@ def _backend_line(backend: str, reason: str) -> str:
     return f"<p>Backend: <b>{html.escape(backend)}</b>" + (f" — {html.escape(reason)}" if reason else "") + "</p>"
 
 
-def _on_cpu(run: dict[str, Any]) -> bool:
-    """Whether the run's numbers come from CPU operators (torch.profiler on the CPU)."""
-    manifest = run.get("manifest")
+def on_cpu(manifest: Manifest | None) -> bool:
+    """Whether a run's numbers come from CPU operators (torch.profiler on the CPU), by its manifest."""
     return manifest is not None and manifest.environment.get("device") == "cpu"
 
 
@@ -221,13 +220,13 @@ def render_run(
 ) -> str:
     """One run's page. ``run`` as runfiles.load_run gives it; ``settings``: the config values that shaped it."""
     pk = run["peaks"]
-    on_cpu = _on_cpu(run)
+    cpu = on_cpu(run.get("manifest"))
     parts = [
         f"<p><a href='{'../' * (run['run_id'].count('/') + 1)}report.html'>all runs</a></p>",
         f"<h2>Run {html.escape(run['run_id'])}</h2>",
         _backend_line(backend, reason),
-        headline_html(run["stages"], run["kernels"], pk),
-        "<h3>Stages</h3>" + table(run["stages"], stage_columns(on_cpu, backend), cls="stages", first=STAGE_FIRST),
+        headline_html(run["stages"], run["kernels"], pk, "cpu" if cpu else "gpu"),
+        "<h3>Stages</h3>" + table(run["stages"], stage_columns(cpu, backend), cls="stages", first=STAGE_FIRST),
         ranks_html(run.get("ranks"), backend),
         glossary_html(),
     ]
@@ -281,8 +280,8 @@ def render_run(
             )
         )
     parts.append(
-        f"<h3>Top {'operators' if on_cpu else 'kernels'}</h3>"
-        + kernels_html(run["kernels"], kernel_columns(on_cpu, backend), "operators" if on_cpu else "kernels")
+        f"<h3>Top {'operators' if cpu else 'kernels'}</h3>"
+        + kernels_html(run["kernels"], kernel_columns(cpu, backend), "operators" if cpu else "kernels")
         + cards_html(run.get("cards") or [])
     )
     parts.append(
@@ -358,7 +357,9 @@ def render_index(runs: list[dict[str, Any]], backend: str, reason: str, title: s
     parameter, links to the run pages."""
     df = comparison(runs)
     swept = list(dict.fromkeys(k for run in runs for k in run["point"]))
-    links = "".join(headline_line(r["run_id"], r["stages"]) for r in runs)
+    links = "".join(
+        headline_line(r["run_id"], r["stages"], "cpu" if on_cpu(r.get("manifest")) else "gpu") for r in runs
+    )
     parts = [
         _backend_line(backend, reason),
         f"<h2>Runs</h2><ul>{links}</ul>",
