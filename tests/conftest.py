@@ -140,9 +140,14 @@ def process_alive(pid: int) -> bool:
 
 def foreground_workflow(workdir: Path, env: dict | None = None) -> subprocess.Popen:
     """``snakemake --cores 1 results/report.html`` started as a shell's foreground job is: in a process group of its
-    own and with Ctrl-C's default disposition (a test run started in the background by a non-interactive shell
-    ignores SIGINT, and children inherit that; a terminal's foreground job never does)."""
+    own and with the default disposition of Ctrl-C, hang-up and SIGTERM (a test run started in the background by a
+    non-interactive shell ignores SIGINT, one under nohup or a CI runner may ignore SIGHUP, and children inherit an
+    ignored signal; a terminal's foreground job ignores none)."""
     import signal
+
+    def as_in_a_terminal() -> None:
+        for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(s, signal.SIG_DFL)
 
     return subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
@@ -151,7 +156,7 @@ def foreground_workflow(workdir: Path, env: dict | None = None) -> subprocess.Po
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_in_a_terminal,
     )
 
 

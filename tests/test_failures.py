@@ -209,24 +209,29 @@ def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
         tmp_path, [{"name": "w", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 30}}]
     )
     proc = foreground_workflow(wf, env)
-    deadline = time.time() + 120
-    while not (marker.exists() and marker.read_text()) and time.time() < deadline:
-        time.sleep(0.2)
-    workload = int(marker.read_text())
-    assert process_alive(workload)
-    if how == "ctrl-c":
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the foreground group
-    elif how == "sigterm":
-        os.killpg(proc.pid, signal.SIGTERM)
-    elif how == "kill-9-job":  # the job's own process dies: the python running the rule, parent of the workload
-        job = int(Path(f"/proc/{workload}/status").read_text().split("PPid:")[1].split()[0])
-        os.kill(job, signal.SIGKILL)
-    else:
-        os.kill(proc.pid, signal.SIGKILL if how == "kill-9-snakemake" else signal.SIGHUP)
-    deadline = time.time() + 20
-    while process_alive(workload) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not process_alive(workload), f"the workload outlived the job ({how})"
+    try:
+        deadline = time.time() + 120
+        while not (marker.exists() and marker.read_text()) and time.time() < deadline:
+            time.sleep(0.2)
+        workload = int(marker.read_text())
+        assert process_alive(workload)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the foreground group
+        elif how == "sigterm":
+            os.killpg(proc.pid, signal.SIGTERM)
+        elif how == "kill-9-job":  # the job's own process dies: the python running the rule, parent of the workload
+            job = int(Path(f"/proc/{workload}/status").read_text().split("PPid:")[1].split()[0])
+            os.kill(job, signal.SIGKILL)
+        else:
+            os.kill(proc.pid, signal.SIGKILL if how == "kill-9-snakemake" else signal.SIGHUP)
+        deadline = time.time() + 20
+        while process_alive(workload) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not process_alive(workload), f"the workload outlived the job ({how})"
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)  # a failure here must not leave this workflow to the next tests
+        proc.wait()
+        raise
     proc.wait(timeout=60)  # and Snakemake ends (interrupted, or seeing its job fail)
     run = wf / "results" / "w"
     if how.endswith("-snakemake"):  # past the workload's own end (30 s): nothing may have appeared since
