@@ -167,6 +167,15 @@ def test_a_negative_counter_cell_and_a_duplicated_result_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"result ID\(s\) \['.+'\] appear more than once"):
         _aggregate(d)
 
+    def not_a_number(path):  # was pandas' own ValueError, naming neither the file nor the cell
+        rows = _rows(path)
+        rows[4][0] = rows[4][0] + "a"
+        _write_rows(path, rows)
+
+    d = _v3(tmp_path / "c", **{"capture.raw.csv": not_a_number})
+    with pytest.raises(ValueError, match=r"capture.raw.csv: result ID\(s\) \['\d+a'\] are not numbers"):
+        _aggregate(d)
+
 
 def test_an_analytic_count_of_another_configuration_is_refused(tmp_path):
     # Another run's count: 4 decode steps (h200_v2/small), where this run made 8.

@@ -158,6 +158,12 @@ def parse_raw_csv(source: str | Path, name: str | None = None) -> tuple[pd.DataF
     if len(body) != len(rows) - 2:
         raise InputError(f"{where}: {len(rows) - 2 - len(body)} rows have the wrong number of cells (truncated file?)")
     ids = [r[header.index("ID")] for r in body]
+    not_ids = [i for i in ids if not i.strip().isdigit()]
+    if not_ids:
+        raise InputError(
+            f"{where}: result ID(s) {not_ids[:5]!r} are not numbers (ncu numbers its results 0, 1, 2, ...): the file "
+            f"was edited or is not ncu's; {EXPORT}"
+        )
     twice = sorted({i for i in ids if ids.count(i) > 1}, key=lambda i: ids.index(i))
     if twice:
         raise InputError(
