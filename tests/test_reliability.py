@@ -380,3 +380,40 @@ def test_a_failed_job_leaves_no_staging_file(tmp_path):
             raise OSError(28, "No space left on device")
     assert sorted(p.name for p in (tmp_path / "run").rglob("*") if p.is_file()) == []
     assert "the job failed: OSError" in (tmp_path / "job.log").read_text()
+
+
+def _scale_column(name, factor, unit=None):
+    def edit(path):
+        rows = _rows(path)
+        i = rows[0].index(name)
+        for r in rows[2:]:
+            if r[i].strip():
+                r[i] = repr(float(r[i].replace(",", "")) * factor)
+        if unit is not None:
+            rows[1][i] = unit
+        _write_rows(path, rows)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "what"),
+    [
+        # The SM clock's unit changed: every cell read 1000x (the compute peak x1000, MFU /1000).
+        (_scale_column("sm__cycles_elapsed.avg.per_second", 1, "Khz"), "bf16 compute"),
+        # The dense bf16 peak counter doubled: 2.1 PFLOP/s on an H200 whose datasheet says 0.99.
+        (
+            _scale_column("sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum.peak_sustained", 2),
+            "bf16 compute",
+        ),
+        # DRAM's peak bytes per cycle a tenth: the bandwidth use 10x.
+        (_scale_column("dram__bytes.sum.peak_sustained", 0.1), "DRAM bandwidth"),
+    ],
+)
+def test_a_peak_no_device_of_that_name_has_is_refused(tmp_path, edit, what):
+    d = _v3(tmp_path, **{"capture.raw.csv": edit})
+    with pytest.raises(
+        checks.InconsistentInputs,
+        match=rf"capture.raw.csv: the {what} peak from ncu's cells .*x the NVIDIA H200 datasheet",
+    ):
+        _aggregate(d)

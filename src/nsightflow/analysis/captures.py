@@ -19,7 +19,7 @@ from nsightflow.analysis.aggregate import (
     ranked,
     tables,
 )
-from nsightflow.analysis.checks import check_analytic, check_bounds, check_durations, check_streams
+from nsightflow.analysis.checks import check_analytic, check_bounds, check_durations, check_peaks, check_streams
 from nsightflow.analysis.diagnostics import note, stage_notes
 from nsightflow.capture import attribution, ncu, ncu_csv, nsys
 from nsightflow.capture.flops import SIMT, matmul_precision
@@ -101,6 +101,7 @@ def aggregate_captures(
         or tl.gpu_name
     )
     pk = peaks_for(results, device, precision, None)
+    check_peaks(pk, ", ".join(str(e) for e in exports) or "the captures")
     windowed = set(zip(results["stage"], results["step"], strict=True)) if len(results) else set()
     classes, kernels, stages = tables(tl, results, windowed, analytic, pk, divergence, top_n, coverage)
     if not exports:

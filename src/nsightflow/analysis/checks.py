@@ -147,3 +147,26 @@ def check_streams(launches: pd.DataFrame, source: str) -> None:
                 f"µs before the previous one on its stream ends ({len(bad)} such kernels), though a stream runs one "
                 "kernel at a time: records were duplicated or timelines merged; export it again from the .nsys-rep"
             )
+
+
+# An ncu peak (per-cycle rate × measured clock) against the device's datasheet: above it by boost clocks (an H100 at
+# 1.98 GHz: +8%), below it at locked or idle clocks; a factor outside these means a unit or a counter is wrong (a
+# clock read in kHz as MHz, a peak counter doubled).
+PEAK_RANGE = (0.5, 1.25)
+
+
+def check_peaks(pk: Peaks, source: str) -> None:
+    """Refuse ncu peaks no device of that name has: each against its datasheet value where there is one."""
+    lo, hi = PEAK_RANGE
+    for which, sheet in (("compute", pk.datasheet_compute), ("dram", pk.datasheet_dram)):
+        value, src = getattr(pk, which), pk.source(which)
+        if not src.startswith("ncu") or sheet is None or not np.isfinite(sheet) or not np.isfinite(value):
+            continue
+        if not lo <= value / sheet <= hi:
+            what = f"{pk.precision} compute" if which == "compute" else "DRAM bandwidth"
+            raise InconsistentInputs(
+                f"{source}: the {what} peak from ncu's cells is {value:.4g}/s ({src}), {value / sheet:.3g}x the "
+                f"{pk.datasheet_source}'s {sheet:.4g}/s; a device of that name runs within {lo}x to {hi}x of it, so "
+                "a clock's or a peak counter's cells are wrong (a unit changed, a column edited): export again with "
+                "ncu --import R.ncu-rep --page raw --csv --print-units base"
+            )

@@ -17,7 +17,14 @@ from nsightflow.analysis.aggregate import (
     program_wall,
     tables,
 )
-from nsightflow.analysis.checks import check_analytic, check_bounds, check_durations, check_gemm_floor, check_streams
+from nsightflow.analysis.checks import (
+    check_analytic,
+    check_bounds,
+    check_durations,
+    check_gemm_floor,
+    check_peaks,
+    check_streams,
+)
 from nsightflow.analysis.diagnostics import MODE_TEXT, note, stage_notes, wall_note
 from nsightflow.capture import attribution, ncu_csv
 from nsightflow.capture.flops import SIMT
@@ -62,6 +69,7 @@ def aggregate_run(
         else None
     )
     pk = peaks_for(matched, device or tl.gpu_name, precision, ceiling)
+    check_peaks(pk, str(export))
     wall = program_wall(manifest_json)
     classes, kernels, stages = tables(
         tl, matched, chosen_pairs(plan), analytic, pk, divergence, top_n, coverage, plan.mode == "representatives", wall
