@@ -133,6 +133,13 @@ def test_the_recorded_run_itself_passes_every_check(tmp_path):
     assert (st["coverage"] == 1.0).all() and st.loc["prefill", "flops_tensor_measured"] > 0
 
 
+def test_a_dram_and_an_l2_byte_column_exchanged_are_refused(tmp_path):
+    # Both count bytes, so their units agree; DRAM then read 3x its bytes (DRAM use 86% instead of 20.5%).
+    d = _v3(tmp_path, **{"capture.raw.csv": _swap_columns("dram__bytes_read.sum", "lts__t_bytes.sum")})
+    with pytest.raises(ValueError, match=r"capture.raw.csv: result ID \d+: .* DRAM bytes but .* L2 bytes"):
+        _aggregate(d)
+
+
 def test_a_time_column_and_a_byte_column_swapped_are_refused(tmp_path):
     # The header's names swapped, the units row left: nanoseconds would have been read as bytes (DRAM x0.03).
     d = _v3(tmp_path, **{"capture.raw.csv": _swap_columns("gpu__time_duration.sum", "dram__bytes_read.sum")})

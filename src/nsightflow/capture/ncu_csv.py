@@ -200,6 +200,7 @@ def parse_raw_csv(source: str | Path, name: str | None = None) -> tuple[pd.DataF
                     f"{where}: result ID {bad[0][0]}, column {col!r}: {cells[ids.index(bad[0][0])]!r} is negative; a "
                     f"count, time or byte total cannot be ({len(bad)} such cells): the file was edited; {EXPORT}"
                 )
+    _check_hierarchy(columns, ids, where)
     nvtx_col = next((c for c in header if "Push/Pop_Range" in c), None)
     stacks = [parse_nvtx(v) for v in columns[nvtx_col]] if nvtx_col else [[] for _ in body]
     columns["nvtx_stack"] = stacks
@@ -209,6 +210,26 @@ def parse_raw_csv(source: str | Path, name: str | None = None) -> tuple[pd.DataF
     df = pd.DataFrame(columns)
     df["ID"] = df["ID"].astype(int)
     return df, dict(zip(header, units, strict=True))
+
+
+DRAM_BYTES = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+L2_BYTES = "lts__t_bytes.sum"
+
+
+def _check_hierarchy(columns: dict[str, list[Any]], ids: list[str], where: str) -> None:
+    """Every byte to or from DRAM passes through L2 (the point of coherence), so a result's DRAM bytes never exceed
+    its L2 bytes (in the committed H100 and H200 captures they are at most 0.68 of them): more means two byte
+    columns' headers were exchanged or a cell edited. Refused, naming the result."""
+    if L2_BYTES not in columns or not all(c in columns for c in DRAM_BYTES):
+        return
+    for k, rid in enumerate(ids):
+        dram = sum(float(columns[c][k]) for c in DRAM_BYTES)
+        l2 = float(columns[L2_BYTES][k])
+        if np.isfinite(dram) and np.isfinite(l2) and dram > 1.01 * l2 + 1024:
+            raise InputError(
+                f"{where}: result ID {rid}: {dram:.4g} DRAM bytes but {l2:.4g} L2 bytes, while every DRAM byte "
+                f"passes through L2: two byte columns' headers were exchanged or a cell edited; {EXPORT}"
+            )
 
 
 def _col(df: pd.DataFrame, name: str) -> pd.Series:
