@@ -424,3 +424,31 @@ def test_a_peak_no_device_of_that_name_has_is_refused(tmp_path, edit, what):
         match=rf"capture.raw.csv: the {what} peak from ncu's cells .*x the NVIDIA H200 datasheet",
     ):
         _aggregate(d)
+
+
+@pytest.mark.parametrize("factor", [1, 2])
+def test_an_analytic_count_among_captures_must_agree_with_their_counters(tmp_path, factor):
+    """A captures folder (no plan, no probe): with every tensor precision and the FLOPs outside the tensor pipes
+    collected, GEMMs that executed half the model's FLOPs mean the count is of another configuration."""
+    from nsightflow.analysis.captures import aggregate_captures
+    from nsightflow.analysis.imported import import_captures
+
+    caps = tmp_path / "caps"
+    caps.mkdir()
+    src = DATA / "h200_v2" / "default"
+    for f in ("timeline.sqlite", "capture.raw.csv"):
+        shutil.copy(src / f, caps / f)
+    data = json.loads((src / "analytic_flops.json").read_text())
+    for s in data["stages"].values():
+        for key in ("flops", "flops_causal_adjusted"):
+            s[key] *= factor
+        s["by_class"] = {k: v * factor for k, v in s["by_class"].items()}
+    (caps / "analytic_flops.json").write_text(json.dumps(data))
+    import_captures(caps, tmp_path / "imported")
+    if factor == 1:
+        st = aggregate_captures(tmp_path / "imported", 0.5).stages.set_index("stage")
+        got = st[["flops_measured_gemm", "flops_measured_unattributed"]].fillna(0).sum(axis=1)
+        assert (got >= 0.9 * st["flops_analytic_gemm"]).all()
+    else:
+        with pytest.raises(checks.InconsistentInputs, match=r"analytic_flops.json: stage .* the GEMM kernels executed"):
+            aggregate_captures(tmp_path / "imported", 0.5)

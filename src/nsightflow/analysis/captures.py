@@ -19,7 +19,14 @@ from nsightflow.analysis.aggregate import (
     ranked,
     tables,
 )
-from nsightflow.analysis.checks import check_analytic, check_bounds, check_durations, check_peaks, check_streams
+from nsightflow.analysis.checks import (
+    check_analytic,
+    check_bounds,
+    check_durations,
+    check_gemm_floor,
+    check_peaks,
+    check_streams,
+)
 from nsightflow.analysis.diagnostics import note, stage_notes
 from nsightflow.capture import attribution, ncu, ncu_csv, nsys
 from nsightflow.capture.flops import SIMT, matmul_precision
@@ -104,6 +111,12 @@ def aggregate_captures(
     check_peaks(pk, ", ".join(str(e) for e in exports) or "the captures")
     windowed = set(zip(results["stage"], results["step"], strict=True)) if len(results) else set()
     classes, kernels, stages = tables(tl, results, windowed, analytic, pk, divergence, top_n, coverage)
+    # Every tensor precision's counter and the FLOPs outside the tensor pipes in every result: then GEMM FLOPs under
+    # the model's cannot be a counter left out, and an analytic count among the captures must agree with them.
+    every = bool(len(results)) and all(
+        results[c].notna().all() for c in ["flops", *(f"flops_tensor_{p}" for p in ncu.TENSOR_FLOP_METRICS)]
+    )
+    check_gemm_floor(stages, _user_file(imported, "analytic_flops.json"), every and bool(analytic))
     if not exports:
         stages["coverage"] = np.nan  # nothing was meant to be counted: times only, not 0% measured
     notes = [

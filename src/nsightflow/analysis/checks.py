@@ -114,8 +114,10 @@ def check_gemm_floor(stages: pd.DataFrame, source: str, all_collected: bool) -> 
     if not all_collected:
         return
     for _, s in stages.iterrows():
-        # Launches with no operator call (compiled code, graph replays) may be GEMMs too: their FLOPs count here.
-        got = s.get("flops_measured_gemm", np.nan) + np.nan_to_num(s.get("flops_measured_unattributed", 0.0))
+        # Launches with no operator call (compiled code, graph replays) may be GEMMs too: their FLOPs count here
+        # (and where no launch has an operator, the split is unknown: all of them).
+        parts = [s.get("flops_measured_gemm", np.nan), s.get("flops_measured_unattributed", np.nan)]
+        got = float(np.nansum(parts)) if np.isfinite(parts).any() else np.nan
         model = s.get("flops_analytic_gemm", np.nan)
         full = s.get("coverage", np.nan) >= 0.999
         if full and np.isfinite(got) and np.isfinite(model) and model > 0 and got < GEMM_FLOOR * model:
