@@ -255,6 +255,36 @@ def test_kernels_of_one_stream_overlapping_in_time_are_refused(tmp_path):
         _aggregate(d)
 
 
+def _edit_kernels(sql):
+    def edit(path):
+        con = sqlite3.connect(path)
+        cols = [r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
+        con.execute(sql.format(keep=",".join(c for c in cols if c not in ("streamId",))))
+        con.commit()
+        con.close()
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("sql", "needle"),
+    [
+        # every kernel's record copied onto another stream: busy time doubled, coverage halved
+        (
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL ({keep}, streamId) SELECT {keep}, streamId + 1000 FROM "
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            r"kernel record\(s\) appear on two streams with the same start and end",
+        ),
+        # kernels of zero duration: busy 0, the stage called launch-bound
+        ('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start', r"kernel record\(s\) end when they start or before"),
+    ],
+)
+def test_kernel_records_copied_or_without_duration_are_refused(tmp_path, sql, needle):
+    d = _v3(tmp_path, **{"timeline.sqlite": _edit_kernels(sql)})
+    with pytest.raises(checks.InconsistentInputs, match=rf"timeline.sqlite: stage '\w+': \d+ {needle}"):
+        _aggregate(d)
+
+
 def test_integer_matmuls_get_no_float_peak(tmp_path):
     out = tmp_path / "run.json"
     argv = [

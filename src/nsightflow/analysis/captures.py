@@ -24,6 +24,7 @@ from nsightflow.analysis.checks import (
     check_bounds,
     check_durations,
     check_gemm_floor,
+    check_kernel_records,
     check_peaks,
     check_streams,
 )
@@ -55,6 +56,7 @@ def aggregate_captures(
     if (imported / "stats" / "nvtx_sum.csv").exists():
         check_range_counts(nsys.stage_table(imported / "stats" / "nvtx_sum.csv"), tl)
     check_streams(tl.launches[tl.launches["pass_"] == "ranged"], _user_file(imported, "timeline.sqlite"))
+    check_kernel_records(tl.launches[tl.launches["pass_"] == "ranged"], _user_file(imported, "timeline.sqlite"))
     check_analytic(analytic, attribution.stage_table(tl), _user_file(imported, "analytic_flops.json"))
     origin = _origins(imported)
     matched = []

@@ -128,6 +128,30 @@ def check_gemm_floor(stages: pd.DataFrame, source: str, all_collected: bool) -> 
             )
 
 
+def check_kernel_records(launches: pd.DataFrame, source: str) -> None:
+    """Each kernel record once, with a duration: a kernel that ended when it started (or before) did not run as
+    recorded, and the same kernel with the same start and end on two streams is one record copied (busy time
+    doubled). Neither occurs in any committed capture. Refused, naming the first."""
+    if launches.empty:
+        return
+    flat = launches[launches["duration_ns"] <= 0]
+    if len(flat):
+        r = flat.iloc[0]
+        raise InconsistentInputs(
+            f"{source}: stage {r['stage']!r}: {len(flat)} kernel record(s) end when they start or before (first: "
+            f"{str(r['kernel'])[:80]!r} at {int(r['start'])} ns): the timeline was edited or damaged; export it "
+            "again from the .nsys-rep"
+        )
+    twins = launches[launches.duplicated(["start", "end", "kernel"], keep=False)]
+    if len(twins) and twins.groupby(["start", "end", "kernel"])["stream"].nunique().gt(1).any():
+        r = twins.iloc[0]
+        raise InconsistentInputs(
+            f"{source}: stage {r['stage']!r}: {len(twins) // 2} kernel record(s) appear on two streams with the same "
+            f"start and end (first: {str(r['kernel'])[:80]!r}): records were copied (busy time doubled); export it "
+            "again from the .nsys-rep"
+        )
+
+
 def check_streams(launches: pd.DataFrame, source: str) -> None:
     """Kernels of one stream run one after another (a dependent launch may start a little before the previous one
     ends, Hopper's programmatic dependent launch; the H200 fixtures overlap by 160 ns at most): a kernel starting

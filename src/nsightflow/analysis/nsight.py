@@ -22,6 +22,7 @@ from nsightflow.analysis.checks import (
     check_bounds,
     check_durations,
     check_gemm_floor,
+    check_kernel_records,
     check_peaks,
     check_streams,
 )
@@ -60,6 +61,7 @@ def aggregate_run(
     matched = match_to_plan(kernel_results(raw, export), expected_frame(plan), Path(export).name)
     check_durations(matched, tl.launches, str(export))
     check_streams(tl.launches[tl.launches["pass_"] == "ranged"], str(sqlite))
+    check_kernel_records(tl.launches[tl.launches["pass_"] == "ranged"], str(sqlite))
     analytic = load_analytic(flops_json)
     check_analytic(analytic, attribution.stage_table(tl), str(flops_json), tl.probe_calls)
     ceiling = Ceilings.read(ceiling_json) if ceiling_json else None
