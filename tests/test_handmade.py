@@ -123,3 +123,47 @@ def test_the_guides_nested_decode_loop_times_match_nsys_stats(analysed):
     for stage in st.index:
         assert st.loc[stage, "wall_ms"] == pytest.approx(wall[stage] / 1e6, rel=1e-9)
     assert st["coverage"].isna().all()  # no ncu export: times only, not "0% measured"
+
+
+def _stats_only(tmp_path, edit=None):
+    """The decoder's nsys stats CSVs alone (no SQLite), imported as the workflow imports them."""
+    import shutil
+
+    from nsightflow.analysis.captures import aggregate_captures
+    from nsightflow.analysis.imported import import_captures
+
+    caps = tmp_path / "caps"
+    caps.mkdir()
+    for f in (HANDMADE / "decoder").glob("stats_*.csv"):
+        shutil.copy(f, caps / f.name)
+    if edit:
+        edit(caps)
+    import_captures(caps, tmp_path / "imported")
+    return aggregate_captures(tmp_path / "imported", 0.5, domain="LLM")
+
+
+def test_stats_alone_resolve_nested_ranges_as_the_sqlite_does(analysed, tmp_path):
+    """decode_all holds the decode steps: from the stats CSVs alone it is not a stage either, so prefill's share
+    of the run is the same as from the SQLite (it read 11.8% against 21.2% when decode_all was a stage)."""
+    stats = _stats_only(tmp_path).stages.set_index("stage")
+    sqlite = _stages(analysed["decoder"])
+    assert set(stats.index) == set(sqlite.index) == {"LLM@prefill", "LLM@decode_step"}  # (stats have no order)
+    wall = _stats_wall(HANDMADE / "decoder" / "stats_nvtx_sum.csv")
+    share = wall["LLM@prefill"] / (wall["LLM@prefill"] + wall["LLM@decode_step"])
+    for st in (stats, sqlite):
+        assert st.loc["LLM@prefill", "wall_ms"] / st["wall_ms"].sum() == pytest.approx(share, rel=1e-9)
+    # busy time per stage: the stats' own kernel rows of that range, summed (each kernel listed once per range)
+    rows = pd.read_csv(HANDMADE / "decoder" / "stats_nvtx_kern_sum.csv")
+    for stage in stats.index:
+        ns = rows.loc[rows["NVTX Range"] == f"LLM:{stage}", "Total Time (ns)"].sum()
+        assert stats.loc[stage, "gpu_busy_ms"] == pytest.approx(ns / 1e6, rel=1e-9)
+
+
+def test_a_copied_stats_row_is_refused(tmp_path):
+    def copy_row(caps):
+        path = caps / "stats_nvtx_kern_sum.csv"
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join([*lines, lines[5]]))  # busy time of that range would count twice
+
+    with pytest.raises(ValueError, match=r"stats_nvtx_kern_sum.csv: rows 6 and \d+ are the same .*a row was copied"):
+        _stats_only(tmp_path, copy_row)

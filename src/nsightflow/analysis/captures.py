@@ -54,7 +54,9 @@ def aggregate_captures(
         return _times_only(imported, analytic, divergence, top_n, coverage)
     tl = attribution.read_timeline(imported / "timeline.sqlite", domain, nested=True)
     if (imported / "stats" / "nvtx_sum.csv").exists():
-        check_range_counts(nsys.stage_table(imported / "stats" / "nvtx_sum.csv"), tl)
+        check_range_counts(
+            nsys.stage_table(imported / "stats" / "nvtx_sum.csv", _user_file(imported, "nvtx_sum.csv")), tl
+        )
     check_streams(tl.launches[tl.launches["pass_"] == "ranged"], _user_file(imported, "timeline.sqlite"))
     check_kernel_records(tl.launches[tl.launches["pass_"] == "ranged"], _user_file(imported, "timeline.sqlite"))
     check_analytic(analytic, attribution.stage_table(tl), _user_file(imported, "analytic_flops.json"))
@@ -183,11 +185,17 @@ def check_range_counts(stats: pd.DataFrame, tl: attribution.Timeline) -> None:
 
 
 def _user_file(imported: Path, name: str) -> str:
-    """The user's file behind an imported ``timeline.sqlite`` or ``analytic_flops.json``, for errors."""
+    """The user's file behind an imported ``timeline.sqlite``, ``analytic_flops.json`` or stats CSV, for errors."""
     index = imported / "index.json"
     found = json.loads(index.read_text()).get("recognised", {}) if index.exists() else {}
-    kinds = {"timeline.sqlite": ("sqlite", "nsys_rep"), "analytic_flops.json": ("analytic_flops",)}[name]
-    return next((found[k][0] for k in kinds if found.get(k)), str(imported / name))
+    kinds = {
+        "timeline.sqlite": ("sqlite", "nsys_rep"),
+        "analytic_flops.json": ("analytic_flops",),
+        "nvtx_kern_sum.csv": ("nvtx_kern_sum",),
+        "nvtx_sum.csv": ("nvtx_sum",),
+    }[name]
+    where = imported / ("stats" if name.endswith("sum.csv") else "") / name
+    return next((found[k][0] for k in kinds if found.get(k)), str(where))
 
 
 def _origins(imported: Path) -> dict[str, str]:
@@ -201,8 +209,10 @@ def _times_only(
     imported: Path, analytic: dict[str, StageCount], divergence: float, top_n: int | None, coverage: float | None
 ) -> RunTables:
     """Only nsys stats CSVs: per-thread kernel tables and wall times, no counters."""
-    kernels = nsys.kernel_table(imported / "stats" / "nvtx_kern_sum.csv")
-    stages = nsys.stage_table(imported / "stats" / "nvtx_sum.csv")
+    kernels = nsys.kernel_table(imported / "stats" / "nvtx_kern_sum.csv", _user_file(imported, "nvtx_kern_sum.csv"))
+    stages = nsys.stage_table(imported / "stats" / "nvtx_sum.csv", _user_file(imported, "nvtx_sum.csv"))
+    held = nsys.containers(kernels, stages)  # as the SQLite path resolves nested ranges
+    kernels, stages = kernels[~kernels["stage"].isin(held)], stages[~stages["stage"].isin(held)].reset_index(drop=True)
     if analytic:  # the stats' ranges of other domains (libraries') are not the count's stages
         mine = stages[stages["stage"].isin(set(analytic))]
         check_analytic(analytic, mine if len(mine) else stages, _user_file(imported, "analytic_flops.json"))
@@ -231,6 +241,14 @@ def _times_only(
                 "",
                 "no SQLite export and no ncu exports among the captures: times only, from nsys stats "
                 "(kernels attributed per thread, as nsys projects them).",
-            )
+            ),
+            *(
+                note(
+                    c,
+                    "a range that only holds other ranges (its kernels are theirs): not a stage; its time is in "
+                    "theirs.",
+                )
+                for c in held
+            ),
         ],
     )

@@ -70,14 +70,17 @@ def split_range(label: str) -> tuple[str, str]:
     return "", label
 
 
-def _read_csv(path: str | Path, required: list[str], what: str, numeric: list[str]) -> pd.DataFrame:
+def _read_csv(
+    path: str | Path, required: list[str], what: str, numeric: list[str], shown: str | None = None
+) -> pd.DataFrame:
     """A stats CSV with its columns checked and its ``numeric`` columns parsed strictly: a cell that is not a
-    number is an error naming the file, row and column (never a NaN that a sum would drop, or a zero)."""
+    number is an error naming the file (``shown``: the user's name for it), row and column (never a NaN that a sum
+    would drop, or a zero)."""
     import pandas as pd
 
-    path = Path(path)
+    source, path = Path(path), Path(shown or path)
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        df = pd.read_csv(source, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError as exc:
         raise InputError(f"{path}: empty file; expected the {what} CSV from nsys stats") from exc
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -104,8 +107,20 @@ def _read_csv(path: str | Path, required: list[str], what: str, numeric: list[st
     return df
 
 
-def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
-    """GPU time per (stage, kernel) for kernels launched inside NVTX ranges.
+def _no_copies(df: pd.DataFrame, key: list[str], path: str | Path, what: str) -> None:
+    """nsys stats lists each (range, thread, kernel) once: a row twice was copied (its time counted twice)."""
+    cols = [c for c in key if c in df.columns]
+    twice = df[df.duplicated(cols, keep=False)]
+    if len(twice):
+        i = int(twice.index[0])
+        raise InputError(
+            f"{path}: rows {i + 2} and {int(twice.index[1]) + 2} are the same {', '.join(cols)}: nsys stats lists "
+            f"each once, so a row was copied (its time would count twice); export the {what} CSV again"
+        )
+
+
+def kernel_table(nvtx_kern_sum: str | Path, shown: str | None = None) -> pd.DataFrame:
+    """GPU time per (stage, kernel) for kernels launched inside NVTX ranges (``shown``: the file's name in errors).
 
     Columns: domain, stage, kernel, instances, total_ns, range_instances,
     launches_per_range (instances / range instances: for decode, launches per step).
@@ -117,7 +132,9 @@ def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
         ["NVTX Range", "NVTX Inst", "Kern Inst", "Total Time (ns)", "Kernel Name"],
         "nvtx_kern_sum",
         ["NVTX Inst", "Kern Inst", "Total Time (ns)"],
+        shown,
     )
+    _no_copies(df, ["NVTX Range", "Style", "PID", "TID", "Kernel Name"], shown or nvtx_kern_sum, "nvtx_kern_sum")
     df = df[df["NVTX Range"].notna() & (df["NVTX Range"].astype(str) != "")]
     parts = df["NVTX Range"].map(split_range)
     out = pd.DataFrame(
@@ -134,7 +151,7 @@ def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
     if (per_launch < MIN_KERNEL_NS).any():
         i = int(per_launch.idxmin())
         raise InputError(
-            f"{nvtx_kern_sum}: row {i + 2}: {out.loc[i, 'kernel'][:60]} took {per_launch[i]:.3g} ns per "
+            f"{shown or nvtx_kern_sum}: row {i + 2}: {out.loc[i, 'kernel'][:60]} took {per_launch[i]:.3g} ns per "
             f"launch; no GPU kernel completes in under {MIN_KERNEL_NS} ns (columns swapped, or an edited "
             "export?); export it again"
         )
@@ -145,11 +162,36 @@ def kernel_table(nvtx_kern_sum: str | Path) -> pd.DataFrame:
     return out.sort_values(["stage", "total_ns"], ascending=[True, False], ignore_index=True)
 
 
-def stage_table(nvtx_sum: str | Path) -> pd.DataFrame:
-    """Wall time per NVTX range: columns domain, stage, range_instances, wall_ns (total over instances)."""
+def containers(kernels: pd.DataFrame, stages: pd.DataFrame) -> list[str]:
+    """Ranges that only hold other ranges (a ``decode_all`` around the decode steps), from stats tables alone: nsys
+    lists a kernel under every range open at its launch, so such a range's kernels (name, launches, time) are exactly
+    the sum of those of the shorter ranges whose kernels it includes. As the SQLite path, they are not stages."""
+    import numpy as np
     import pandas as pd
 
-    df = _read_csv(nvtx_sum, ["Total Time (ns)", "Instances", "Range"], "nvtx_sum", ["Total Time (ns)", "Instances"])
+    maps = {st: g.groupby("kernel")[["instances", "total_ns"]].sum() for st, g in kernels.groupby("stage")}
+    wall = dict(zip(stages["stage"], stages["wall_ns"], strict=True))
+    found = []
+    for a, mine in maps.items():
+        inner = [
+            m for b, m in maps.items() if b != a and wall.get(b, 0) < wall.get(a, 0) and set(m.index) <= set(mine.index)
+        ]
+        if not inner:
+            continue
+        total = pd.concat(inner).groupby(level=0).sum().reindex(mine.index, fill_value=0)
+        if np.allclose(total.to_numpy(dtype=float), mine.to_numpy(dtype=float), rtol=1e-9, atol=0):
+            found.append(str(a))
+    return found
+
+
+def stage_table(nvtx_sum: str | Path, shown: str | None = None) -> pd.DataFrame:
+    """Wall time per NVTX range: columns domain, stage, range_instances, wall_ns (total over instances); ``shown``:
+    the file's name in errors."""
+    import pandas as pd
+
+    required = ["Total Time (ns)", "Instances", "Range"]
+    df = _read_csv(nvtx_sum, required, "nvtx_sum", ["Total Time (ns)", "Instances"], shown)
+    _no_copies(df, ["Range", "Style"], shown or nvtx_sum, "nvtx_sum")
     parts = df["Range"].map(split_range)
     return pd.DataFrame(
         {
