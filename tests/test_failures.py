@@ -242,6 +242,51 @@ def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
     assert sorted(p.name for p in run.rglob("*") if p.is_file() and p.parent.name != "logs") == []
 
 
+DAEMON_PROGRAM = """
+import subprocess, sys, time
+import nvtx
+# A daemon: its own session, never waited for; it outlives this program unless something ends it.
+daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+open(sys.argv[1], "w").write(str(daemon.pid))
+with nvtx.annotate("step", domain="T"):
+    time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("how", ["kill-9-job", "kill-9-group"])
+def test_a_commands_daemon_dies_with_a_killed_job(tmp_path, how):
+    """SIGKILL to the job's process, or to Snakemake's whole process group: the command's own daemon child (its own
+    session, orphaned when the program dies) ends too, as every Python process the hook enters watches the job."""
+    marker = tmp_path / "daemon.pid"
+    (tmp_path / "daemon.py").write_text(DAEMON_PROGRAM)
+    wf, env = _workflow(
+        tmp_path, [{"name": "d", "command": [sys.executable, str(tmp_path / "daemon.py"), str(marker)]}]
+    )
+    cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump({**cfg, "profiler": "torch"}, sort_keys=False))
+    proc = foreground_workflow(wf, env)
+    try:
+        deadline = time.time() + 120
+        while not (marker.exists() and marker.read_text()) and time.time() < deadline:
+            time.sleep(0.2)
+        daemon = int(marker.read_text())
+        assert process_alive(daemon)
+        if how == "kill-9-job":
+            program = int(Path(f"/proc/{daemon}/status").read_text().split("PPid:")[1].split()[0])
+            job = int(Path(f"/proc/{program}/status").read_text().split("PPid:")[1].split()[0])
+            os.kill(job, signal.SIGKILL)
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.time() + 10
+        while process_alive(daemon) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not process_alive(daemon), f"the command's daemon outlived the job ({how})"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_a_crash_is_named_and_a_full_disk_does_not_hide_it(tmp_path):
     from nsightflow.capture.tools import ToolError, run_tool
 

@@ -355,6 +355,7 @@ def trace_path(trace: str | Path, rank: int | None, profiled: int = 0) -> Path:
 
 
 HOOK_ENV = "NSIGHTFLOW_HOOK"  # the variable that carries HookSettings into a command's program
+JOB_ENV = "NSIGHTFLOW_JOB"  # 'pid:start ticks' of the job that launched a command (the hook ends with it)
 HookMode = Literal["timed", "probe", "ranged", "ncu", "torch", "count"]
 
 

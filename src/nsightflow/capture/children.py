@@ -167,17 +167,39 @@ def watch_workflow(on_death: Callable[[int], None], interval_s: float = 0.5) -> 
     started = _stat(pid)
     if started is None:
         return None
+    watch_pid(pid, started[1], on_death, interval_s)
+    return pid
+
+
+def identity(pid: int | None = None) -> str:
+    """'pid:start ticks' of a process (default: this one): it names that process, never a later one with its pid."""
+    pid = os.getpid() if pid is None else pid
+    st = _stat(pid)
+    return f"{pid}:{st[1] if st else 0}"
+
+
+def watch_pid(pid: int, started: int, on_death: Callable[[int], None], interval_s: float = 0.5) -> None:
+    """Call ``on_death(pid)`` from a daemon thread once process ``pid``, started at ``started`` (clock ticks), has
+    ended: gone, a zombie, or its pid reused."""
 
     def watch() -> None:
         while True:
             time.sleep(interval_s)
             now = _stat(pid)
-            if now is None or now[1] != started[1] or now[2] == "Z":  # gone, ended (not reaped yet), pid reused
+            if now is None or now[1] != started or now[2] == "Z":
                 on_death(pid)
                 return
 
-    threading.Thread(target=watch, daemon=True, name="nsightflow-workflow-watch").start()
-    return pid
+    threading.Thread(target=watch, daemon=True, name="nsightflow-watch").start()
+
+
+def die_with(ident: str) -> None:
+    """SIGKILL this process once the process ``ident`` names ('pid:start ticks', see :func:`identity`) has ended,
+    even by SIGKILL: a command's processes (a daemon it started, a rank whose launcher died) never outlive the job
+    that launched it. A thread looks at /proc twice a second; nothing where ``ident`` is empty."""
+    pid, _, started = ident.partition(":")
+    if pid.isdigit() and started.isdigit():
+        watch_pid(int(pid), int(started), lambda _: os.kill(os.getpid(), signal.SIGKILL))
 
 
 class Stopped(BaseException):

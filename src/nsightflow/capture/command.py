@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from nsightflow import files
 from nsightflow.capture import nsys
+from nsightflow.capture.children import identity
 from nsightflow.capture.gate import open_gate
 from nsightflow.capture.harness import HarnessCall, Launch
 from nsightflow.capture.hook_site import site_dir
@@ -32,7 +33,7 @@ from nsightflow.capture.passes import safe_label
 from nsightflow.capture.tools import publish_nsys, run_tool, tool_warnings, write_manifest
 from nsightflow.domains import DEFAULT_DOMAIN
 from nsightflow.errors import CaptureError, ConfigError
-from nsightflow.records import HOOK_ENV, HookSettings, Manifest
+from nsightflow.records import HOOK_ENV, JOB_ENV, HookSettings, Manifest
 
 if TYPE_CHECKING:
     from nsightflow.capture.discovery import Discovery
@@ -83,6 +84,7 @@ class CommandCall:
         path = [str(site_dir(private)), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))]
         env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         env[HOOK_ENV] = settings.to_env()
+        env[JOB_ENV] = identity()  # every Python process of the program ends when this job does, however it ends
         cwd = str(Path(self.cwd).resolve()) if self.cwd else None  # every path a tool is given is absolute
         return Launch(self.argv(), env, cwd, self.gpus)
 

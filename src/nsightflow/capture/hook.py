@@ -51,8 +51,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nsightflow.capture.children import die_with
 from nsightflow.domains import AUTO_DOMAIN
-from nsightflow.records import HOOK_ENV, HookSettings
+from nsightflow.records import HOOK_ENV, JOB_ENV, HookSettings
 
 
 def _sync() -> None:
@@ -286,6 +287,7 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
             return None
         settings = HookSettings.from_env(text)
     TRACKER = tracker = Tracker(settings)  # the settings stay in the environment: ranks are child processes
+    die_with(os.environ.get(JOB_ENV, ""))  # a daemon the program starts, or an orphaned rank, ends with the job
     _wrap_nvtx(tracker)
     if settings.mode == "probe":
         tracker.pass_gate()  # beside a timed run: before the program's first line, torch imported, no GPU touched
