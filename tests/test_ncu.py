@@ -54,6 +54,7 @@ def test_units_scale_to_base_and_unknown_units_fail_only_where_read():
     rows = list(csv.reader((D / "prefill.raw.csv").open()))
     i = rows[0].index("dram__bytes_read.sum")
     rows[1][i] = "Kbyte"  # as auto units print it: the same cells now mean thousands of bytes
+    rows[1][rows[0].index("lts__t_bytes.sum")] = "Kbyte"  # (L2's too: DRAM bytes above L2's are refused)
     text = io.StringIO()
     csv.writer(text, quoting=csv.QUOTE_ALL).writerows(rows)
     df, _ = ncu_csv.parse_raw_csv(text.getvalue())

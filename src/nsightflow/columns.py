@@ -54,9 +54,9 @@ STAGES: tuple[Column, ...] = (
         "gpu_busy_ms",
         "busy ms",
         "ms",
-        "time the GPU was running the stage's kernels, from the timeline; on a CPU, the share of each profiled step "
-        "its operators ran, applied to the program's wall (operators run slower under torch.profiler), so never "
-        "above the wall; busy / wall well below 1 means the host (Python, launches, dispatch) sets the pace",
+        "time the GPU was running the stage's kernels, from the timeline; on a CPU, the operators' time, or where "
+        "torch.profiler's slowing puts that above the program's wall, their share of the profiled steps applied to "
+        "the wall: never above it; busy / wall well below 1 means the host (Python, launches, dispatch) sets the pace",
         term="busy",
     ),
     Column(

@@ -47,8 +47,8 @@ def wall_note(
     busy = (
         "busy times are the GPU's, which the profiler does not slow"
         if device == "gpu"
-        else "busy times are the share of each profiled step that operators ran, applied to the program's own wall "
-        "(operators run slower under the profiler, so their own times are not set against the program's wall)"
+        else "busy times are the operators' (self time under the profiler, which slows them), or, where that exceeds "
+        "the program's own wall, their share of the profiled steps applied to that wall"
     )
     if program and probe_stands_in:
         return note(

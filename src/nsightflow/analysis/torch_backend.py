@@ -59,8 +59,9 @@ def aggregate_torch(
     what = (
         "CUDA kernels (CUPTI)"
         if kind == "gpu"
-        else "CPU operators (self time); a stage's busy time is the share of each profiled step its operators ran "
-        "(on the step's thread), applied to the program's own wall time, so it never exceeds the wall"
+        else "CPU operators (self time); a stage's busy time is its operators' time on the steps' thread, or, where "
+        "the profiler's slowing puts that above the program's own wall, their share of the profiled steps applied to "
+        "that wall: never above it"
     )
     notes = [
         note(
@@ -79,24 +80,24 @@ def aggregate_torch(
 
 
 def cpu_busy(busy: pd.DataFrame, walls: pd.DataFrame) -> pd.DataFrame:
-    """CPU busy time per stage as the program runs: the share of the profiled steps' wall that operators ran
-    (``busy_ns``: their self times under torch.profiler, on the steps' thread), times the program's own wall.
+    """CPU busy time per stage, never above the program's own wall: the operators' self time under torch.profiler
+    (``busy_ns``, on the steps' thread) where it fits in that wall, else the share of the profiled steps' wall that
+    operators ran, times the program's wall.
 
-    torch.profiler slows every operator call (microseconds each), so operator times under it, set against the
-    program's unprofiled wall, would put a stage of small operators at several times 100% busy. The share is
-    measured in one pass and applied to the other; where there is no timed pass it applies to the ranges' own wall.
+    torch.profiler slows every operator call (microseconds each): a stage of small operators can spend several times
+    the program's wall in operators under it ("busy 830% of wall"); their share of the profiled steps is what carries
+    over. Where the operator time fits, it is kept as measured: a step that waits (a collective's peer, slower under
+    the profiler) would make the share, not the operators, shrink. Without a timed pass the ranges' own wall counts.
     """
     by = walls.set_index("stage")
     out = busy.copy()
-    shares, rows = [], []
+    rows = []
     for stage, ns in zip(out["stage"], out["busy_ns"], strict=True):
         w = by.loc[stage]
-        profiled = float(w["wall_profiled_ns"]) if pd.notna(w["wall_profiled_ns"]) else float(w["wall_ns"])
-        share = min(1.0, ns / profiled) if profiled > 0 else float("nan")
-        shares.append(share)
-        rows.append(share * float(w["wall_ns"]))
+        wall = float(w["wall_ns"])
+        profiled = float(w["wall_profiled_ns"]) if pd.notna(w["wall_profiled_ns"]) else wall
+        rows.append(ns if ns <= wall else (min(1.0, ns / profiled) * wall if profiled > 0 else float("nan")))
     out["busy_ns"] = rows
-    out["busy_share_profiled"] = shares
     return out
 
 
