@@ -200,6 +200,16 @@ def test_timeout_stops_the_program_the_tool_launched(tmp_path):
     assert not os.path.exists(f"/proc/{child}") or "zombie" in open(f"/proc/{child}/status").read().lower()
 
 
+def _pid_written(marker: Path) -> int:
+    """The pid a process wrote to ``marker`` once it started (waiting up to 2 minutes), checked alive."""
+    deadline = time.time() + 120
+    while not (marker.exists() and marker.read_text()) and time.time() < deadline:
+        time.sleep(0.2)
+    pid = int(marker.read_text())
+    assert process_alive(pid)
+    return pid
+
+
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "kill-9-job", "kill-9-snakemake", "hup-snakemake"])
 def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
     """Ctrl-C or SIGTERM to the workflow's group, SIGKILL to the job's process, or SIGKILL or SIGHUP to Snakemake's
@@ -210,11 +220,7 @@ def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
     )
     proc = foreground_workflow(wf, env)
     try:
-        deadline = time.time() + 120
-        while not (marker.exists() and marker.read_text()) and time.time() < deadline:
-            time.sleep(0.2)
-        workload = int(marker.read_text())
-        assert process_alive(workload)
+        workload = _pid_written(marker)
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the foreground group
         elif how == "sigterm":
@@ -266,11 +272,7 @@ def test_a_commands_daemon_dies_with_a_killed_job(tmp_path, how):
     (wf / "config" / "config.yaml").write_text(yaml.safe_dump({**cfg, "profiler": "torch"}, sort_keys=False))
     proc = foreground_workflow(wf, env)
     try:
-        deadline = time.time() + 120
-        while not (marker.exists() and marker.read_text()) and time.time() < deadline:
-            time.sleep(0.2)
-        daemon = int(marker.read_text())
-        assert process_alive(daemon)
+        daemon = _pid_written(marker)
         if how == "kill-9-job":
             program = int(Path(f"/proc/{daemon}/status").read_text().split("PPid:")[1].split()[0])
             job = int(Path(f"/proc/{program}/status").read_text().split("PPid:")[1].split()[0])
