@@ -51,8 +51,12 @@ def gpu_jobs(wildcards):
 
 def profile_threads(wildcards):
     """A profiling job on the CPU takes every core, so it runs alone: its walls and measured ceilings are the
-    machine's, not shared with another job's (the program keeps the user's own thread settings: hostfacts)."""
-    return 1 if GPU_JOBS else max(1, workflow.cores or 1)
+    machine's, not shared with another job's (the program keeps the user's own thread settings: hostfacts).
+    Under a cluster executor (and inside its job, which must ask for what was submitted) there is no total
+    of cores: the job asks for one CPU unless the profile's `set-threads` says more (profiles/slurm)."""
+    if GPU_JOBS or workflow.remote_exec or not workflow.local_exec:
+        return 1
+    return max(1, workflow.cores or 1)
 
 
 def harness_call(wildcards):
