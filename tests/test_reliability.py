@@ -255,6 +255,46 @@ def test_kernels_of_one_stream_overlapping_in_time_are_refused(tmp_path):
         _aggregate(d)
 
 
+@pytest.mark.parametrize(
+    ("column", "factor", "what"),
+    [
+        # Tensor FLOPs doubled: the recorded prefill GEMM ran at 0.79 of the bf16 peak its row's cells give.
+        ("sm__ops_path_tensor_src_bf16_dst_fp32.sum", 2, "tensor FLOPs"),
+        # L2 bytes x3: a kernel moved 0.43 of L2's peak.
+        ("lts__t_bytes.sum", 3, "L2 bytes"),
+    ],
+)
+def test_a_result_doing_more_than_its_device_can_is_refused(tmp_path, column, factor, what):
+    d = _v3(tmp_path, **{"capture.raw.csv": _scale_column(column, factor)})
+    with pytest.raises(checks.InconsistentInputs, match=rf"capture.raw.csv: result ID \d+ .* its {what} need"):
+        _aggregate(d)
+
+
+@pytest.mark.parametrize(
+    ("factor", "needle"),
+    [
+        # Halved: nothing overlaps, but ncu's replay of the same launches now takes 2.6x the timeline's time.
+        (0.5, r"capture.raw.csv: ncu's kernel durations .* sum to 2.5\dx the timeline's"),
+        # x1.3: within ncu's band (1.0x), but kernels that ran back to back now overlap on their stream.
+        (1.3, r"timeline.sqlite: stage '\w+', stream \d+: a kernel starts .* durations were scaled"),
+        (2.0, r"capture.raw.csv: ncu's kernel durations .* sum to 0.6\dx the timeline's"),
+    ],
+)
+def test_every_kernels_duration_scaled_in_the_timeline_is_refused(tmp_path, factor, needle):
+    """The recorded run's ratio of ncu's time to the timeline's is 1.28 (summed over its 72 results): scaled by
+    the factor, it reads 1.28/factor; the timeline's own streams say the rest."""
+
+    def scaled(path):
+        con = sqlite3.connect(path)
+        scale = f'CAST({factor} * ("end" - start) AS INTEGER)'
+        con.execute(f'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start + {scale}')
+        con.commit()
+        con.close()
+
+    with pytest.raises(checks.InconsistentInputs, match=needle):
+        _aggregate(_v3(tmp_path, **{"timeline.sqlite": scaled}))
+
+
 def _edit_kernels(sql):
     def edit(path):
         con = sqlite3.connect(path)

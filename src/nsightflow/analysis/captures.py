@@ -26,6 +26,7 @@ from nsightflow.analysis.checks import (
     check_gemm_floor,
     check_kernel_records,
     check_peaks,
+    check_result_rates,
     check_streams,
 )
 from nsightflow.analysis.diagnostics import note, stage_notes
@@ -113,6 +114,7 @@ def aggregate_captures(
     )
     pk = peaks_for(results, device, precision, None)
     check_peaks(pk, ", ".join(str(e) for e in exports) or "the captures")
+    check_result_rates(results, ", ".join(origin.get(e.name, str(e)) for e in exports))
     windowed = set(zip(results["stage"], results["step"], strict=True)) if len(results) else set()
     classes, kernels, stages = tables(tl, results, windowed, analytic, pk, divergence, top_n, coverage)
     # Every tensor precision's counter and the FLOPs outside the tensor pipes in every result: then GEMM FLOPs under

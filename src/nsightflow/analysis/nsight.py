@@ -24,6 +24,7 @@ from nsightflow.analysis.checks import (
     check_gemm_floor,
     check_kernel_records,
     check_peaks,
+    check_result_rates,
     check_streams,
 )
 from nsightflow.analysis.diagnostics import MODE_TEXT, note, stage_notes, wall_note
@@ -72,6 +73,7 @@ def aggregate_run(
     )
     pk = peaks_for(matched, device or tl.gpu_name, precision, ceiling)
     check_peaks(pk, str(export))
+    check_result_rates(matched, str(export))
     wall = program_wall(manifest_json)
     classes, kernels, stages = tables(
         tl, matched, chosen_pairs(plan), analytic, pk, divergence, top_n, coverage, plan.mode == "representatives", wall
