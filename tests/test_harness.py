@@ -66,6 +66,35 @@ def test_grouped_query_attention_counts_the_query_heads():
     assert got.flops_causal_adjusted == full * kept // (5 * 7)
 
 
+def test_grouped_gemms_count_the_tokens_each_expert_got_forward_and_backward():
+    """An MoE's experts as one torch._grouped_mm (tokens sorted by expert, offs their cumulative ends, as
+    transformers' Mixtral runs them), with the padding rows after the last end not counted; its backward runs
+    grouped GEMMs too. Expected: the same products made one expert at a time, counted from their shapes."""
+    import torch
+
+    tokens, k, n, experts = 40, 16, 24, 4
+    routed = [5, 0, 15, 13]  # 33 of 40 rows: the last 7 are padding
+    ends = torch.tensor(routed, dtype=torch.int32).cumsum(0).to(torch.int32)
+    x = torch.randn(tokens, k, requires_grad=True)
+    w = torch.randn(experts, k, n, requires_grad=True)
+
+    def forward(_):
+        torch._grouped_mm(x, w, offs=ends)
+
+    grad = torch.randn(tokens, n)
+
+    def backward(_):
+        torch._grouped_mm(x, w, offs=ends).backward(grad)
+
+    wl = api.Workload(setup=lambda: None, stages=[api.Stage("fwd", forward), api.Stage("fwd_bwd", backward)])
+    got = passes.count_flops(wl).stages
+    per_expert = sum(2 * m * k * n for m in routed)
+    assert got["fwd"].by_class["gemm"] == per_expert and got["fwd"].not_counted == []
+    assert got["fwd"].by_op == {"aten._grouped_mm": per_expert}
+    # backward: dX (tokens x n by n x k per expert) and dW (k x tokens by tokens x n per expert), each the forward's
+    assert got["fwd_bwd"].by_class["gemm"] == 3 * per_expert
+
+
 def _stages(entries: dict) -> dict:
     """Analytic stage records (nsightflow.records.StageCount) from the fields of analytic_flops.json's stages."""
     from nsightflow.records import AnalyticCounts

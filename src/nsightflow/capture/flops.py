@@ -25,6 +25,8 @@ GEMM_OPS = {
     "bmm",
     "baddbmm",
     "_scaled_mm",
+    "_grouped_mm",
+    "_scaled_grouped_mm",
     "convolution",
     "_convolution",
     "convolution_backward",
@@ -198,6 +200,30 @@ def attention_flops(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[st
     return int(full), int(masked)
 
 
+GROUPED_GEMMS = {"_grouped_mm", "_scaled_grouped_mm"}
+
+
+def grouped_mm_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """FLOPs of one grouped GEMM (an MoE's experts in one call), 2·Σ mᵍ·nᵍ·kᵍ over its groups. ``offs`` holds the
+    groups' cumulative ends along the dimension the operands share unbatched: rows of a 2-D first operand
+    (tokens routed to each expert), columns of a 2-D second, or K when both are 2-D (a weight gradient); without
+    it both operands are 3-D, one product per group. Rows past the last end are padding, not work: reading the
+    last end waits for the device once per call, in the counting pass only."""
+    a = _named_args(func, args, kwargs)
+    x, w, offs = a["self"], a["mat2"], a.get("offs")
+    used = int(offs[-1].item()) if offs is not None and offs.numel() else None
+    if x.dim() == 3 and w.dim() == 3:
+        g, m, k = x.shape
+        return 2 * g * m * k * int(w.shape[-1])
+    if used is None:
+        raise ValueError(f"a grouped GEMM of a {x.dim()}-D and a {w.dim()}-D operand needs offs")
+    if x.dim() == 2 and w.dim() == 3:  # tokens by expert: (T, K) x (G, K, N)
+        return 2 * used * int(x.shape[1]) * int(w.shape[-1])
+    if x.dim() == 3 and w.dim() == 2:  # (G, M, K) x (K, N total)
+        return 2 * int(x.shape[1]) * int(x.shape[2]) * used
+    return 2 * int(x.shape[0]) * int(w.shape[1]) * used  # (M, K total) x (K total, N): groups along K
+
+
 def op_class(name: str) -> str:
     """The class of an operator (its aten overload packet's name): gemm, attention or other. The analytic
     count and the measured FLOPs (through the operator that launched each kernel) use the same classes."""
@@ -215,6 +241,8 @@ def op_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any)
     if klass == "attention":
         full, masked = attention_flops(name, func, args, kwargs)
         return klass, full, masked
+    if name in GROUPED_GEMMS:
+        return klass, grouped_mm_flops(func, args, kwargs), 0
     formula = flop_registry.get(func.overloadpacket)
     if formula is None:
         return "other", 0, 0
