@@ -16,8 +16,10 @@ from nsightflow.errors import InconsistentInputs
 from nsightflow.records import Peaks, StageCount
 
 # How far a utilisation may exceed its peak before an input must be wrong: ncu's peaks are the hardware's
-# (its per-cycle rate at the clock it measured); a measured or datasheet rate is a reference, not a bound.
-TOLERANCE = {"ncu": 1.05, "other": 1.5}
+# (its per-cycle rate at the clock it measured); a datasheet rate is a reference, not a bound; a ceiling measured
+# by a microbenchmark is the best of a few runs on a machine that may be busy (a CPU's under a second test run
+# measured 1.54x and 1.63x low: nsightflow.analysis.torch_backend.within_ceilings then takes the stage's rate).
+TOLERANCE = {"ncu": 1.05, "measured": 4.0, "other": 1.5}
 
 
 def check_bounds(stages: pd.DataFrame, pk: Peaks) -> None:
@@ -36,7 +38,8 @@ def check_bounds(stages: pd.DataFrame, pk: Peaks) -> None:
         ):
             v = s.get(col, np.nan)
             source = pk.source(peak)
-            limit = TOLERANCE["ncu" if source.startswith("ncu") else "other"]
+            kind = next((k for k in ("ncu", "measured") if source.startswith(k)), "other")
+            limit = TOLERANCE[kind]
             if np.isfinite(v) and v > limit:
                 raise InconsistentInputs(
                     f"stage {s['stage']!r}: {col} is {v:.3g} ({v:.0%}) of the {peak} peak ({source}), beyond the "
