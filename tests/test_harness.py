@@ -95,6 +95,37 @@ def test_grouped_gemms_count_the_tokens_each_expert_got_forward_and_backward():
     assert got["fwd_bwd"].by_class["gemm"] == 3 * per_expert
 
 
+def test_flex_attention_counts_the_pairs_its_block_mask_keeps_eager_and_compiled():
+    """torch's flex attention (a higher-order operator, which a dispatch mode sees only where it accepts such
+    operators) with a causal mask and a document mask of three 100-token documents in the first batch row only.
+    Expected: Q·Kᵀ and P·V of every kept (query, key) pair, the pairs counted from the masks' definitions."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    b, h, n, d = 2, 4, 300, 16  # 300: a partial last block of 128
+    q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
+    causal = create_block_mask(lambda b_, h_, qi, ki: qi >= ki, None, None, n, n, device="cpu")
+
+    def documents(b_, h_, qi, ki):
+        return (qi >= ki) & (qi // 100 == ki // 100) & (b_ == 0)
+
+    docs = create_block_mask(documents, b, None, n, n, device="cpu")
+    compiled = torch.compile(flex_attention)
+    stages = {
+        "causal": lambda _: flex_attention(q, k, v, block_mask=causal),
+        "documents": lambda _: flex_attention(q, k, v, block_mask=docs),
+        "compiled": lambda _: compiled(q, k, v, block_mask=causal),
+    }
+    wl = api.Workload(setup=lambda: None, stages=[api.Stage(s, fn) for s, fn in stages.items()])
+    got = passes.count_flops(wl).stages
+    per_pair = 2 * (d + d)
+    full = per_pair * b * h * n * n
+    for stage, kept in (("causal", b * h * n * (n + 1) // 2), ("documents", h * 3 * 100 * 101 // 2)):
+        assert got[stage].not_counted == [] and got[stage].by_class["attention"] == full
+        assert got[stage].flops_causal_adjusted == per_pair * kept, stage
+    assert got["compiled"].flops_causal_adjusted == got["causal"].flops_causal_adjusted
+
+
 def _stages(entries: dict) -> dict:
     """Analytic stage records (nsightflow.records.StageCount) from the fields of analytic_flops.json's stages."""
     from nsightflow.records import AnalyticCounts

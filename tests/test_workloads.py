@@ -31,6 +31,19 @@ QWEN2 = {
     "vocab_size": 384,
     "max_position_embeddings": 256,
 }
+# A mixture of experts as transformers runs it (torch._grouped_mm per expert projection in transformers 5): top-2 of 4.
+MIXTRAL = {
+    "model_type": "mixtral",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+}
 TINY = {"vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 48, "dtype": "float32", "device": "cpu"}
 HF = {"batch": 2, "prompt": 16, "decode_steps": 3, "dtype": "float32", "device": "cpu"}
 
@@ -64,6 +77,7 @@ def runs(tmp_path_factory):
     cfg["workloads"] = [
         {"name": "llama", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": LLAMA}},
         {"name": "qwen2", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": QWEN2}},
+        {"name": "mixtral", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": MIXTRAL}},
         {
             "name": "train",
             "callable": "nsightflow.workloads.training:build",
@@ -107,6 +121,32 @@ def test_huggingface_models_with_grouped_and_multi_query_attention(runs, name, c
     manifest = json.loads((runs / name / "manifest.json").read_text())
     assert manifest["params"]["num_key_value_heads"] == config["num_key_value_heads"]
     assert (runs / name / "report.html").exists()
+
+
+def test_a_mixture_of_experts_counts_each_routed_token_once_per_expert(runs):
+    """Every token goes to top-k experts, so the experts' GEMMs do k times a dense MLP's work, however the router
+    splits the tokens: the count from the config alone, whatever the routing (and however transformers runs the
+    experts: one grouped GEMM per projection, or one GEMM per expert)."""
+    c = MIXTRAL
+    h, i, hq, hkv, k, e = (
+        c["hidden_size"],
+        c["intermediate_size"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+        c["num_experts_per_tok"],
+        c["num_local_experts"],
+    )
+    hd = h // hq
+    per_token = h * h + 2 * h * hkv * hd + h * h + h * e + k * 3 * h * i  # q, k, v, o, router, experts (MACs)
+
+    def gemm(batch, tokens):
+        return 2 * batch * tokens * per_token * c["num_hidden_layers"] + 2 * batch * h * c["vocab_size"]
+
+    st = _stages(runs, "mixtral")
+    rotary = 2 * (hd // 2)  # per token: see hf_flops
+    assert st.loc["prefill", "flops_analytic_gemm"] in (gemm(2, 16), gemm(2, 16) + rotary * 16)
+    assert st.loc["decode", "flops_analytic_gemm"] in (3 * gemm(2, 1), 3 * gemm(2, 1) + 3 * rotary)
+    assert (st["mfu_busy"] > 0).all()
 
 
 def test_training_step_counts_backward_as_twice_the_forward_gemms(runs):

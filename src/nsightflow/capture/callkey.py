@@ -9,11 +9,23 @@ from typing import Any
 
 from torch import Tensor
 
+from nsightflow.capture.flops import op_name
+
 # Operators whose work depends on their inputs' values, not only on their shapes: a grouped GEMM runs one GEMM per
 # group with sizes read from an offsets tensor (a mixture of experts' tokens per expert), so its tiles, and with
 # them its FLOPs and bytes, follow the routing. HuggingFace Mixtral's prefill measured +13.4% tensor FLOPs when its
 # two layers' grouped GEMMs, equal calls by shape, were taken as one class.
-DATA_DEPENDENT = frozenset({"_grouped_mm", "_scaled_grouped_mm", "segment_reduce", "_segment_reduce_backward"})
+# Flex attention computes the blocks its block mask lists: equal shapes, different masks, different work.
+DATA_DEPENDENT = frozenset(
+    {
+        "_grouped_mm",
+        "_scaled_grouped_mm",
+        "segment_reduce",
+        "_segment_reduce_backward",
+        "flex_attention",
+        "flex_attention_backward",
+    }
+)
 
 
 def _arg_key(x: Any) -> Hashable:
@@ -38,7 +50,7 @@ def call_key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashab
     op = id(func)  # operators live as long as torch: their ids are stable, and hash in C (theirs in Python)
     varies = _VARIES.get(op)
     if varies is None:
-        varies = _VARIES[op] = func.overloadpacket.__name__ in DATA_DEPENDENT
+        varies = _VARIES[op] = op_name(func) in DATA_DEPENDENT
     if varies:
         return None
     try:

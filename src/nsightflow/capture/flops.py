@@ -46,6 +46,8 @@ ATTENTION_FORWARD = {
     "_efficient_attention_forward": "bshd",
 }
 ATTENTION_BACKWARD = {f"{name}_backward": layout for name, layout in ATTENTION_FORWARD.items()}
+# Flex attention's higher-order operators (b, h, s, d), counted from their block masks.
+FLEX_ATTENTION = {"flex_attention": 1, "flex_attention_backward": 2}
 GATHER_OPS = {"embedding", "index_select", "gather", "take", "index", "embedding_bag"}
 CLASSES = ("gemm", "attention", "other")
 # The tensor-core precision of a GEMM's or attention's inputs (the names of nsightflow.capture.ncu's FLOP counters);
@@ -60,6 +62,13 @@ TENSOR_PRECISIONS = {
     "float8_e4m3fnuz": "fp8",
     "float8_e5m2fnuz": "fp8",
 }
+
+
+def op_name(func: Any) -> str:
+    """An operator's name: its aten overload packet's (``mm``), or a higher-order operator's (``flex_attention``),
+    which has no packet and reaches a dispatch mode only where the mode accepts such operators."""
+    packet = getattr(func, "overloadpacket", None)
+    return packet.__name__ if packet is not None else str(func.name())
 
 
 SIMT = "fp32"  # float32 matrix work on the FMA units (without TF32): its FLOPs are SASS counts, not tensor ones
@@ -224,10 +233,72 @@ def grouped_mm_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return 2 * int(x.shape[0]) * int(w.shape[1]) * used  # (M, K total) x (K total, N): groups along K
 
 
+def _block_mask(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The block mask among a flex attention operator's arguments: the tuple of its block counts and indices,
+    ending with its two block sizes and its mask function (BlockMask.as_tuple, whose leading fields vary between
+    torch versions)."""
+    for a in args:
+        if isinstance(a, tuple) and len(a) >= 6 and callable(a[-1]) and isinstance(a[-2], int):
+            return a
+    raise ValueError("no block mask among flex attention's arguments")
+
+
+KEPT_CHUNK = 1 << 24  # (query, key) pairs a mask function is evaluated on at once
+
+
+def flex_kept_pairs(block_mask: tuple[Any, ...], batch: int, heads: int, sq: int, sk: int) -> int:
+    """(query, key) pairs a flex attention's mask keeps, over its batch and query heads: full blocks whole,
+    partial blocks by the mask function itself, evaluated on their positions (the model's work, not the
+    kernels': a partial block is computed whole)."""
+    import torch
+
+    tensors = [i for i, x in enumerate(block_mask) if isinstance(x, torch.Tensor)]
+    first = tensors[0]
+    kv_num, kv_idx = block_mask[first], block_mask[first + 1]
+    full_num, full_idx = block_mask[first + 2], block_mask[first + 3]
+    qb, kb, mask_mod = block_mask[-3], block_mask[-2], block_mask[-1]
+    mb, mh = int(kv_num.shape[0]), int(kv_num.shape[1])  # 1 where the mask is the same for every batch or head
+    device = kv_num.device
+    kept = 0
+    for b in range(mb):
+        for h in range(mh):
+            for qi in range(int(kv_num.shape[2])):
+                q0, q1 = qi * qb, min((qi + 1) * qb, sq)
+                if q0 >= sq:
+                    break
+                if full_num is not None:
+                    for j in full_idx[b, h, qi, : int(full_num[b, h, qi])].tolist():
+                        kept += (q1 - q0) * max(0, min((j + 1) * kb, sk) - j * kb)
+                blocks = kv_idx[b, h, qi, : int(kv_num[b, h, qi])].tolist()
+                if not blocks:
+                    continue
+                q = torch.arange(q0, q1, device=device)[:, None]
+                cols = torch.cat([torch.arange(j * kb, min((j + 1) * kb, sk), device=device) for j in blocks])
+                bt, ht = torch.tensor(b, device=device), torch.tensor(h, device=device)
+                step = max(1, KEPT_CHUNK // (q1 - q0))
+                for c in range(0, len(cols), step):
+                    part = cols[None, c : c + step]
+                    kept += int(torch.broadcast_to(mask_mod(bt, ht, q, part), (q1 - q0, part.shape[1])).sum())
+    return kept * (batch // mb) * (heads // mh)
+
+
+def flex_attention_flops(name: str, args: tuple[Any, ...]) -> tuple[int, int]:
+    """(FLOPs in full, FLOPs the block mask removes) of one flex attention call (forward, or backward at twice
+    the forward's), as attention_flops counts SDPA's: Q·Kᵀ and P·V over every (query, key) pair, less the pairs
+    the mask drops."""
+    q, k, v = args[0], args[1], args[2]
+    b, hq, sq, d = (int(x) for x in q.shape)
+    sk, dv = int(k.shape[-2]), int(v.shape[-1])
+    per_pair = 2 * (d + dv) * FLEX_ATTENTION[name]
+    full = per_pair * b * hq * sq * sk
+    kept = flex_kept_pairs(_block_mask(args), b, hq, sq, sk)
+    return full, full - per_pair * kept
+
+
 def op_class(name: str) -> str:
     """The class of an operator (its aten overload packet's name): gemm, attention or other. The analytic
     count and the measured FLOPs (through the operator that launched each kernel) use the same classes."""
-    if name in ATTENTION_FORWARD or name in ATTENTION_BACKWARD:
+    if name in ATTENTION_FORWARD or name in ATTENTION_BACKWARD or name in FLEX_ATTENTION:
         return "attention"
     return "gemm" if name in GEMM_OPS else "other"
 
@@ -236,8 +307,11 @@ def op_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any)
     """(class, FLOPs, FLOPs masked by causality) of one operator; raises when its formula fails."""
     from torch.utils.flop_counter import flop_registry
 
-    name = func.overloadpacket.__name__
+    name = op_name(func)
     klass = op_class(name)
+    if name in FLEX_ATTENTION:
+        full, masked = flex_attention_flops(name, args)
+        return klass, full, masked
     if klass == "attention":
         full, masked = attention_flops(name, func, args, kwargs)
         return klass, full, masked
@@ -377,8 +451,9 @@ class Tally:
         s.calls += 1
         op = self._ops.get(id(func))  # operators live as long as torch; their own hash runs in Python
         if op is None:
-            name = func.overloadpacket.__name__
-            op = self._ops[id(func)] = (name, f"aten.{name}", not getattr(func, "is_view", False), name in GATHER_OPS)
+            name = op_name(func)
+            label = f"aten.{name}" if hasattr(func, "overloadpacket") else name
+            op = self._ops[id(func)] = (name, label, not getattr(func, "is_view", False), name in GATHER_OPS)
         name, label, moves, gathers = op
         known = self._flops.get(key) if key is not None else None
         if known is None:

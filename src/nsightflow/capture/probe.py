@@ -29,10 +29,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nsightflow.capture.callkey import DATA_DEPENDENT, call_key
-from nsightflow.capture.flops import Tally
+from nsightflow.capture.flops import Tally, op_name
 from nsightflow.domains import ops_domain
 
 WHOLE = None  # a window over the whole step
+FLEX_EAGER = "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"
 
 
 def _describe(x: Any) -> str:
@@ -52,7 +53,7 @@ def signature(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], instance
     strides; other values as written). Two launches of one kernel with one grid can still do different work
     (a GEMM's K is not in its launch configuration); launches of equal calls do the same, except for the
     operators in DATA_DEPENDENT, whose every call (``instance``, unique in the process) is its own."""
-    name = func.overloadpacket.__name__
+    name = op_name(func)
     body = ",".join(_describe(a) for a in args)
     if kwargs:
         body += ";" + ",".join(f"{k}={_describe(v)}" for k, v in sorted(kwargs.items()))
@@ -108,7 +109,11 @@ class Windows:
 class OpProbe(TorchDispatchMode):
     """Numbers the operators of one step; marks, counts and windows them as configured.
 
-    Made through :func:`op_probe`, which picks this class or its dynamo-guarded twin."""
+    Made through :func:`op_probe`, which picks this class or its dynamo-guarded twin. Higher-order operators
+    (flex attention run eagerly, as compiled code is under any dispatch mode) pass through it as one unit each:
+    it runs them as they are, outside the mode, and counts them whole."""
+
+    supports_higher_order_operators = True
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -132,11 +137,28 @@ class OpProbe(TorchDispatchMode):
 
             self._nvtx = nvtx.get_domain(ops_domain(domain))
 
+    def __enter__(self) -> OpProbe:
+        # Flex attention run eagerly wraps its operator in torch.compile(fullgraph=True), which no dispatch mode
+        # lets compile ("found no compiled frames"): while the probe is on, it calls the operator itself (its
+        # documented debug switch), as compiled code under a dispatch mode runs eagerly anyway.
+        flex = sys.modules.get("torch.nn.attention.flex_attention")
+        self._flex = (flex, getattr(flex, FLEX_EAGER, None)) if flex is not None else None
+        if flex is not None:
+            setattr(flex, FLEX_EAGER, True)
+        super().__enter__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        if self._flex is not None:
+            setattr(self._flex[0], FLEX_EAGER, self._flex[1])
+
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        if func.is_view:  # launches no kernel, computes and moves nothing: not a unit, not marked, not counted
+        # A view launches no kernel, computes and moves nothing: not a unit, not marked, not counted.
+        if getattr(func, "is_view", False):
             return func(*args, **kwargs)
         with self._lock:
             i = self.index
