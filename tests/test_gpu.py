@@ -675,6 +675,63 @@ def test_every_precision_the_operators_use_is_collected(tmp_path):
     assert st.loc["mixed", "flops_tensor_measured"] == pytest.approx(3 * 2 * n**3, rel=1e-6)
 
 
+MOE_AND_FLEX = [
+    {"name": "experts", "callable": "workloads:grouped_experts", "args": {}},
+    {"name": "flex", "callable": "workloads:flex_causal", "args": {}},
+    {
+        "name": "mixtral",
+        "callable": "nsightflow.workloads.hf:build",
+        "args": {"config": SMALL_MIXTRAL, "batch": 1, "prompt": 1024, "decode_steps": 3},
+    },
+]
+
+
+def test_moe_grouped_gemms_and_flex_attention_are_counted_and_measured(tmp_path):
+    """Targets of the MoE and flex attention counts: each stage's analytic FLOPs against a count from its shapes
+    written here, its measured tensor FLOPs against ncu over every launch of the same steps."""
+    steps = {"sample_steps": ["first", "last"]}
+    results, seconds = _run(tmp_path, "moe", MOE_AND_FLEX, ncu=steps)
+    full, full_s = _run(tmp_path, "moe_full", MOE_AND_FLEX, ncu={**steps, "capture": "every_launch"})
+    print(f"\nMoE and flex: representatives {seconds:.1f} s, every launch {full_s:.1f} s")
+    c = SMALL_MIXTRAL
+    h, i, hq, hkv, k, e, v = (
+        c["hidden_size"],
+        c["intermediate_size"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+        c["num_experts_per_tok"],
+        c["num_local_experts"],
+        c["vocab_size"],
+    )
+    hd = h // hq
+    per_token = h * h + 2 * h * hkv * hd + h * h + h * e + k * 3 * h * i  # q, k, v, o, router, experts (MACs)
+
+    def mixtral_gemm(tokens, steps=1):
+        return steps * (2 * tokens * per_token * c["num_hidden_layers"] + 2 * h * v)
+
+    b, heads, seq, dh = 4, 16, 2048, 64
+    expected = {
+        ("experts", "experts"): 2 * 4096 * 1024 * 1536,
+        ("flex", "attention"): 2 * 2 * dh * b * heads * seq * (seq + 1) // 2,
+        ("mixtral", "prefill"): mixtral_gemm(1024),
+        ("mixtral", "decode"): mixtral_gemm(1, 3),
+    }
+    for (name, stage), want in expected.items():
+        st = pd.read_csv(results / name / "stages.csv").set_index("stage")
+        ref = pd.read_csv(full / name / "stages.csv").set_index("stage")
+        col = "flops_analytic_causal" if name == "flex" else "flops_analytic_gemm"
+        got = st.loc[stage, col]
+        t, rt = st.loc[stage, "flops_tensor_measured"], ref.loc[stage, "flops_tensor_measured"]
+        print(
+            f"{name} {stage}: analytic {got:.6g} vs shapes {want:.6g} ({got / want - 1:+.3%}); tensor FLOPs {t:.6g} "
+            f"vs every launch {rt:.6g} ({t / rt - 1:+.3%}); MFU busy {st.loc[stage, 'mfu_busy']:.2%}, HFU busy "
+            f"{st.loc[stage, 'hfu_busy']:.2%}"
+        )
+        assert abs(got / want - 1) < (0.001 if name == "experts" else 0.01)
+        assert t > 0 and abs(t / rt - 1) < 0.01
+        assert (st["coverage"] == 1.0).all()
+
+
 def test_compiled_decoder_on_the_gpu(small, tmp_path):
     wl = [{"name": "compiled", "callable": "nsightflow.workloads.decoder:build", "args": {**SMALL, "compile": True}}]
     results, seconds = _run(tmp_path, "compiled", wl, ncu={"sample_steps": ["first", "last"]})

@@ -288,3 +288,44 @@ def first_use_state(n: int = 256, cudnn_benchmark: bool = False, device: str = "
         a @ kept[0]
 
     return Workload(setup=lambda: None, stages=[Stage("step", step, repeats=2)], device=device)
+
+
+def grouped_experts(tokens: int = 4096, hidden: int = 1024, ffn: int = 1536, experts: int = 8, **_):
+    """An MoE's expert projection as one bf16 torch._grouped_mm: ``tokens`` rows split unevenly over ``experts``
+    (a fixed, seeded routing), each expert an ``hidden`` x ``ffn`` weight. Model FLOPs: exactly 2·T·H·F a step."""
+    state = {}
+
+    def setup() -> None:
+        gen = torch.Generator().manual_seed(0)
+        share = torch.rand(experts, generator=gen) + 0.25
+        counts = (share / share.sum() * tokens).floor().to(torch.int64)
+        counts[-1] += tokens - int(counts.sum())
+        state["offs"] = counts.cumsum(0).to(torch.int32).cuda()
+        state["x"] = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+        state["w"] = torch.randn(experts, ffn, hidden, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+
+    def step(_: int) -> None:
+        state["y"] = torch._grouped_mm(state["x"], state["w"], offs=state["offs"])
+
+    params = {"tokens": tokens, "hidden": hidden, "ffn": ffn, "experts": experts}
+    return Workload(setup=setup, stages=[Stage("experts", step)], device="cuda", dtype="bfloat16", params=params)
+
+
+def flex_causal(batch: int = 4, heads: int = 16, seq: int = 2048, head_dim: int = 64, **_):
+    """Compiled flex attention with a causal block mask, bf16, as 2026 LLM code runs it. Model FLOPs a step:
+    Q·Kᵀ and P·V over the seq·(seq+1)/2 kept pairs of every batch row and head."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    state = {}
+    attend = torch.compile(flex_attention)
+
+    def setup() -> None:
+        shape = (batch, heads, seq, head_dim)
+        state["qkv"] = [torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        state["mask"] = create_block_mask(lambda b, h, q, k: q >= k, None, None, seq, seq, device="cuda")
+
+    def step(_: int) -> None:
+        state["out"] = attend(*state["qkv"], block_mask=state["mask"])
+
+    params = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim}
+    return Workload(setup=setup, stages=[Stage("attention", step)], device="cuda", dtype="bfloat16", params=params)
