@@ -21,7 +21,7 @@ import pandas as pd
 
 from nsightflow.capture.attribution import call_classes
 from nsightflow.capture.comm import is_comm
-from nsightflow.capture.flops import CLASSES, op_class
+from nsightflow.capture.formulas import CLASSES, op_class
 from nsightflow.errors import InputError
 from nsightflow.records import Peaks, StageCount
 
@@ -151,7 +151,7 @@ OP_CLASSES = [*CLASSES, "unattributed"]
 
 
 def launch_op_classes(class_keys: pd.Series) -> pd.Series:
-    """The class (nsightflow.capture.flops.op_class) of the operator that launched each kernel, read from its class
+    """The class (nsightflow.capture.formulas.op_class) of the operator that launched each kernel, read from its class
     key ('mm#<digest>#<ordinal>|<kernel key>', see nsightflow.capture.attribution); 'unattributed' where no operator
     is known: launched between operators (CUDA-graph replays, compiled graphs' own kernels, extensions that
     bypass the dispatcher) or in a step the probe pass has no twin of."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
-from nsightflow.capture.flops import op_name
+from nsightflow.capture.formulas import op_name
 
 # Operators whose work depends on their inputs' values, not only on their shapes: a grouped GEMM runs one GEMM per
 # group with sizes read from an offsets tensor (a mixture of experts' tokens per expert), so its tiles, and with

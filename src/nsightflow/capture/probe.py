@@ -29,7 +29,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nsightflow.capture.callkey import DATA_DEPENDENT, call_key
-from nsightflow.capture.flops import Tally, op_name
+from nsightflow.capture.flops import Tally
+from nsightflow.capture.formulas import op_name
 from nsightflow.domains import ops_domain
 
 WHOLE = None  # a window over the whole step

@@ -15,6 +15,13 @@ GLOSSARY = [
         "compute and bandwidth peaks of the device as listed under Peaks: ncu's own peak_sustained metrics at the "
         "measured clocks, or measured matmul and copy rates, or named datasheet values",
     ),
+    (
+        "MoE and flex attention FLOPs",
+        "model FLOPs of a mixture of experts count each token once per expert it is routed to (a grouped GEMM's "
+        "offsets: 2·Σ tokens per expert·K·N), not the padding its kernels compute; flex attention counts Q·Kᵀ and "
+        "P·V over the (query, key) pairs its block mask keeps, so its MFU is against the model's work, its HFU "
+        "against the blocks the kernels computed",
+    ),
     ("—", "not available for this backend or stage (e.g. no hardware counters under torch.profiler), never a zero"),
 ]
 # A column's definition; where tables share a name, the first table's (stages).
