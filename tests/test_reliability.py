@@ -270,6 +270,32 @@ def test_a_result_doing_more_than_its_device_can_is_refused(tmp_path, column, fa
         _aggregate(d)
 
 
+@pytest.mark.parametrize("cache_control", ["all", "none"])
+def test_dram_counters_a_thousand_times_low_under_flushed_caches_are_refused(tmp_path, cache_control):
+    """Every DRAM byte cell /1000 with the unit row still 'byte' (an export in kB read as bytes): the recorded run's
+    DRAM/L2 ratio, 0.348, reads 0.00035. With flushed caches each kernel must read its inputs from DRAM; without,
+    data that fits in L2 need not, so the run is then analysed as it is."""
+
+    def thousandth(path):
+        for col in ("dram__bytes_read.sum", "dram__bytes_write.sum"):
+            _scale_column(col, 1e-3)(path)
+
+    def cache(path):
+        rec = json.loads(path.read_text())
+        rec["argv"] = [
+            f"--cache-control={cache_control}" if a.startswith("--cache-control") else a for a in rec["argv"]
+        ]
+        path.write_text(json.dumps(rec))
+
+    d = _v3(tmp_path, **{"capture.raw.csv": thousandth, "capture.cmd.json": cache})
+    if cache_control == "none":
+        st = _aggregate(d).stages.set_index("stage")
+        assert st.loc["prefill", "dram_bytes_measured"] == pytest.approx(9.409592e5, rel=1e-5)  # as exported
+    else:
+        with pytest.raises(checks.InconsistentInputs, match=r"capture.raw.csv: its 72 results moved .* DRAM bytes"):
+            _aggregate(d)
+
+
 @pytest.mark.parametrize(
     ("factor", "needle"),
     [

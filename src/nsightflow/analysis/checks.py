@@ -232,6 +232,31 @@ def check_result_rates(results: pd.DataFrame, source: str) -> None:
             )
 
 
+# DRAM bytes against L2 bytes over a capture whose caches ncu flushed before each kernel: every kernel then reads its
+# inputs from DRAM once at least, while L2 serves each of their re-reads. 0.068-0.54 in the committed captures (a
+# large GEMM's tiles re-read from L2 give the lowest); a DRAM column read in the wrong unit (1000x low, the unit row
+# still "byte") gives under 0.001.
+DRAM_FLOOR = 0.005
+
+
+def check_dram_floor(results: pd.DataFrame, flushed: bool, source: str) -> None:
+    """Refuse a capture made with flushed caches whose DRAM bytes are under :data:`DRAM_FLOOR` of its L2 bytes:
+    a DRAM counter was scaled or read in another unit. Without flushing (``--cache-control none``) data that fits
+    in L2 may never touch DRAM, so nothing is checked."""
+    if not flushed or results.empty or not {"dram_bytes", "l2_bytes"} <= set(results.columns):
+        return
+    ok = results["dram_bytes"].notna() & results["l2_bytes"].notna()
+    dram, l2 = float(results.loc[ok, "dram_bytes"].sum()), float(results.loc[ok, "l2_bytes"].sum())
+    if l2 > 1e6 and dram < DRAM_FLOOR * l2:
+        raise InconsistentInputs(
+            f"{source}: its {int(ok.sum())} results moved {dram:.4g} DRAM bytes against {l2:.4g} L2 bytes "
+            f"({dram / l2:.2g}), though ncu flushed the caches before each kernel, so every kernel read its inputs "
+            f"from DRAM (at least {DRAM_FLOOR} of the L2 traffic; 0.068-0.54 in the committed captures): a DRAM "
+            "column was scaled or read in another unit; export again with ncu --import R.ncu-rep --page raw --csv "
+            "--print-units base"
+        )
+
+
 # An ncu peak (per-cycle rate × measured clock) against the device's datasheet: above it by boost clocks (an H100 at
 # 1.98 GHz: +8%), below it at locked or idle clocks; a factor outside these means a unit or a counter is wrong (a
 # clock read in kHz as MHz, a peak counter doubled).

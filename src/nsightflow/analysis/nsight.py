@@ -20,6 +20,7 @@ from nsightflow.analysis.aggregate import (
 from nsightflow.analysis.checks import (
     check_analytic,
     check_bounds,
+    check_dram_floor,
     check_durations,
     check_gemm_floor,
     check_kernel_records,
@@ -74,6 +75,7 @@ def aggregate_run(
     pk = peaks_for(matched, device or tl.gpu_name, precision, ceiling)
     check_peaks(pk, str(export))
     check_result_rates(matched, str(export))
+    check_dram_floor(matched, caches_flushed(capture_record), str(export))
     wall = program_wall(manifest_json)
     classes, kernels, stages = tables(
         tl, matched, chosen_pairs(plan), analytic, pk, divergence, top_n, coverage, plan.mode == "representatives", wall
@@ -119,6 +121,15 @@ def every_precision_collected(record: CaptureRecord | None) -> bool:
         return False
     seen = set(record.precisions_seen)
     return seen - {SIMT} <= set(record.tensor_precisions) and (SIMT not in seen or bool(record.non_tensor_flops))
+
+
+def caches_flushed(record: CaptureRecord | None) -> bool:
+    """Whether ncu flushed the caches before each kernel it measured (``--cache-control all``, also its default
+    when the argv names none); False where no record says how the capture ran."""
+    if record is None or not record.argv:
+        return False
+    given = [a.split("=", 1)[1] for a in record.argv if a.startswith("--cache-control=")]
+    return not given or given[-1] == "all"
 
 
 def range_results(export: str | Path, plan_json: str | Path) -> pd.DataFrame:
