@@ -493,11 +493,13 @@ def test_bytes_lower_bound_counts_each_tensor_once():
 
     a, b = torch.randn(8, 16), torch.randn(16, 4)
     table, idx = torch.randn(100, 16), torch.tensor([1, 2, 3])
+    empty = torch.randn(0, 16)  # a batch of none
 
     def step(_):
         a @ b  # reads 8x16 + 16x4, writes 8x4 (float32)
         a.t()  # a view: moves nothing
         torch.nn.functional.embedding(idx, table)  # reads 3 rows of 16 and 3 int64 indices, writes 3x16
+        empty @ b  # an empty product: reads not even the weight
 
     wl = api.Workload(setup=lambda: None, stages=[api.Stage("s", step, repeats=2)])
     got = passes.count_flops(wl).stages["s"]

@@ -351,6 +351,17 @@ def test_kernel_records_copied_or_without_duration_are_refused(tmp_path, sql, ne
         _aggregate(d)
 
 
+def test_a_command_with_an_empty_batch_moves_and_computes_nothing(tmp_path):
+    """A batch of none: its products read no weight and compute nothing, so no bandwidth or compute use is rated
+    (before: the weights counted as bytes touched gave "602% of peak", bound "memory")."""
+    cmd = ["python3", "examples/nvtx_program.py", "--steps", "2", "--batch", "0"]
+    wf, env = _workflow(tmp_path, [{"name": "empty", "command": cmd, "domain": "LLM"}], profiler="torch")
+    snakemake(wf, "--cores", "1", "results/report.html", env=env)
+    st = pd.read_csv(wf / "results" / "empty" / "stages.csv").set_index("stage")
+    assert (st["bytes_analytic"] == 0).all() and (st["flops_analytic"] == 0).all()
+    assert not st["bound"].isin(["memory", "compute"]).any(), st[["bound", "bound_why"]]
+
+
 def test_integer_matmuls_get_no_float_peak(tmp_path):
     out = tmp_path / "run.json"
     argv = [

@@ -113,7 +113,9 @@ def classify(row: pd.Series, device: str = "gpu") -> StageBound:
             "",
         )
     c, m = (x if math.isfinite(x) else 0.0 for x in (compute, memory))
-    used = f"compute {c:.0%} of peak ({c_name}), {mem} {m:.0%} of peak ({m_name}), busy {busy:.0%} of wall"
+    c_text = f"compute {c:.0%} of peak ({c_name})" if math.isfinite(compute) else "compute — (no FLOPs to rate)"
+    m_text = f"{mem} {m:.0%} of peak ({m_name})" if math.isfinite(memory) else f"{mem} — (no bytes to rate)"
+    used = f"{c_text}, {m_text}, busy {busy:.0%} of wall"
     if max(c, m) < NEAR_PEAK:
         return StageBound(
             stage,

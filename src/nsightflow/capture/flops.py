@@ -153,6 +153,8 @@ def moved_bytes(inputs: list[Any], output: Any, gathers: bool = False) -> int:
         if isinstance(output, (list, tuple))
         else []
     )
+    if outs and all(t.numel() == 0 for t in outs):
+        return 0  # nothing to produce, nothing read: a GEMM of an empty batch reads no weight either
     total = 0
     seen: set[int] = set()
     if gathers and ins and outs:
