@@ -99,8 +99,12 @@ def test_a_callable_launched_as_two_processes_reports_each_rank(tmp_path):
     args = {"hidden": hidden, "tokens": tokens, "steps": steps}
     job = {"name": "job", "callable": "workloads:ranks_matmul", "nprocs": 2, "rank": 1, "args": args}
     work = torch_workflow(tmp_path, [job])
-    snakemake(work, "--cores", "1", "results/report.html", env={**os.environ, "PYTHONPATH": str(work / "tests")})
+    tmp = tmp_path / "tmp"  # the job's temporary folder: torchrun leaves nothing there, its records go to the run
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(work / "tests"), "TMPDIR": str(tmp)}
+    snakemake(work, "--cores", "1", "results/report.html", env=env)
     run = work / "results" / "job"
+    assert not list(tmp.glob("torchelastic_*")) and (run / "logs" / "torchrun").is_dir()
     table = pd.read_csv(run / "stages.csv").set_index("stage")
     steps = steady_steps(run, "forward", steps)  # warm-up steps set apart
     assert list(table.index) == ["forward"] and int(table.loc["forward", "range_instances"]) == steps

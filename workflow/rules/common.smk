@@ -97,6 +97,7 @@ def harness_call(wildcards):
                 config["nvtx_domain"],
                 spec.get("rank") or 0,
                 spec.get("gpus") or 1,
+                str(Path(f"results/{wildcards.run}/logs/torchrun").absolute()),
             )
         )
     return _canonical(

@@ -26,11 +26,22 @@ ARGS_ENV = "NSIGHTFLOW_CALLABLE_ARGS"  # the callable's arguments, JSON (never i
 
 
 def command_fields(
-    spec: str, args: dict[str, Any], nprocs: int, warmup: int, python: str, mirror: str, rank: int, gpus: int
+    spec: str,
+    args: dict[str, Any],
+    nprocs: int,
+    warmup: int,
+    python: str,
+    mirror: str,
+    rank: int,
+    gpus: int,
+    log_dir: str,
 ) -> dict[str, Any]:
     """The command workload (nsightflow.capture.command.CommandCall's fields) that runs ``spec`` as ``nprocs``
-    processes: its stages are the runner's ranges, ``rank`` is the one probed and captured."""
+    processes: its stages are the runner's ranges, ``rank`` is the one probed and captured. ``log_dir``: torchrun's
+    folder for its per-launch records (an absolute path in the run's results; without it torchrun makes a
+    ``torchelastic_*`` folder in the shared temporary folder at every launch and never removes it)."""
     argv = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nprocs)]
+    argv += ["--log-dir", log_dir]
     argv += ["-m", "nsightflow.capture.runner", "--callable", spec, "--warmup", str(warmup)]
     return {
         "command": argv,
