@@ -313,14 +313,16 @@ def test_harmless_library_errors_are_explained_in_the_log():
 
 
 # Stand-ins for a GPU host's tools (this machine has none): nvidia-smi names an H200; nsys and ncu give versions.
-# ncu's counter probe waits (up to 20 s) for nsys's profile to start; nsys's profile starts, then fails.
+# ncu's counter probe waits (up to 20 s) for nsys's profile to start; nsys's profile starts, then fails. nsys's start
+# stamp appears whole (written aside, then moved): the redirect alone makes the file before its time is taken.
 HOST_STAND_INS = {
     "nvidia-smi": """#!/bin/sh
 case "$*" in *driver_version*) echo "570.86.15";; *name*) echo "NVIDIA H200";; *) echo "stand-in nvidia-smi";; esac
 """,
     "nsys": """#!/bin/sh
 [ "$1" = "--version" ] && { echo "NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0 (stand-in)"; exit 0; }
-date +%s.%N > "$STAMPS/nsys.start"; sleep 1; date +%s.%N > "$STAMPS/nsys.end"; exit 3
+date +%s.%N > "$STAMPS/.nsys"; mv "$STAMPS/.nsys" "$STAMPS/nsys.start"
+sleep 1; date +%s.%N > "$STAMPS/nsys.end"; exit 3
 """,
     "ncu": """#!/bin/sh
 [ "$1" = "--version" ] && { echo "Version 2025.3.1.0 (stand-in)"; exit 0; }
