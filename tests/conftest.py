@@ -309,3 +309,14 @@ def exposed_by_hand(g: pd.DataFrame) -> int:
             t = max(t, ce)
         exposed += max(0, e - t)
     return exposed
+
+
+def moe_gemm_flops(c: dict, batch: int, tokens: int) -> int:
+    """GEMM FLOPs of one forward of a Mixtral-style model (HuggingFace config ``c``) over ``tokens`` new tokens of
+    each of ``batch`` rows, logits of the last position only, without the rotary angles: q, k, v, o, the router,
+    and each token's top-k experts (gate, up, down). Every token goes to k experts, so this holds whatever the
+    routing."""
+    h, i, hq, hkv = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    k, e, hd = c["num_experts_per_tok"], c["num_local_experts"], h // hq
+    per_token = h * h + 2 * h * hkv * hd + h * h + h * e + k * 3 * h * i  # MACs
+    return 2 * batch * tokens * per_token * c["num_hidden_layers"] + 2 * batch * h * c["vocab_size"]

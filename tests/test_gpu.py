@@ -29,6 +29,7 @@ from conftest import (
     copy_workflow,
     exposed_by_hand,
     foreground_workflow,
+    moe_gemm_flops,
     slow_ranks_script,
     snakemake,
     sql_launches,
@@ -693,21 +694,9 @@ def test_moe_grouped_gemms_and_flex_attention_are_counted_and_measured(tmp_path)
     results, seconds = _run(tmp_path, "moe", MOE_AND_FLEX, ncu=steps)
     full, full_s = _run(tmp_path, "moe_full", MOE_AND_FLEX, ncu={**steps, "capture": "every_launch"})
     print(f"\nMoE and flex: representatives {seconds:.1f} s, every launch {full_s:.1f} s")
-    c = SMALL_MIXTRAL
-    h, i, hq, hkv, k, e, v = (
-        c["hidden_size"],
-        c["intermediate_size"],
-        c["num_attention_heads"],
-        c["num_key_value_heads"],
-        c["num_experts_per_tok"],
-        c["num_local_experts"],
-        c["vocab_size"],
-    )
-    hd = h // hq
-    per_token = h * h + 2 * h * hkv * hd + h * h + h * e + k * 3 * h * i  # q, k, v, o, router, experts (MACs)
 
     def mixtral_gemm(tokens, steps=1):
-        return steps * (2 * tokens * per_token * c["num_hidden_layers"] + 2 * h * v)
+        return steps * moe_gemm_flops(SMALL_MIXTRAL, 1, tokens)
 
     b, heads, seq, dh = 4, 16, 2048, 64
     expected = {

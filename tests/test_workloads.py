@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from conftest import copy_workflow, snakemake
+from conftest import copy_workflow, moe_gemm_flops, snakemake
 
 from nsightflow.records import Summary
 
@@ -127,20 +127,10 @@ def test_a_mixture_of_experts_counts_each_routed_token_once_per_expert(runs):
     """Every token goes to top-k experts, so the experts' GEMMs do k times a dense MLP's work, however the router
     splits the tokens: the count from the config alone, whatever the routing (and however transformers runs the
     experts: one grouped GEMM per projection, or one GEMM per expert)."""
-    c = MIXTRAL
-    h, i, hq, hkv, k, e = (
-        c["hidden_size"],
-        c["intermediate_size"],
-        c["num_attention_heads"],
-        c["num_key_value_heads"],
-        c["num_experts_per_tok"],
-        c["num_local_experts"],
-    )
-    hd = h // hq
-    per_token = h * h + 2 * h * hkv * hd + h * h + h * e + k * 3 * h * i  # q, k, v, o, router, experts (MACs)
+    hd = MIXTRAL["hidden_size"] // MIXTRAL["num_attention_heads"]
 
     def gemm(batch, tokens):
-        return 2 * batch * tokens * per_token * c["num_hidden_layers"] + 2 * batch * h * c["vocab_size"]
+        return moe_gemm_flops(MIXTRAL, batch, tokens)
 
     st = _stages(runs, "mixtral")
     rotary = 2 * (hd // 2)  # per token: see hf_flops

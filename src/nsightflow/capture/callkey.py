@@ -9,23 +9,14 @@ from typing import Any
 
 from torch import Tensor
 
-from nsightflow.capture.formulas import op_name
+from nsightflow.capture.formulas import FLEX_ATTENTION, GROUPED_GEMMS, op_name
 
 # Operators whose work depends on their inputs' values, not only on their shapes: a grouped GEMM runs one GEMM per
 # group with sizes read from an offsets tensor (a mixture of experts' tokens per expert), so its tiles, and with
 # them its FLOPs and bytes, follow the routing. HuggingFace Mixtral's prefill measured +13.4% tensor FLOPs when its
 # two layers' grouped GEMMs, equal calls by shape, were taken as one class.
 # Flex attention computes the blocks its block mask lists: equal shapes, different masks, different work.
-DATA_DEPENDENT = frozenset(
-    {
-        "_grouped_mm",
-        "_scaled_grouped_mm",
-        "segment_reduce",
-        "_segment_reduce_backward",
-        "flex_attention",
-        "flex_attention_backward",
-    }
-)
+DATA_DEPENDENT = frozenset({*GROUPED_GEMMS, *FLEX_ATTENTION, "segment_reduce", "_segment_reduce_backward"})
 
 
 def _arg_key(x: Any) -> Hashable:
