@@ -186,27 +186,80 @@ def wait_gone(pids: list[int], seconds: float = 30) -> bool:
     return not any(process_alive(p) for p in pids)
 
 
+SUITE_ENV = "NSIGHTFLOW_TEST_SUITE"  # set for the test run: every process it starts inherits it, orphans too
+SUITE_TMP = pytest.StashKey[str]()
+
+
+def pytest_configure(config):
+    """The test run gets a temporary folder of its own (``TMPDIR``, inherited by every process it starts, Slurm's
+    jobs included) and a mark in the environment, so that what a test leaves behind is found at the end: a folder
+    there, or a process carrying the mark."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="nsightflow-tests-")
+    config.stash[SUITE_TMP] = folder
+    os.environ["TMPDIR"] = folder
+    os.environ[SUITE_ENV] = folder
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def marked(mark: str) -> list[int]:
+    """The processes whose environment carries the test run's mark (any parent: an orphan's is 1), this one
+    excepted."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended, or another user's
+        if f"{SUITE_ENV}={mark}".encode() in environ:
+            found.append(int(proc.name))
+    return found
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """No test leaves a process behind: every process below the test run at its end fails the run, named."""
+    """No test leaves a process or a temporary file behind: every process below the test run, or carrying its
+    mark, at its end fails the run, named (and is killed, so the machine is left clean); so does every entry left
+    in the run's temporary folder but pytest's own ``tmp_path`` folders."""
+    import signal
     import time
 
     from nsightflow.capture.children import command, descendants
 
-    def left_behind() -> list[str]:
+    folder = session.config.stash.get(SUITE_TMP, "")
+
+    def left_behind() -> list[int]:
         # multiprocessing's resource tracker serves the test process itself (torch starts it) and ends with it.
-        return [
-            f"{pid} {command(pid)[:150]}"
-            for pid in descendants()
-            if "multiprocessing.resource_tracker" not in command(pid)
-        ]
+        pids = set(descendants()) | set(marked(folder) if folder else [])
+        return sorted(p for p in pids if "multiprocessing.resource_tracker" not in command(p))
 
     deadline = time.time() + 10  # a process being reaped right now
     while left_behind() and time.time() < deadline:
         time.sleep(0.5)
     left = left_behind()
     if left:
-        print("\nprocesses left behind by the tests:\n  " + "\n  ".join(left), file=sys.stderr)
+        names = [f"{pid} {command(pid)[:150]}" for pid in left]
+        print("\nprocesses left behind by the tests:\n  " + "\n  ".join(names), file=sys.stderr)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         session.exitstatus = 1
+    if folder and Path(folder).is_dir():
+        # pytest's own tmp_path folders; torch's compile cache and Nsight Systems' own folder (nvidia/nsight_systems),
+        # which the tools keep there after any plain run
+        kept = ("pytest-of-", "torchinductor_", "nvidia")
+        files = sorted(p.name for p in Path(folder).iterdir() if not p.name.startswith(kept))
+        if files:
+            print("\ntemporary files left behind by the tests (in TMPDIR):\n  " + "\n  ".join(files), file=sys.stderr)
+            session.exitstatus = 1
+        if session.exitstatus == 0:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            print(f"\nthe test run's temporary folder is kept: {folder}", file=sys.stderr)
 
 
 def aggregate_recorded(d: Path, precision: str = "bf16", **kw):

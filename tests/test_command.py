@@ -3,6 +3,7 @@ through the real workflow (torch.profiler backend); its stages discovered or nam
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import subprocess
@@ -303,3 +304,38 @@ def test_the_program_keeps_the_users_thread_settings_not_the_jobs(tmp_path, user
     subprocess.run([sys.executable, str(tmp_path / "threads.py"), str(plain)], env=env, check=True)
     assert plain.read_text().split()[:2] == [str(user), "None"]
     assert all(line == plain.read_text().strip() for line in lines), lines
+
+
+LITTER_PROGRAM = """
+import os, sys, tempfile
+import nvtx, torch
+handle, path = tempfile.mkstemp(prefix="left-")  # a file the program never removes, as torchrun's logs
+with open(sys.argv[1], "a") as f:
+    print(path, os.environ.get("TORCHINDUCTOR_CACHE_DIR"), file=f)
+x = torch.randn(64, 64)
+for _ in range(2):
+    with nvtx.annotate("step", domain="T"):
+        x = x @ x / 64
+"""
+
+
+def test_what_a_command_leaves_in_its_temporary_folder_goes_with_the_job(tmp_path):
+    """A command's processes get a temporary folder of the job's own, inside the run's folder and removed with the
+    job, so the files a program (or torchrun) leaves in TMPDIR never pile up in the machine's /tmp, one per launch;
+    torch's compile cache stays where the program run plainly keeps it."""
+    seen, machine_tmp = tmp_path / "seen.txt", tmp_path / "machine-tmp"
+    machine_tmp.mkdir()
+    (tmp_path / "litter.py").write_text(LITTER_PROGRAM)
+    work = torch_workflow(
+        tmp_path, [{"name": "litter", "command": [sys.executable, str(tmp_path / "litter.py"), str(seen)]}]
+    )
+    env = {**os.environ, "TMPDIR": str(machine_tmp)}
+    snakemake(work, "--cores", "1", "results/report.html", env=env)
+    lines = [line.split() for line in seen.read_text().splitlines()]
+    assert len(lines) >= 2  # the timed run, the profiled one (and the count run)
+    run = (work / "results" / "litter").resolve()
+    for left, cache in lines:
+        assert Path(left).is_relative_to(run), left  # made in the run's own folder
+        assert not Path(left).exists()  # and gone with the job
+        assert cache == str(machine_tmp / f"torchinductor_{getpass.getuser()}")
+    assert [p.name for p in machine_tmp.iterdir() if not p.name.startswith("torchinductor_")] == []

@@ -1072,7 +1072,8 @@ def _rank_reference(tmp_path, parallel, stages, model="mlp"):
     base = tmp_path / f"full_{parallel}_{model}"
     program = _torchrun(parallel, model=model)
     argv = ncu.reference_argv(shutil.which("ncu"), base, domain, stages, ncu.DEFAULT_METRICS, program)
-    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=560)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # torchrun's logs (torchelastic_*) stay in the test's folder
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=560, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     ranks = {int(p): int(r) for r, p in re.findall(r"rank (\d+) of \d+ \(pid (\d+)\)", out.stdout + out.stderr)}
     text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
@@ -1149,7 +1150,7 @@ def test_a_callable_as_two_processes_on_one_gpu_matches_a_full_capture(tmp_path)
     program += ["-m", "nsightflow.capture.runner", "--callable", "workloads:ranks_matmul"]
     base = tmp_path / "full_nprocs"
     argv = ncu.reference_argv(shutil.which("ncu"), base, DOMAIN, ["forward"], ncu.DEFAULT_METRICS, program)
-    env = {**os.environ, ARGS_ENV: json.dumps(args), "PYTHONPATH": str(ROOT / "tests")}
+    env = {**os.environ, ARGS_ENV: json.dumps(args), "PYTHONPATH": str(ROOT / "tests"), "TMPDIR": str(tmp_path)}
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     ranks = {int(p): int(r) for r, p in re.findall(r"rank (\d+) of \d+ \(pid (\d+)\)", out.stdout + out.stderr)}

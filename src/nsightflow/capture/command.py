@@ -85,6 +85,8 @@ class CommandCall:
         env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         env[HOOK_ENV] = settings.to_env()
         env[JOB_ENV] = identity()  # every Python process of the program ends when this job does, however it ends
+        for key, value in program_tmp(private).items():
+            env.setdefault(key, value)  # the workload's own env: wins
         cwd = str(Path(self.cwd).resolve()) if self.cwd else None  # every path a tool is given is absolute
         return Launch(self.argv(), env, cwd, self.gpus)
 
@@ -105,6 +107,30 @@ class CommandCall:
             skip=skip,
         )
         return self.launch(settings, Path(plan_json).resolve().parent)
+
+
+def program_tmp(private: str | Path) -> dict[str, str]:
+    """The temporary folder the command's processes are given (``TMPDIR``): ``<private>/tmp``, in this run's own
+    folder, so that what the program and its launchers leave there (torchrun's ``torchelastic_*`` logs at every
+    launch, a killed program's files) is removed with the job's scratch or stays in the run's results, never in the
+    machine's shared ``/tmp``. Inductor's cache stays where it is when the program runs plainly (torch's
+    ``default_cache_dir``: ``torchinductor_<user>`` in the usual temporary folder), so a compiled program finds
+    the same cached kernels in every launch."""
+    import getpass
+    import tempfile
+
+    folder = Path(private).resolve() / "tmp"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env = {"TMPDIR": str(folder)}
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = f"uid_{os.getuid()}"
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+            tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
+        )
+    return env
 
 
 def program_call(fields: dict[str, Any]) -> HarnessCall | CommandCall:
