@@ -142,22 +142,30 @@ def foreground_workflow(workdir: Path, env: dict | None = None) -> subprocess.Po
     """``snakemake --cores 1 results/report.html`` started as a shell's foreground job is: in a process group of its
     own and with the default disposition of Ctrl-C, hang-up and SIGTERM (a test run started in the background by a
     non-interactive shell ignores SIGINT, one under nohup or a CI runner may ignore SIGHUP, and children inherit an
-    ignored signal; a terminal's foreground job ignores none)."""
+    ignored signal; a terminal's foreground job ignores none). Its temporary folder is ``workdir/tmp``."""
     import signal
 
     def as_in_a_terminal() -> None:
         for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
             signal.signal(s, signal.SIG_DFL)
 
+    tmp = workdir / "tmp"  # the machine's temporary folder, as this workflow sees it: left_in_tmp reads it
+    tmp.mkdir(exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
         cwd=workdir,
-        env=env,
+        env={**(os.environ if env is None else env), "TMPDIR": str(tmp)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         preexec_fn=as_in_a_terminal,
     )
+
+
+def left_in_tmp(workdir: Path) -> list[str]:
+    """What a workflow started by ``foreground_workflow`` left in its temporary folder, Snakemake's own folder
+    (``snakemake*``, which a killed Snakemake cannot remove) aside: nothing of nsightflow's may be there."""
+    return sorted(p.name for p in (workdir / "tmp").iterdir() if not p.name.startswith("snakemake"))
 
 
 def slow_ranks_script(path: Path, marks: Path, mode: str | None = None, device: str = "cpu") -> Path:

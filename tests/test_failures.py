@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DATA, ROOT, copy_workflow, foreground_workflow, process_alive, snakemake
+from conftest import DATA, ROOT, copy_workflow, foreground_workflow, left_in_tmp, process_alive, snakemake
 
 from nsightflow.capture import ncu, ncu_csv, nsys
 
@@ -159,6 +159,7 @@ def test_kill_9_then_rerun_incomplete_completes_and_keeps_earlier_results(tmp_pa
         if p.is_file() and p.suffix == ".json":
             yaml.safe_load(p.read_text())
     assert not (wf / "results" / "b" / "stages.csv").exists()
+    assert left_in_tmp(wf) == []
     locked = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
     assert locked.returncode != 0 and "unlock" in locked.stdout.lower()
     snakemake(wf, "--unlock", env=env)
@@ -246,6 +247,7 @@ def test_interrupting_the_workflow_stops_the_workload(tmp_path, how):
     else:
         time.sleep(1)
     assert sorted(p.name for p in run.rglob("*") if p.is_file() and p.parent.name != "logs") == []
+    assert left_in_tmp(wf) == []
 
 
 DAEMON_PROGRAM = """
@@ -287,6 +289,7 @@ def test_a_commands_daemon_dies_with_a_killed_job(tmp_path, how):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    assert left_in_tmp(wf) == []
 
 
 def test_a_crash_is_named_and_a_full_disk_does_not_hide_it(tmp_path):

@@ -16,6 +16,7 @@ from conftest import (
     ROOT,
     exposed_by_hand,
     foreground_workflow,
+    left_in_tmp,
     slow_ranks_script,
     snakemake,
     sql_rank_kernels,
@@ -132,6 +133,7 @@ def test_interrupting_a_job_of_ranks_leaves_none_behind(tmp_path):
     assert wait_gone(pids)
     left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
     assert not left
+    assert left_in_tmp(work) == []  # torchrun's logs were in the job's own folder, removed with it
 
 
 # A real two-rank timeline: tensor-parallel decode over NCCL on two H200s (tests/data/h200x2_tp_ranks, trimmed by

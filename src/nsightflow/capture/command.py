@@ -28,7 +28,7 @@ from nsightflow.capture import nsys
 from nsightflow.capture.children import identity
 from nsightflow.capture.gate import open_gate
 from nsightflow.capture.harness import HarnessCall, Launch
-from nsightflow.capture.hook_site import site_dir
+from nsightflow.capture.hook_site import program_tmp, site_dir
 from nsightflow.capture.passes import safe_label
 from nsightflow.capture.tools import publish_nsys, run_tool, tool_warnings, write_manifest
 from nsightflow.domains import DEFAULT_DOMAIN
@@ -107,30 +107,6 @@ class CommandCall:
             skip=skip,
         )
         return self.launch(settings, Path(plan_json).resolve().parent)
-
-
-def program_tmp(private: str | Path) -> dict[str, str]:
-    """The temporary folder the command's processes are given (``TMPDIR``): ``<private>/tmp``, in this run's own
-    folder, so that what the program and its launchers leave there (torchrun's ``torchelastic_*`` logs at every
-    launch, a killed program's files) is removed with the job's scratch or stays in the run's results, never in the
-    machine's shared ``/tmp``. Inductor's cache stays where it is when the program runs plainly (torch's
-    ``default_cache_dir``: ``torchinductor_<user>`` in the usual temporary folder), so a compiled program finds
-    the same cached kernels in every launch."""
-    import getpass
-    import tempfile
-
-    folder = Path(private).resolve() / "tmp"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    env = {"TMPDIR": str(folder)}
-    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):
-            user = f"uid_{os.getuid()}"
-        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
-            tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
-        )
-    return env
 
 
 def program_call(fields: dict[str, Any]) -> HarnessCall | CommandCall:

@@ -1,9 +1,11 @@
 """Where a command's hook is installed from: the ``sitecustomize`` nsightflow writes into a private folder of the run
-and prepends to the program's ``PYTHONPATH`` (nsightflow.capture.hook does the rest inside the program)."""
+and prepends to the program's ``PYTHONPATH`` (nsightflow.capture.hook does the rest inside the program), and the
+temporary folder its processes are given."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 SITECUSTOMIZE = '''"""Written by nsightflow: follow this program's NVTX ranges (nsightflow.capture.hook)."""
@@ -78,3 +80,27 @@ def check_private(path: Path) -> None:
             f"{path}: the command hook's folder is not private ({why}); every Python process of the command would "
             "run what it holds. Remove it (or make it yours with mode 0700), and check who could have written there"
         )
+
+
+def program_tmp(private: str | Path) -> dict[str, str]:
+    """The temporary folder the command's processes are given (``TMPDIR``): ``<private>/tmp``, in this run's own
+    folder, so that what the program and its launchers leave there (torchrun's ``torchelastic_*`` logs at every
+    launch, a killed program's files) is removed with the job's scratch or stays in the run's results, never in the
+    machine's shared ``/tmp``. Inductor's cache stays where it is when the program runs plainly (torch's
+    ``default_cache_dir``: ``torchinductor_<user>`` in the usual temporary folder), so a compiled program finds
+    the same cached kernels in every launch."""
+    import getpass
+    import tempfile
+
+    folder = Path(private).resolve() / "tmp"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env = {"TMPDIR": str(folder)}
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = f"uid_{os.getuid()}"
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+            tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
+        )
+    return env
