@@ -97,6 +97,7 @@ def _config(**workload):
         ({"callable": "a.b:c", "nprocs": 2, "stages": ["x"]}, "stages apply to a command: workload only;"),
         ({"command": ["python", "x.py"], "nprocs": 2}, "a command starts its own processes"),
         ({"callable": "a.b:c", "nprocs": 0}, "nprocs"),
+        ({"command": ["python", "x.py"], "cwd": "no/such/folder"}, "cwd: 'no/such/folder' is not a folder"),
     ],
 )
 def test_bad_command_entries_are_refused_with_the_key(workload, needle):
