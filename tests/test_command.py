@@ -49,6 +49,8 @@ def test_a_script_with_its_own_nvtx_ranges_reports_its_stages(tmp_path, nvtx_api
     assert stages.loc["prefill", "flops_analytic"] == _linear_flops(ARGS["batch"] * ARGS["prompt"])
     assert stages.loc["decode", "flops_analytic"] == _linear_flops(ARGS["batch"]) * decode
     assert (stages["wall_ms"] > 0).all() and (stages["kernels"] > 0).all()
+    ranks = pd.read_csv(run / "ranks.csv")  # one process: the table's header, no row
+    assert ranks.empty and {"rank", "stage", "wall_ms_per_step", "comm_exposed_ms"} <= set(ranks.columns)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["stage_domain"] == ("" if extra else "LLM")
     assert manifest["command"][-1 - len(extra)] == str(ARGS["steps"]) and manifest["callable"] == ""

@@ -1089,6 +1089,8 @@ def _check_ranks(run, parallel, reference, profiled_rank=0):
     manifest = json.loads((run / "manifest.json").read_text())
     assert [r["rank"] for r in manifest["ranks"]] == [0, 1] and manifest["profiled_rank"] == profiled_rank
     table = pd.DataFrame(json.loads((run / "summary.json").read_text())["ranks"])
+    csv = pd.read_csv(run / "ranks.csv")  # the same rows, for pandas
+    assert csv[["rank", "stage", "launches"]].values.tolist() == table[["rank", "stage", "launches"]].values.tolist()
     sql = sql_rank_kernels(run / "timeline" / "timeline.sqlite", domain)
     for _, row in table.iterrows():
         held = sql[(sql["pid"] == row["pid"]) & (sql["stage"] == row["stage"])]

@@ -78,6 +78,18 @@ def test_two_ranks_on_the_cpu_report_per_rank_stages(tmp_path, parallel):
     for _, row in ranks.iterrows():
         assert row["steps"] == steps[row["stage"]] and row["wall_ms"] > 0 and row["device"] == "cpu"
     assert ranks.groupby("stage")["slowest"].sum().eq(1).all()  # one slowest rank per stage
+    # The same rows as a table pandas reads, each rank's wall per step from its own steps in the manifest.
+    csv = pd.read_csv(run / "ranks.csv")
+    assert sorted(zip(csv["rank"], csv["stage"], strict=True)) == sorted(
+        zip(ranks["rank"], ranks["stage"], strict=True)
+    )
+    for _, row in csv.iterrows():
+        mine = next(r for r in manifest["ranks"] if r["rank"] == row["rank"])["program_wall_s"][row["stage"]]
+        assert row["wall_ms_per_step"] == pytest.approx(sum(mine) * 1e3 / len(mine), rel=1e-9)
+    per_step = csv.set_index(["stage", "rank"])["wall_ms_per_step"]
+    assert set(csv.loc[csv["slowest"], "rank"].index) == {
+        csv.index[(csv["stage"] == s) & (csv["rank"] == per_step.loc[s].idxmax())][0] for s in stages
+    }
     # The profiled rank's analytic count, from the model's shapes.
     first = "prefill" if parallel == "tensor" else "forward"
     if not model:  # the MLP stack: 2·tokens·in·out per linear; tensor parallel shards 4·hidden over 2 ranks

@@ -222,6 +222,7 @@ RANKS: tuple[Column, ...] = (
     Column("device", "device", "text", "the device the rank computed on"),
     Column("steps", "steps", "count", "the rank's steps of the stage (its NVTX ranges)"),
     Column("wall_ms", "wall ms", "ms", "the rank's steps as the program runs them (the timed run, no profiler)"),
+    Column("wall_ms_per_step", "wall ms / step", "ms", "the rank's wall over its own steps: ranks compare by it"),
     Column("gpu_busy_ms", "busy ms", "ms", "time the device ran the rank's kernels of the stage", frozenset({NSIGHT})),
     Column("compute_ms", "compute ms", "ms", "busy time of kernels other than communication", frozenset({NSIGHT})),
     Column("comm_ms", "communication ms", "ms", "busy time of communication (NCCL) kernels", frozenset({NSIGHT})),
@@ -242,7 +243,7 @@ RANKS: tuple[Column, ...] = (
     ),
     Column("launches", "launches", "count", "kernel launches of the rank in the stage", frozenset({NSIGHT})),
     Column("comm_launches", "comm launches", "count", "communication kernel launches", frozenset({NSIGHT})),
-    Column("slowest", "slowest", "bool", "the rank with the longest wall time in the stage"),
+    Column("slowest", "slowest", "bool", "the rank with the longest wall per step in the stage"),
     Column("profiled", "captured", "bool", "the rank whose stages ncu captured (config rank:)"),
 )
 

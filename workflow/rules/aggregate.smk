@@ -16,6 +16,7 @@ rule aggregate:
     output:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
+        ranks="results/{run}/ranks.csv",
         summary="results/{run}/summary.json",
     log:
         "results/{run}/logs/aggregate.log",

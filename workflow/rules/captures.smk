@@ -31,6 +31,7 @@ rule aggregate_captures:
     output:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
+        ranks="results/{run}/ranks.csv",
         summary="results/{run}/summary.json",
         manifest="results/{run}/manifest.json",
     log:

@@ -37,6 +37,7 @@ rule aggregate_torch:
     output:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
+        ranks="results/{run}/ranks.csv",
         summary="results/{run}/summary.json",
     log:
         "results/{run}/logs/aggregate.log",

@@ -31,6 +31,7 @@ with rule_job(sm.log[0], sm.output):
         agg,
         sm.output.kernels,
         sm.output.stages,
+        sm.output.ranks,
         sm.output.summary,
         command_records(records, sm.params.ncu),
         diagnose(agg, records, manifest),

@@ -24,6 +24,8 @@ with rule_job(sm.log[0], sm.output):
         sm.params.divergence,
         manifest_json=sm.input.manifest,
     )
-    write_run(agg, sm.output.kernels, sm.output.stages, sm.output.summary, [], diagnose(agg, [], manifest))
+    write_run(
+        agg, sm.output.kernels, sm.output.stages, sm.output.ranks, sm.output.summary, [], diagnose(agg, [], manifest)
+    )
     with open(sm.log[0], "w") as log:
         log.write(agg.stages.to_string() + "\n" + "\n".join(n.text for n in agg.notes) + "\n")

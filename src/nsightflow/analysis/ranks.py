@@ -100,6 +100,7 @@ def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
             rows.append(row)
     out = pd.DataFrame(rows)
     per_step = per_step_ms(out)  # ranks may run unequal step counts: compared per step, never by totals
+    out["wall_ms_per_step"] = per_step
     out["slowest"] = per_step.eq(per_step.groupby(out["stage"]).transform("max")) & per_step.notna()
     return out.reindex(columns=columns.names("ranks"))
 

@@ -57,18 +57,25 @@ def write_run(
     agg: RunTables,
     kernels_csv: str | Path,
     stages_csv: str | Path,
+    ranks_csv: str | Path,
     summary_json: str | Path,
     commands: list[dict[str, Any]],
     diagnostics: list[Diagnostic],
 ) -> None:
-    """The run's tables as CSV (for pandas and diffs) and its peaks, notes and diagnostics (one list: the notes
-    first) and commands as JSON (nsightflow.records.Summary).
+    """The run's tables as CSV (for pandas and diffs; ``ranks_csv``: a row per rank and stage of a job of several
+    processes, only its header for one process) and its peaks, notes and diagnostics (one list: the notes first)
+    and commands as JSON (nsightflow.records.Summary).
 
     Each file is written beside its target and moved into place, so a killed job leaves none half-written.
     """
-    for table, df, path in (("kernels", agg.kernels, kernels_csv), ("stages", agg.stages, stages_csv)):
+    tables = (
+        ("kernels", agg.kernels, kernels_csv),
+        ("stages", agg.stages, stages_csv),
+        ("ranks", agg.ranks, ranks_csv),
+    )
+    for table, df, path in tables:
         tmp = files.staging(path)
-        in_order(table, df).to_csv(tmp, index=False)
+        in_order(table, df).reindex(columns=columns.names(table) if df.empty else None).to_csv(tmp, index=False)
         files.publish(tmp, path)
     ranks = _records(in_order("ranks", agg.ranks)) if len(agg.ranks) else []
     Summary(agg.peaks, agg.notes + diagnostics, commands, ranks).write(summary_json)
