@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsightflow import columns
 from nsightflow.analysis import bounds, metrics
 from nsightflow.analysis.peaks import peaks as device_peaks
 from nsightflow.analysis.peaks import with_ceiling
@@ -37,7 +38,8 @@ class RunTables:
     estimates: list[Diagnostic] = field(default_factory=list)  # numbers derived rather than measured
     classes: pd.DataFrame = field(default_factory=pd.DataFrame)  # per class of identical launches (nsight)
     results: pd.DataFrame = field(default_factory=pd.DataFrame)  # ncu results joined to launches (nsight)
-    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # per rank and stage of a job of several processes
+    # per rank and stage of a job of several processes; none (its columns only) for one process
+    ranks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=columns.names("ranks")))
     device: str = "gpu"  # what ran the stages: 'gpu' or 'cpu' (words and advice follow it)
 
     def __post_init__(self) -> None:

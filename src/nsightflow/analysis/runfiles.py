@@ -75,7 +75,7 @@ def write_run(
     )
     for table, df, path in tables:
         tmp = files.staging(path)
-        in_order(table, df).reindex(columns=columns.names(table) if df.empty else None).to_csv(tmp, index=False)
+        in_order(table, df).to_csv(tmp, index=False)
         files.publish(tmp, path)
     ranks = _records(in_order("ranks", agg.ranks)) if len(agg.ranks) else []
     Summary(agg.peaks, agg.notes + diagnostics, commands, ranks).write(summary_json)
