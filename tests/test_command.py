@@ -322,6 +322,24 @@ for _ in range(2):
 """
 
 
+def test_a_users_inductor_cache_folder_is_kept(tmp_path, monkeypatch):
+    """A ``TORCHINDUCTOR_CACHE_DIR`` the user set reaches the program unchanged (only ``TMPDIR`` is the job's);
+    without one, the program gets torch's default for the machine's temporary folder, not the job's."""
+    from nsightflow.capture.hook_site import program_tmp
+
+    (tmp_path / "machine").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "machine"))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    env = program_tmp(tmp_path / "private")
+    assert env == {
+        "TMPDIR": str((tmp_path / "private" / "tmp").resolve()),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "machine" / f"torchinductor_{getpass.getuser()}"),
+    }
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert "TORCHINDUCTOR_CACHE_DIR" not in program_tmp(tmp_path / "private")  # the user's own stays in place
+
+
 def test_what_a_command_leaves_in_its_temporary_folder_goes_with_the_job(tmp_path):
     """A command's processes get a temporary folder of the job's own, inside the run's folder and removed with the
     job, so the files a program (or torchrun) leaves in TMPDIR never pile up in the machine's /tmp, one per launch;
@@ -332,7 +350,9 @@ def test_what_a_command_leaves_in_its_temporary_folder_goes_with_the_job(tmp_pat
     work = torch_workflow(
         tmp_path, [{"name": "litter", "command": [sys.executable, str(tmp_path / "litter.py"), str(seen)]}]
     )
-    env = {**os.environ, "TMPDIR": str(machine_tmp)}
+    # torch's default cache folder: no TORCHINDUCTOR_CACHE_DIR (this test process has one once anything in it
+    # imported torch._inductor, which sets it)
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"} | {"TMPDIR": str(machine_tmp)}
     snakemake(work, "--cores", "1", "results/report.html", env=env)
     lines = [line.split() for line in seen.read_text().splitlines()]
     assert len(lines) >= 2  # the timed run, the profiled one (and the count run)

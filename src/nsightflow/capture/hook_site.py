@@ -85,14 +85,23 @@ def program_tmp(private: str | Path) -> dict[str, str]:
     """The temporary folder the command's processes are given (``TMPDIR``): ``<private>/tmp``, in this run's own
     folder, so that what the program and its launchers leave there (torchrun's ``torchelastic_*`` logs at every
     launch, a killed program's files) is removed with the job's scratch or stays in the run's results, never in the
-    machine's shared ``/tmp``. Inductor's cache stays where it is when the program runs plainly (torch's own
-    ``default_cache_dir``, read in this job before ``TMPDIR`` changes), so a compiled program finds the same cached
-    kernels in every launch."""
+    machine's shared ``/tmp``. Inductor's cache stays where it is when the program runs plainly, so a compiled program
+    finds the same cached kernels in every launch: ``torchinductor_<user>`` in this job's temporary folder, torch's
+    rule (``torch._inductor.runtime.cache_dir_utils.default_cache_dir``) written out here because importing that
+    module costs a second and sets ``TORCHINDUCTOR_CACHE_DIR`` in the importing process."""
+    import getpass
+    import re
+    import tempfile
+
     folder = Path(private).resolve() / "tmp"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     env = {"TMPDIR": str(folder)}
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-        env["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = f"uid_{os.getuid()}"
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+            tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
+        )
     return env
