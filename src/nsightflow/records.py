@@ -97,6 +97,14 @@ class StageCount:
     by_precision: dict[str, float] | None = None  # their FLOPs, by the precision of the first input
     graph_replays: int = 0
     not_counted: list[str] = field(default_factory=list)
+    # operators named like matrix work (nsightflow.capture.formulas.matrix_like) with no FLOP formula: calls each;
+    # their FLOPs are missing from ``flops``, which counts the rest
+    no_formula: dict[str, int] = field(default_factory=dict)
+    # GEMMs and attentions with a dimension below a tensor-core tile (formulas.padded_shape): per operator its calls,
+    # model FLOPs and one shape, the evidence that the kernels execute padding; None: not looked for (an older count)
+    padded: dict[str, dict[str, Any]] | None = None
+    # an MoE's routing: per step, per routing of its grouped GEMMs (an MoE layer of a forward pass), tokens per expert
+    routing: list[list[list[int]]] = field(default_factory=list)
 
     COUNTS = ("flops", "flops_causal_adjusted", "attention_flops_full", "causal_masked_flops", "bytes_lower_bound")
 

@@ -17,7 +17,15 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from nsightflow.capture.formulas import CLASSES, op_flops, op_name
+from nsightflow.capture.formulas import (
+    CLASSES,
+    GROUPED_GEMMS,
+    matrix_like,
+    op_flops,
+    op_name,
+    padded_shape,
+    routed_tokens,
+)
 from nsightflow.records import AnalyticCounts, StageCount
 
 GATHER_OPS = {"embedding", "index_select", "gather", "take", "index", "embedding_bag"}
@@ -203,6 +211,12 @@ class StageTally:
     stopped: str = ""  # why the counting pass stopped, if it did
     precisions: set[Any] = field(default_factory=set)  # tensor-core precisions of its GEMMs and attentions
     by_precision: dict[str, Any] = field(default_factory=dict)  # their FLOPs, by the precision of the first input
+    no_formula: dict[str, int] = field(default_factory=dict)  # operators named like matrix work, no formula: calls
+    padded: dict[str, dict[str, Any]] = field(default_factory=dict)  # calls with a dimension below a tile
+    routing: list[list[list[int]]] = field(default_factory=list)  # per step, per routing: tokens per expert
+    # (step, offsets tensor, tokens) of the last routing: the tensor is held, so that while it is compared with, no
+    # other (the next layer's offsets) can take its memory and pass for it
+    last_offs: tuple[int, Any, list[int]] | None = None
 
     def record(self) -> StageCount:
         """The stage's entry in analytic_flops.json; FLOPs are None when part of the work was not counted."""
@@ -229,7 +243,27 @@ class StageTally:
             by_precision=dict(self.by_precision),
             graph_replays=self.graph_replays,
             not_counted=why,
+            no_formula=dict(self.no_formula),
+            padded={k: dict(v) for k, v in self.padded.items()},
+            routing=[list(step) for step in self.routing],
         )
+
+    def route(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Record a grouped GEMM's tokens per expert, once per routing: calls that share its offsets tensor in a
+        row (a layer's projections, their gradients) are one."""
+        routed = routed_tokens(func, args, kwargs)
+        if routed is None:
+            return
+        step = self.steps - 1
+        offs, tokens = routed
+        last = self.last_offs
+        # the same offsets (a saved tensor unpacked in the backward is another object over the same memory)
+        if last is not None and last[0] == step and last[1].data_ptr() == offs.data_ptr() and last[2] == tokens:
+            return
+        self.last_offs = (step, offs, tokens)
+        while len(self.routing) <= step:
+            self.routing.append([])
+        self.routing[step].append(tokens)
 
 
 class Tally:
@@ -238,7 +272,8 @@ class Tally:
     def __init__(self) -> None:
         self.stages: dict[str, StageTally] = {}
         self.current: StageTally | None = None
-        self._flops: dict[Hashable, tuple[str, int, int]] = {}  # op_flops of calls seen, by call_key
+        # op_flops of calls seen, and the shape of one with a dimension below a tile, by call_key
+        self._flops: dict[Hashable, tuple[str, int, int, str | None]] = {}
         # per operator (by id): its name, its label in by_op, whether it moves data (views do not), whether it gathers
         self._ops: dict[int, tuple[str, str, bool, bool]] = {}
 
@@ -247,6 +282,8 @@ class Tally:
         self.current.steps += 1
 
     def end(self) -> None:
+        if self.current is not None:
+            self.current.last_offs = None  # a routing never spans steps: the offsets tensor is let go
         self.current = None
 
     def graph_replay(self) -> None:
@@ -265,19 +302,30 @@ class Tally:
         op = self._ops.get(id(func))  # operators live as long as torch; their own hash runs in Python
         if op is None:
             name = op_name(func)
-            label = f"aten.{name}" if hasattr(func, "overloadpacket") else name
+            packet = getattr(func, "overloadpacket", None)
+            label = str(packet) if packet is not None else name  # aten.mm, mylib.fused_mm, flex_attention
             op = self._ops[id(func)] = (name, label, not getattr(func, "is_view", False), name in GATHER_OPS)
         name, label, moves, gathers = op
         known = self._flops.get(key) if key is not None else None
         if known is None:
             try:
-                known = op_flops(func, args, kwargs, out)
+                klass, flops, masked = op_flops(func, args, kwargs, out)
+                padded = padded_shape(name, func, args, kwargs) if klass != "other" and flops else None
+                if name in GROUPED_GEMMS:
+                    s.route(func, args, kwargs)
             except Exception as exc:  # a formula that cannot handle these shapes: say so, keep running
                 s.failures.setdefault(name, repr(exc)[:300])
                 return
+            known = (klass, flops, masked, padded)
             if key is not None:
                 self._flops[key] = known
-        klass, flops, masked = known
+        klass, flops, masked, padded = known
+        if klass == "other" and not flops and matrix_like(name):
+            s.no_formula[label] = s.no_formula.get(label, 0) + 1
+        if padded is not None:
+            entry = s.padded.setdefault(label, {"calls": 0, "flops": 0, "shape": padded})
+            entry["calls"] += 1
+            entry["flops"] += flops
         if klass != "other":
             inputs = input_precisions(name, klass, args)
             s.precisions.update(inputs)
@@ -301,7 +349,9 @@ class Tally:
     def result(self) -> AnalyticCounts:
         return AnalyticCounts(
             stages={name: s.record() for name, s in self.stages.items()},
-            method="operators seen by a TorchDispatchMode in a pass outside the measured ranges: attention "
-            "from shapes (nsightflow.capture.flops), matmul-like operators from torch.utils.flop_counter's "
-            "formulas, other operators 0 FLOPs; bytes: each operator's tensors touched once",
+            method="operators seen by a TorchDispatchMode in a pass outside the measured ranges: attention, "
+            "grouped GEMMs and flex attention from shapes and masks (nsightflow.capture.formulas), matmul-like "
+            "operators from torch.utils.flop_counter's formulas (register_flop_formula adds yours), other "
+            "operators 0 FLOPs (those named like matrix work listed as no_formula); bytes: each operator's tensors "
+            "touched once",
         )

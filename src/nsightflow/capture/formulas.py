@@ -111,6 +111,65 @@ def grouped_mm_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return 2 * int(x.shape[0]) * int(w.shape[1]) * used  # (M, K total) x (K total, N): groups along K
 
 
+def routed_tokens(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[int]] | None:
+    """(the offsets tensor, tokens per group) of a grouped GEMM whose groups run along tokens: an MoE's experts in
+    the forward ((T, K) x (G, K, N)), its input gradient (the same layout) and its weight gradient ((K, T) x (T, N),
+    groups along T); None for other layouts. Calls that share one offsets tensor (a layer's projections, forward and
+    backward) are one routing."""
+    a = _named_args(func, args, kwargs)
+    x, offs = a["self"], a.get("offs")
+    if offs is None or x.dim() != 2 or offs.numel() == 0:
+        return None
+    ends = [int(e) for e in offs.tolist()]
+    return offs, [e - b for b, e in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+# The smallest tile a tensor-core GEMM computes along M or N (Hopper's wgmma: 64 rows; the flash-attention kernels'
+# query blocks are 64 or 128): a dimension below it is padded, and the padding is executed (HFU above MFU).
+TILE = 64
+
+
+def padded_shape(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The shape of a GEMM or attention call with a dimension below :data:`TILE` (M or N of a GEMM, tokens of an
+    expert group, queries of an attention), written out (``mm 4x4096x4096``); None where none is below it or the
+    shapes cannot be read. Evidence for padding: a kernel must round such a dimension up to its tile."""
+    try:
+        if name in ("mm", "_scaled_mm", "bmm", "addmm", "baddbmm"):
+            a = _named_args(func, args, kwargs)
+            x, w = a["mat1"] if "mat1" in a else a["self"], a["mat2"]
+            m, k, n = int(x.shape[-2]), int(x.shape[-1]), int(w.shape[-1])
+            return f"{name} {m}x{k}x{n}" if min(m, n) < TILE else None
+        if name in GROUPED_GEMMS:
+            routed = routed_tokens(func, args, kwargs)
+            if routed is None:
+                return None
+            busy = [t for t in routed[1] if t > 0]
+            return f"{name} {min(busy)} tokens in an expert" if busy and min(busy) < TILE else None
+        if name in ATTENTION_FORWARD or name in ATTENTION_BACKWARD or name in FLEX_ATTENTION:
+            q = args[0] if name in FLEX_ATTENTION else _named_args(func, args, kwargs)["query"]
+            bhsd = name in FLEX_ATTENTION or (ATTENTION_FORWARD.get(name) or ATTENTION_BACKWARD[name]) == "bhsd"
+            sq = int(q.shape[2] if bhsd else q.shape[1])
+            return f"{name} {sq} queries" if sq < TILE else None
+    except (KeyError, IndexError, AttributeError, TypeError, ValueError):
+        return None
+    return None
+
+
+# Words in an operator's name that say it does matrix work (a custom op's ``fused_mm``, ``moe_experts``,
+# ``_weight_int4pack_mm``): with no formula its FLOPs are missing from the model count, and said to be.
+MATRIX_WORDS = frozenset(
+    "mm bmm matmul gemm gemv linear conv conv1d conv2d conv3d attention attn einsum moe expert experts sdpa mha "
+    "gqa mla".split()
+)
+
+
+def matrix_like(name: str) -> bool:
+    """Whether an operator's name says it does matrix work: one of its words (split at ``_`` and ``.``) is in
+    :data:`MATRIX_WORDS` or ends in ``mm`` (``addmm``, ``int8mm``; not ``comm``)."""
+    words = [w for w in name.lower().replace(".", "_").split("_") if w]
+    return any(w in MATRIX_WORDS or (w.endswith("mm") and w != "comm") for w in words)
+
+
 def _block_mask(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The block mask among a flex attention operator's arguments: the tuple of its block counts and indices,
     ending with its two block sizes and its mask function (BlockMask.as_tuple, whose leading fields vary between
