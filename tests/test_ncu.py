@@ -148,14 +148,14 @@ def test_flop_counters_follow_the_operators_the_probe_saw():
     )
 
     def seen(*launches):
-        return ncu.seen_precisions(analytic, list(launches))[0]
+        return ncu.seen_precisions(analytic, [(*launch, "", "") for launch in launches])[0]
 
     assert seen(("prefill", 1), ("prefill", 3)) == ["bf16"]
     assert seen(("prefill", 1), ("decode", 1)) == ["bf16", "tf32"]
     # A whole-step window (compiled code runs eagerly in the counting pass): the stage's count.
     assert seen(("prefill", -1)) == ["bf16"]
     # A replayed CUDA graph: what the operators run eagerly ran in (every counted stage's).
-    got, how = ncu.seen_precisions(analytic, [("prefill", 1), ("graph", 0)])
+    got, how = ncu.seen_precisions(analytic, [("prefill", 1, "", ""), ("graph", 0, "", "")])
     assert got == ["bf16", "fp32", "int8", "tf32"] and any("replays CUDA graphs" in h for h in how)
     # A launch between operators of an eagerly run stage (an extension's kernel), a failed count: nobody can tell.
     assert seen(("prefill", 1), ("prefill", 4)) is None

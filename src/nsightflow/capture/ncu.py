@@ -113,24 +113,41 @@ MetricSpec = Literal["default"] | list[str]  # config ncu.metrics
 NonTensorFlops = Literal["auto"] | bool
 
 
-def seen_precisions(analytic: AnalyticCounts, launches: list[tuple[str, int]]) -> tuple[list[str] | None, list[str]]:
-    """The tensor precisions of the GEMMs and attentions behind the planned ``launches`` ((stage, unit) pairs, see
-    nsightflow.capture.plan), as the probe pass saw them (analytic_flops.json's ``tensor_precisions``), and how
-    each stage's were decided; None where nobody can tell.
+# Kernels that do matrix work on the tensor pipes, by name (cuBLAS's nvjet/xmma/gemm, CUTLASS, cuDNN's and
+# FlashAttention's attention, Triton's matmul templates): launched by an operator the count has no formula for, their
+# precision is unknown, so every one is collected. A false match costs replay passes, never a number.
+MATRIX_KERNEL = re.compile(r"gemm|gemv|mma|cutlass|nvjet|xmma|cublas|flash|fmha|attention|sdpa|triton_tem", re.I)
 
-    - a launch of an operator (odd unit): the operators its stage's count saw;
+
+def seen_precisions(
+    analytic: AnalyticCounts, launches: list[tuple[str, int, str, str]]
+) -> tuple[list[str] | None, list[str]]:
+    """The tensor precisions of the GEMMs and attentions behind the planned ``launches`` ((stage, unit, class key,
+    kernel name), see nsightflow.capture.plan; key and name '' where not known yet), as the probe pass saw them
+    (analytic_flops.json's ``tensor_precisions``), and how each stage's were decided; None where nobody can tell.
+
+    - a launch of an operator (odd unit): the operators its stage's count saw; unknown where that operator has no
+      GEMM or attention formula yet its kernel is named like matrix work (:data:`MATRIX_KERNEL`), or the stage ran
+      operators named like matrix work with no formula (a custom op: its inputs' precision was never seen);
     - a whole-step window (unit -1: compiled code, or a step whose probe pass ran other kernels): the same operators
       run eagerly in the counting pass (a compiled model is counted eagerly), so its stage's count, where complete;
     - a launch between operators (even unit): a CUDA-graph replay, whose graph was captured from the same model's
       operators, takes the precisions the other stages' operators ran in (the eager probe's); anything else (a
       kernel launched by an extension that bypasses PyTorch's dispatcher) is unknown.
     """
-    entries = {stage: analytic.stages.get(stage, StageCount()) for stage, _ in launches}
+    from nsightflow.capture.formulas import op_class
+
+    entries = {stage: analytic.stages.get(stage, StageCount()) for stage, *_ in launches}
     eager = {p for e in analytic.stages.values() if e.counted for p in e.tensor_precisions or []}
     seen: set[str] = set()
     how: dict[str, str] = {}
-    for stage, unit in dict.fromkeys(launches):
+    for stage, unit, key, kernel in dict.fromkeys(launches):
         entry = entries[stage]
+        op = key.split("|", 1)[0].split("#", 1)[0]
+        if entry.no_formula:
+            return None, [f"{stage}: operators without a FLOP formula ({', '.join(entry.no_formula)}): every precision"]
+        if unit % 2 == 1 and op and op_class(op) == "other" and MATRIX_KERNEL.search(kernel):
+            return None, [f"{stage}: kernel {kernel[:60]!r} of operator {op}, which has no formula: every precision"]
         if (unit % 2 == 1 or unit < 0) and entry.counted:
             seen |= set(entry.tensor_precisions or [])
             how.setdefault(stage, "its operators in the counting pass")

@@ -59,7 +59,7 @@ def capture_counters(
     (nsightflow.capture.ncu.seen_precisions). ``plan``: the capture plan, or its file."""
     if isinstance(plan, (str, Path)):
         plan = _read_plan(plan)
-    launches = [(e["stage"], int(e["unit"])) for e in plan.expected]
+    launches = [(e["stage"], int(e["unit"]), str(e["class_key"]), str(e["kernel"])) for e in plan.expected]
     return _counters(precisions, non_tensor, AnalyticCounts.read(flops_json), launches, list(plan.stages))
 
 
@@ -73,14 +73,15 @@ def counters_before_plan(
     if not analytic.stages or any(not e.counted or e.graph_replays for e in analytic.stages.values()):
         return None
     stages = list(analytic.stages)
-    return _counters(precisions, non_tensor, analytic, [(stage, 1) for stage in stages], stages)
+    # (the planned launches' kernels are not known yet: one an operator without a formula launched asks for a replan)
+    return _counters(precisions, non_tensor, analytic, [(stage, 1, "", "") for stage in stages], stages)
 
 
 def _counters(
     precisions: ncu.TensorPrecisions,
     non_tensor: ncu.NonTensorFlops,
     analytic: AnalyticCounts,
-    launches: list[tuple[str, int]],
+    launches: list[tuple[str, int, str, str]],
     stages: list[str],
 ) -> Counters:
     seen, how = ncu.seen_precisions(analytic, launches)
