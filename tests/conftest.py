@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -381,3 +382,31 @@ def moe_gemm_flops(c: dict, batch: int, tokens: int) -> int:
     k, e, hd = c["num_experts_per_tok"], c["num_local_experts"], h // hq
     per_token = h * h + 2 * h * hkv * hd + h * h + h * e + k * 3 * h * i  # MACs
     return 2 * batch * tokens * per_token * c["num_hidden_layers"] + 2 * batch * h * c["vocab_size"]
+
+
+def torch_harness_run(tmp_path, spec, args):
+    """The harness run under torch.profiler (a CPU here) on ``spec`` with ``args``, aggregated as the workflow does
+    (top 10, coverage 0.9, divergence 0.5); tests/ on PYTHONPATH for its workloads."""
+    from nsightflow.analysis import torch_backend, torchprof
+
+    out = {k: tmp_path / f"{k}.json" for k in ("trace", "flops", "ceilings", "run")}
+    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--mode", "torch", "--args", json.dumps(args)]
+    argv += ["--callable", spec]
+    argv += ["--trace", str(out["trace"]), "--flops-out", str(out["flops"]), "--ceilings-out", str(out["ceilings"])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([*argv, "--out", str(out["run"])], check=True, capture_output=True, env=env)
+    trace = torchprof.load_trace(out["trace"])
+    labels = json.loads(out["run"].read_text())["trace_labels"]
+    return torch_backend.aggregate_torch(
+        torchprof.kernel_table(trace, labels),
+        torchprof.stage_table(trace, labels),
+        out["flops"],
+        out["ceilings"],
+        "fp32",
+        10,
+        0.9,
+        torchprof.device_kind(trace),
+        0.5,
+        manifest_json=out["run"],
+        expert_ns=torchprof.expert_time(trace, labels),
+    )

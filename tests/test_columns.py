@@ -2,17 +2,14 @@
 produces is registered, for that backend, and every registered column is produced by some backend. Tables made
 by the real code paths: an H200 run (with range results), a hand-made capture, a torch.profiler run on the CPU."""
 
-import json
 import shutil
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
-from conftest import DATA, aggregate_recorded
+from conftest import DATA, aggregate_recorded, torch_harness_run
 
 from nsightflow import columns
-from nsightflow.analysis import captures, imported, torch_backend, torchprof
+from nsightflow.analysis import captures, imported
 from nsightflow.analysis.runfiles import in_order
 
 TINY = {"batch": 1, "prompt": 16, "decode_steps": 2, "vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2}
@@ -34,25 +31,8 @@ def _captures(tmp_path):
     return captures.aggregate_captures(tmp_path / "imported", 0.5, 10, 0.9)
 
 
-def _torch(tmp_path):
-    out = {k: tmp_path / f"{k}.json" for k in ("trace", "flops", "ceilings", "run")}
-    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--mode", "torch", "--args", json.dumps(TINY)]
-    argv += ["--trace", str(out["trace"]), "--flops-out", str(out["flops"]), "--ceilings-out", str(out["ceilings"])]
-    subprocess.run([*argv, "--out", str(out["run"])], check=True, capture_output=True)
-    trace = torchprof.load_trace(out["trace"])
-    labels = json.loads(out["run"].read_text())["trace_labels"]
-    return torch_backend.aggregate_torch(
-        torchprof.kernel_table(trace, labels),
-        torchprof.stage_table(trace, labels),
-        out["flops"],
-        out["ceilings"],
-        "fp32",
-        10,
-        0.9,
-        torchprof.device_kind(trace),
-        0.5,
-        manifest_json=out["run"],
-    )
+# An MoE's grouped GEMM on the CPU: its expert columns (a decoder has none).
+EXPERTS = {"tokens": 256, "hidden": 64, "ffn": 96, "experts": 4, "device": "cpu", "dtype": "float32", "steps": 2}
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +41,15 @@ def produced(tmp_path_factory):
     runs = {
         columns.NSIGHT: _nsight(),
         columns.CAPTURES: _captures(tmp_path_factory.mktemp("captures")),
-        columns.TORCH: _torch(tmp_path_factory.mktemp("torch")),
+        columns.TORCH: torch_harness_run(tmp_path_factory.mktemp("torch"), "nsightflow.workloads.decoder:build", TINY),
+        "torch (experts)": torch_harness_run(tmp_path_factory.mktemp("experts"), "workloads:grouped_experts", EXPERTS),
     }
     out = {}
     for backend, agg in runs.items():
+        backend = backend.split(" ")[0]
         for table, df in (("stages", agg.stages), ("kernels", agg.kernels)):
             in_order(table, df)  # raises on a column the registry lacks
-            out.setdefault(backend, {})[table] = {c for c in df.columns if df[c].notna().any()}
+            out.setdefault(backend, {}).setdefault(table, set()).update(c for c in df.columns if df[c].notna().any())
     return out
 
 
@@ -89,11 +71,11 @@ def test_an_unregistered_column_is_refused_before_it_is_written():
 
 
 def test_every_shown_column_has_a_known_format_and_the_glossary_its_definitions():
-    from nsightflow.report import glossary, pages
+    from nsightflow.report import glossary, tables
 
     for table in columns.TABLES.values():
         for c in table:
-            assert c.fmt in pages.FORMATS, c
+            assert c.fmt in tables.FORMATS, c
             assert not c.term or c.definition, c
     terms = [t for t, _ in glossary.GLOSSARY]
     assert terms[:2] == ["wall", "wall under profiler"] and "peaks" in terms

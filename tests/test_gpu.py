@@ -37,6 +37,7 @@ from conftest import (
     steady_steps,
     wait_gone,
 )
+from workloads import routing
 
 from nsightflow.analysis import torchprof
 from nsightflow.capture import ncu, ncu_csv
@@ -684,6 +685,11 @@ MOE_AND_FLEX = [
         "callable": "nsightflow.workloads.hf:build",
         "args": {"config": SMALL_MIXTRAL, "batch": 1, "prompt": 1024, "decode_steps": 3},
     },
+    {
+        "name": "custom",
+        "callable": "workloads:custom_matmul",
+        "args": {"n": 4096, "device": "cuda", "dtype": "bfloat16"},
+    },
 ]
 
 
@@ -719,6 +725,32 @@ def test_moe_grouped_gemms_and_flex_attention_are_counted_and_measured(tmp_path)
         assert abs(got / want - 1) < (0.001 if name == "experts" else 0.01)
         assert t > 0 and abs(t / rt - 1) < 0.01
         assert (st["coverage"] == 1.0).all()
+    # The MoE view: the grouped GEMM's tokens per expert are the workload's routing; its rate is its tensor FLOPs over
+    # its kernels' time (measured against every launch).
+    routed = pd.read_csv(results / "experts" / "experts.csv")
+    assert [int(x) for x in routed["tokens_per_expert"].iloc[0].split()] == routing(4096, 8).tolist()
+    st = pd.read_csv(results / "experts" / "stages.csv").set_index("stage").loc["experts"]
+    ref = pd.read_csv(full / "experts" / "stages.csv").set_index("stage").loc["experts"]
+    rate = ref["flops_tensor_measured"] / (st["expert_gemm_ms"] * 1e-3)
+    share = st["expert_gemm_share"]
+    print(f"experts: rate {st['expert_gemm_flop_rate']:.4g} vs every launch {rate:.4g}, share {share:.2%}")
+    assert abs(st["expert_gemm_flop_rate"] / rate - 1) < 0.01 and st["expert_gemm_share"] > 0.9
+    # Mixtral's decode: one token per expert pads every expert's GEMM to a tile, and the note says so, naming it.
+    notes = Summary.read(results / "mixtral" / "summary.json").notes()
+    decode = [n for n in notes if n.startswith("decode:") and "executed" in n and "x the model's FLOPs" in n]
+    print("mixtral decode:", decode)
+    assert decode and "tokens in an expert" in decode[0]
+    # An operator with no formula: named, with its kernels' tensor FLOPs (2·n³ a step, against every launch), and
+    # every tensor precision collected for it.
+    st = pd.read_csv(results / "custom" / "stages.csv").set_index("stage").loc["step"]
+    ref = pd.read_csv(full / "custom" / "stages.csv").set_index("stage").loc["step"]
+    left, want = st["flops_not_counted"], 2 * 2 * 4096**3
+    print(f"custom: not counted {left:.6g} vs 2·n³·steps {want:.6g}; {st['not_counted_ops']}")
+    assert st["not_counted_ops"].startswith("nsf_workloads.fused_mm (2 calls")
+    assert abs(left / want - 1) < 0.01 and abs(left / ref["flops_not_counted"] - 1) < 0.01
+    assert st["flops_analytic"] == want
+    argv = " ".join(json.loads((results / "custom" / "ncu" / "capture.cmd.json").read_text())["argv"])
+    assert "sm__ops_path_tensor_src_fp8.sum" in argv  # every precision, not only the bf16 of the mm beside it
 
 
 def test_compiled_decoder_on_the_gpu(small, tmp_path):

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 
 from nsightflow import units
-from nsightflow.report import pages
+from nsightflow.report import pages, tables
 
 
 def test_si_prefixes_and_significant_digits():
@@ -40,7 +40,7 @@ def test_tables_never_show_nan_and_hide_what_has_nothing_to_say():
             },
         ]
     )
-    html = pages.table(df, pages.stage_columns(on_cpu=True, backend="torch"))
+    html = tables.table(df, pages.stage_columns(on_cpu=True, backend="torch"))
     assert "nan" not in html.lower()
     assert "<td>4.39</td>" in html and "<td>1,235</td>" in html and "<td>88.7 MFLOP</td>" in html
     assert "<td>3.07%</td>" in html and html.count("<td>—</td>") == 2

@@ -4,8 +4,10 @@ Expected FLOPs are written out here from each model's shapes."""
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 from conftest import copy_workflow, moe_gemm_flops, snakemake
 
@@ -89,6 +91,7 @@ def runs(tmp_path_factory):
             "args": {**TINY, "batch": 2, "prompt": 16, "decode_steps": 2, "compile": True},
         },
         {"name": "averse", "callable": "workloads:mode_averse"},
+        {"name": "custom", "callable": "workloads:custom_matmul"},
         {
             "name": "hftrain",
             "callable": "nsightflow.workloads.training:build",
@@ -137,6 +140,55 @@ def test_a_mixture_of_experts_counts_each_routed_token_once_per_expert(runs):
     assert st.loc["prefill", "flops_analytic_gemm"] in (gemm(2, 16), gemm(2, 16) + rotary * 16)
     assert st.loc["decode", "flops_analytic_gemm"] in (3 * gemm(2, 1), 3 * gemm(2, 1) + 3 * rotary)
     assert (st["mfu_busy"] > 0).all()
+
+
+def test_a_mixture_of_experts_routing_is_the_routers(runs):
+    """experts.csv: per step, one routing per MoE layer, every token sent to top-k of the experts; in prefill, each
+    expert's tokens are those the model's own router picked (its top-k over its logits, hooked in a second run of
+    the same seeded workload)."""
+    from nsightflow.workloads import api
+
+    table = pd.read_csv(runs / "mixtral" / "experts.csv")
+    layers, k, e = MIXTRAL["num_hidden_layers"], MIXTRAL["num_experts_per_tok"], MIXTRAL["num_local_experts"]
+    for stage, steps, tokens in (("prefill", 1, 16), ("decode", 3, 1)):
+        rows = table[table["stage"] == stage]
+        assert len(rows) == steps * layers and set(rows["layer"]) == set(range(layers))
+        assert (rows["experts"] == e).all() and (rows["tokens"] == 2 * tokens * k).all()
+        per = rows["tokens_per_expert"].str.split().map(lambda t: [int(x) for x in t])
+        assert (per.map(sum) == rows["tokens"]).all()
+        assert np.allclose(rows["imbalance"], per.map(lambda t: max(t) / (sum(t) / len(t))))
+    wl = api.build_workload("nsightflow.workloads.hf:build", {**HF, "config": MIXTRAL})
+    picked = []
+
+    def hook(module, _, out):  # the router's logits (transformers 5: a router module returning them first)
+        if "Router" in type(module).__name__:
+            logits = out[0] if isinstance(out, tuple) else out
+            top = torch.topk(logits.reshape(-1, e).float().softmax(-1), k, dim=-1).indices
+            picked.append(torch.bincount(top.flatten(), minlength=e).tolist())
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    try:
+        wl.setup()
+        next(s for s in wl.stages if s.name == "prefill").fn(0)
+    finally:
+        handle.remove()
+    prefill = table[(table["stage"] == "prefill") & (table["step"] == 0)].sort_values("layer")
+    assert [list(map(int, t.split())) for t in prefill["tokens_per_expert"]] == picked
+    page = (runs / "mixtral" / "report.html").read_text()
+    assert "Experts (mixture of experts)" in page and "tokens per expert" in page
+    st = _stages(runs, "mixtral")
+    assert (st["expert_gemm_share"] > 0).all() and (st["expert_gemm_flop_rate"] > 0).all()
+
+
+def test_an_operator_without_a_formula_is_named_and_the_rest_counted(runs):
+    """A custom operator doing a matmul: the model count has no formula for it and says so (stages.csv, the notes,
+    the page), and still counts the plain matmul beside it (2·n³ a step, two steps)."""
+    st = _stages(runs, "custom")
+    assert st.loc["step", "not_counted_ops"] == "nsf_workloads.fused_mm (2 calls)"
+    assert st.loc["step", "flops_analytic"] == 2 * 2 * 64**3 and st.loc["step", "mfu_busy"] > 0
+    notes = Summary.read(runs / "custom" / "summary.json").notes()
+    assert any("no FLOP formula for nsf_workloads.fused_mm (2 calls), so MFU leaves their work out" in n for n in notes)
+    assert "register_flop_formula" in (runs / "custom" / "report.html").read_text()
 
 
 def test_training_step_counts_backward_as_twice_the_forward_gemms(runs):

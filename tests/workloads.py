@@ -290,25 +290,43 @@ def first_use_state(n: int = 256, cudnn_benchmark: bool = False, device: str = "
     return Workload(setup=lambda: None, stages=[Stage("step", step, repeats=2)], device=device)
 
 
-def grouped_experts(tokens: int = 4096, hidden: int = 1024, ffn: int = 1536, experts: int = 8, **_):
-    """An MoE's expert projection as one bf16 torch._grouped_mm: ``tokens`` rows split unevenly over ``experts``
-    (a fixed, seeded routing), each expert an ``hidden`` x ``ffn`` weight. Model FLOPs: exactly 2·T·H·F a step."""
+def grouped_experts(
+    tokens: int = 4096,
+    hidden: int = 1024,
+    ffn: int = 1536,
+    experts: int = 8,
+    device: str = "cuda",
+    dtype: str = "bfloat16",
+    steps: int = 1,
+    **_,
+):
+    """An MoE's expert projection as one torch._grouped_mm: ``tokens`` rows split unevenly over ``experts``
+    (a fixed, seeded routing), each expert an ``hidden`` x ``ffn`` weight. Model FLOPs: exactly 2·T·H·F a step.
+    The routing is ``routing(tokens, experts)``."""
     state = {}
 
     def setup() -> None:
-        gen = torch.Generator().manual_seed(0)
-        share = torch.rand(experts, generator=gen) + 0.25
-        counts = (share / share.sum() * tokens).floor().to(torch.int64)
-        counts[-1] += tokens - int(counts.sum())
-        state["offs"] = counts.cumsum(0).to(torch.int32).cuda()
-        state["x"] = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
-        state["w"] = torch.randn(experts, ffn, hidden, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+        state["offs"] = routing(tokens, experts).cumsum(0).to(torch.int32).to(device)
+        kind = getattr(torch, dtype)
+        state["x"] = torch.randn(tokens, hidden, device=device, dtype=kind)
+        state["w"] = torch.randn(experts, ffn, hidden, device=device, dtype=kind).transpose(-2, -1)
 
     def step(_: int) -> None:
         state["y"] = torch._grouped_mm(state["x"], state["w"], offs=state["offs"])
 
     params = {"tokens": tokens, "hidden": hidden, "ffn": ffn, "experts": experts}
-    return Workload(setup=setup, stages=[Stage("experts", step)], device="cuda", dtype="bfloat16", params=params)
+    return Workload(
+        setup=setup, stages=[Stage("experts", step, repeats=steps)], device=device, dtype=dtype, params=params
+    )
+
+
+def routing(tokens: int, experts: int) -> torch.Tensor:
+    """Tokens per expert of ``grouped_experts``: uneven, seeded, summing to ``tokens``."""
+    gen = torch.Generator().manual_seed(0)
+    share = torch.rand(experts, generator=gen) + 0.25
+    counts = (share / share.sum() * tokens).floor().to(torch.int64)
+    counts[-1] += tokens - int(counts.sum())
+    return counts
 
 
 def flex_causal(batch: int = 4, heads: int = 16, seq: int = 2048, head_dim: int = 64, **_):
@@ -329,3 +347,32 @@ def flex_causal(batch: int = 4, heads: int = 16, seq: int = 2048, head_dim: int 
 
     params = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim}
     return Workload(setup=setup, stages=[Stage("attention", step)], device="cuda", dtype="bfloat16", params=params)
+
+
+_CUSTOM: dict = {}
+
+
+def fused_mm_op():
+    """``nsf_workloads::fused_mm``: a custom operator (torch.library) doing a matmul, as a project's own kernel
+    would; PyTorch's FLOP counter has no formula for it. Registered once per process."""
+    if "op" not in _CUSTOM:
+
+        @torch.library.custom_op("nsf_workloads::fused_mm", mutates_args=())
+        def fused_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return a @ b
+
+        _CUSTOM["op"] = fused_mm
+    return _CUSTOM["op"]
+
+
+def custom_matmul(n: int = 64, device: str = "cpu", dtype: str = "float32", **_):
+    """Each step: ``n``-square matrices multiplied once by the custom ``fused_mm`` and once by ``torch.mm``. The
+    count has a formula for the second only: 2·n³ FLOPs a step."""
+    op = fused_mm_op()
+    a, b = (torch.randn(n, n, device=device, dtype=getattr(torch, dtype)) for _ in range(2))
+
+    def step(_: int) -> None:
+        op(a, b)
+        torch.mm(a, b)
+
+    return Workload(setup=lambda: None, stages=[Stage("step", step, repeats=2)], device=device, dtype=dtype)

@@ -4,7 +4,7 @@ order and refuses a column the registry lacks (nsightflow.analysis.runfiles); th
 definitions from here (nsightflow.report.pages); a test checks that every column a backend produces is registered
 and every registered column is produced somewhere (tests/test_columns.py).
 
-Formats (nsightflow.report.pages.FORMATS): text, count, ms, ns_as_ms, flop, bytes, pct, flop_rate, byte_rate,
+Formats (nsightflow.report.tables.FORMATS): text, count, ms, ns_as_ms, flop, bytes, pct, flop_rate, byte_rate,
 intensity, bool.
 """
 
@@ -109,6 +109,24 @@ STAGES: tuple[Column, ...] = (
     Column("flops_analytic_attention", "of which attention", "flop"),
     Column("flops_analytic_other", "of which other", "flop", shown=False),
     Column(
+        "flops_not_counted",
+        "FLOPs without a formula (ncu)",
+        "flop",
+        "tensor FLOPs executed by kernels of operators the model count has no FLOP formula for (an operator it gave "
+        "no FLOPs whose kernels ran on the tensor pipes): MFU leaves them out; not_counted_ops names them",
+        COUNTERS,
+        term="FLOPs without a formula",
+    ),
+    Column(
+        "not_counted_ops",
+        "operators without a formula",
+        "text",
+        "operators whose FLOPs the model count leaves out: named like matrix work with no formula (counting pass), "
+        "or whose kernels executed tensor FLOPs (ncu); a formula registered with "
+        "torch.utils.flop_counter.register_flop_formula counts them",
+        shown=False,
+    ),
+    Column(
         "executed_over_model",
         "executed / model",
         "intensity",
@@ -170,6 +188,29 @@ STAGES: tuple[Column, ...] = (
     Column("flops_tensor_ranges", "tensor FLOPs (range replay)", "flop", "from ncu.ranges' range results", COUNTERS),
     Column("dram_bytes_ranges", "DRAM bytes (range replay)", "bytes", "from ncu.ranges' range results", COUNTERS),
     Column("busy_over_wall", "busy / wall", "pct", "busy time over wall time"),
+    Column(
+        "expert_gemm_ms",
+        "expert GEMMs ms",
+        "ms",
+        "time of the stage's grouped GEMMs (a mixture of experts' expert GEMMs; operator time on a CPU)",
+        term="expert GEMMs",
+    ),
+    Column("expert_gemm_share", "expert share", "pct", "the expert GEMMs' share of the stage's busy time"),
+    Column(
+        "expert_gemm_flop_rate",
+        "expert GEMM rate",
+        "flop_rate",
+        "the expert GEMMs' FLOPs per second of their own time: measured tensor FLOPs (ncu), or the model's on the "
+        "torch backend",
+    ),
+    Column(
+        "expert_imbalance",
+        "expert imbalance",
+        "intensity",
+        "tokens of the busiest expert over the mean, averaged over the stage's routings (1: balanced); the busiest "
+        "expert's GEMM sets a grouped GEMM's pace (experts.csv: every routing)",
+        term="expert imbalance",
+    ),
     Column("diverges", "wall ≫ busy", "bool", "busy / wall below report.divergence"),
     Column(
         "bound",
@@ -247,11 +288,31 @@ RANKS: tuple[Column, ...] = (
     Column("profiled", "captured", "bool", "the rank whose stages ncu captured (config rank:)"),
 )
 
-TABLES = {"stages": STAGES, "kernels": KERNELS, "ranks": RANKS}
+EXPERTS: tuple[Column, ...] = (
+    Column("stage", "stage", "text"),
+    Column("step", "step", "count", "the stage's step (0 first) in the counting pass, warm-up steps included"),
+    Column(
+        "layer",
+        "routing",
+        "count",
+        "the step's k-th routing: one offsets tensor its grouped GEMMs share (an MoE layer of a forward pass)",
+    ),
+    Column("experts", "experts", "count", "experts (groups) of the grouped GEMMs"),
+    Column("tokens", "tokens", "count", "tokens routed: each token once per expert it went to (top-k)"),
+    Column("tokens_max", "most", "count", "tokens of the busiest expert"),
+    Column("tokens_mean", "mean", "intensity", "tokens per expert on average"),
+    Column("tokens_min", "fewest", "count", "tokens of the idlest expert"),
+    Column("idle_experts", "idle", "count", "experts that got no token"),
+    Column("imbalance", "imbalance", "intensity", "most over mean (1: balanced)"),
+    Column("tokens_per_expert", "tokens per expert", "text", "every expert's tokens, in order", shown=False),
+)
+
+TABLES = {"stages": STAGES, "kernels": KERNELS, "ranks": RANKS, "experts": EXPERTS}
 
 
 def names(table: str) -> list[str]:
-    """The registered columns of ``table`` ('stages', 'kernels' or 'ranks'), in the order the CSV holds them."""
+    """The registered columns of ``table`` ('stages', 'kernels', 'ranks' or 'experts'), in the order the CSV holds
+    them."""
     return [c.name for c in TABLES[table]]
 
 

@@ -32,6 +32,7 @@ rule aggregate_captures:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
         ranks="results/{run}/ranks.csv",
+        experts="results/{run}/experts.csv",
         summary="results/{run}/summary.json",
         manifest="results/{run}/manifest.json",
     log:

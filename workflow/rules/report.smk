@@ -10,6 +10,7 @@ rule run_report:
         unpack(card_inputs),
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
+        experts="results/{run}/experts.csv",
         summary="results/{run}/summary.json",
         manifest="results/{run}/manifest.json",
     output:

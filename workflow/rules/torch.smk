@@ -38,6 +38,7 @@ rule aggregate_torch:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
         ranks="results/{run}/ranks.csv",
+        experts="results/{run}/experts.csv",
         summary="results/{run}/summary.json",
     log:
         "results/{run}/logs/aggregate.log",

@@ -2,7 +2,7 @@
 
 from nsightflow.analysis.diagnostics import command_records, diagnose
 from nsightflow.analysis.nsight import aggregate_run
-from nsightflow.analysis.runfiles import write_run
+from nsightflow.analysis.runfiles import RunFiles, write_run
 from nsightflow.records import CaptureRecord, Manifest
 from nsightflow.rules.rulejob import rule_job
 
@@ -29,10 +29,7 @@ with rule_job(sm.log[0], sm.output):
     )
     write_run(
         agg,
-        sm.output.kernels,
-        sm.output.stages,
-        sm.output.ranks,
-        sm.output.summary,
+        RunFiles.of(sm.output),
         command_records(records, sm.params.ncu),
         diagnose(agg, records, manifest),
     )

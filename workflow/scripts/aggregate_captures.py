@@ -5,7 +5,7 @@ from pathlib import Path
 
 from nsightflow.analysis.captures import aggregate_captures
 from nsightflow.analysis.diagnostics import diagnose
-from nsightflow.analysis.runfiles import write_run
+from nsightflow.analysis.runfiles import RunFiles, write_run
 from nsightflow.records import Manifest
 from nsightflow.rules.rulejob import rule_job
 
@@ -14,7 +14,7 @@ with rule_job(sm.log[0], sm.output):
     agg = aggregate_captures(
         sm.input.imported, sm.params.divergence, sm.params.top_n, sm.params.coverage, sm.params.domain
     )
-    write_run(agg, sm.output.kernels, sm.output.stages, sm.output.ranks, sm.output.summary, [], diagnose(agg, []))
+    write_run(agg, RunFiles.of(sm.output), [], diagnose(agg, []))
     index = json.loads((Path(sm.input.imported) / "index.json").read_text())
     Manifest(precision=agg.peaks.precision, captures=index).write(sm.output.manifest)
     with open(sm.log[0], "w") as log:

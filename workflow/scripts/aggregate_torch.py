@@ -2,7 +2,7 @@
 
 from nsightflow.analysis import torchprof
 from nsightflow.analysis.diagnostics import diagnose
-from nsightflow.analysis.runfiles import write_run
+from nsightflow.analysis.runfiles import RunFiles, write_run
 from nsightflow.analysis.torch_backend import aggregate_torch
 from nsightflow.records import Manifest
 from nsightflow.rules.rulejob import rule_job
@@ -23,9 +23,8 @@ with rule_job(sm.log[0], sm.output):
         torchprof.device_kind(trace),
         sm.params.divergence,
         manifest_json=sm.input.manifest,
+        expert_ns=torchprof.expert_time(trace, labels),
     )
-    write_run(
-        agg, sm.output.kernels, sm.output.stages, sm.output.ranks, sm.output.summary, [], diagnose(agg, [], manifest)
-    )
+    write_run(agg, RunFiles.of(sm.output), [], diagnose(agg, [], manifest))
     with open(sm.log[0], "w") as log:
         log.write(agg.stages.to_string() + "\n" + "\n".join(n.text for n in agg.notes) + "\n")

@@ -7,7 +7,11 @@ from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
-    run = dict(load_run(sm.wildcards.run, sm.input.kernels, sm.input.stages, sm.input.summary, sm.input.manifest))
+    run = dict(
+        load_run(
+            sm.wildcards.run, sm.input.kernels, sm.input.stages, sm.input.summary, sm.input.manifest, sm.input.experts
+        )
+    )
     if sm.input.get("cards"):
         run["cards"] = read_cards(sm.input.cards)
     write_html(

@@ -40,6 +40,8 @@ class RunTables:
     results: pd.DataFrame = field(default_factory=pd.DataFrame)  # ncu results joined to launches (nsight)
     # per rank and stage of a job of several processes; none (its columns only) for one process
     ranks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=columns.names("ranks")))
+    # an MoE's routing per (stage, step, routing) from its grouped GEMMs (nsightflow.analysis.experts); none without
+    experts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=columns.names("experts")))
     device: str = "gpu"  # what ran the stages: 'gpu' or 'cpu' (words and advice follow it)
 
     def __post_init__(self) -> None:

@@ -30,6 +30,7 @@ from nsightflow.analysis.checks import (
     check_streams,
 )
 from nsightflow.analysis.diagnostics import note, stage_notes
+from nsightflow.analysis.experts import routing_table
 from nsightflow.capture import attribution, ncu, ncu_csv, nsys
 from nsightflow.capture.flops import SIMT, matmul_precision
 from nsightflow.capture.matching import search_timeline
@@ -167,7 +168,7 @@ def aggregate_captures(
             )
         )
     check_bounds(stages, pk)
-    return RunTables(kernels, stages, pk, notes, [], classes, results)
+    return RunTables(kernels, stages, pk, notes, [], classes, results, experts=routing_table(analytic))
 
 
 def check_range_counts(stats: pd.DataFrame, tl: attribution.Timeline) -> None:
@@ -253,4 +254,5 @@ def _times_only(
                 for c in held
             ),
         ],
+        experts=routing_table(analytic),
     )

@@ -15,6 +15,7 @@ from nsightflow.analysis.aggregate import FULL_COVERAGE, RunTables
 from nsightflow.analysis.metrics import MIN_COVERAGE
 from nsightflow.capture import ncu
 from nsightflow.capture.flops import SIMT
+from nsightflow.capture.formulas import TILE
 from nsightflow.domains import AUTO_DOMAIN
 from nsightflow.records import CaptureRecord, Diagnostic, Manifest, StageCount
 
@@ -120,9 +121,11 @@ def stage_notes(ssum: pd.DataFrame, analytic: dict[str, StageCount] | None = Non
                     "a measured rate (or a datasheet's), not a proven bound, and this stage ran faster.",
                 )
             )
-        for why in (analytic or {}).get(stage, StageCount()).not_counted:
+        count = (analytic or {}).get(stage, StageCount())
+        for why in count.not_counted:
             notes.append(note(stage, f"no analytic FLOPs (so no MFU): {why}."))
-        notes += flop_notes(s)
+        notes += uncounted_notes(s)
+        notes += flop_notes(s, count)
         if "flops_tensor_ranges" in s and np.isfinite(s["flops_tensor_ranges"]):
             notes.append(
                 note(
@@ -136,10 +139,38 @@ def stage_notes(ssum: pd.DataFrame, analytic: dict[str, StageCount] | None = Non
     return notes
 
 
-def flop_notes(s: pd.Series) -> list[Diagnostic]:
-    """Explain where a stage's measured (executed) FLOPs and its model FLOPs differ for a structural reason."""
+def uncounted_notes(s: pd.Series) -> list[Diagnostic]:
+    """Operators the model count has no FLOP formula for (nsightflow.analysis.uncounted): what MFU leaves out."""
+    ops = str(s.get("not_counted_ops") or "")
+    if not ops or ops == "nan":
+        return []
+    left, tensor = s.get("flops_not_counted", np.nan), s.get("flops_tensor_measured", np.nan)
+    share = (
+        f": their kernels executed {units.si(left, 'FLOP')}, {left / tensor:.1%} of the stage's executed tensor FLOPs"
+        if np.isfinite(left) and np.isfinite(tensor) and tensor > 0
+        else " (no hardware counters here to say how many FLOPs they execute)"
+    )
+    return [
+        note(
+            str(s["stage"]),
+            f"the model count has no FLOP formula for {ops}, so MFU leaves their work out{share}. Register one "
+            "(torch.utils.flop_counter.register_flop_formula) to count them.",
+        )
+    ]
+
+
+# Executed over model FLOPs above this: the device did work the model count does not describe, which a note explains
+# from evidence (padding, operators without a formula) or says it cannot.
+EXCESS = 1.2
+
+
+def flop_notes(s: pd.Series, count: StageCount | None = None) -> list[Diagnostic]:
+    """Explain where a stage's measured (executed) FLOPs and its model FLOPs differ, from evidence: tile padding only
+    where the count saw a GEMM or attention with a dimension below a tile (``count.padded``), operators without a
+    formula where their kernels executed the gap; otherwise say that neither explains it."""
     a, c, m, r = s["flops_analytic"], s["flops_analytic_causal"], s["flops_measured"], s["executed_over_model"]
     stage = str(s["stage"])
+    count = count or StageCount()
     notes = []
     if np.isfinite(a) and np.isfinite(c) and a != c:
         measured = (
@@ -154,17 +185,8 @@ def flop_notes(s: pd.Series) -> list[Diagnostic]:
                 f"{units.si(c, 'FLOP')} ({units.si(a, 'FLOP')} with attention in full){measured}.",
             )
         )
-    if np.isfinite(r) and r > 1.2:
-        notes.append(
-            note(
-                stage,
-                f"the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU). Tensor-core "
-                "instructions work on fixed tiles (Hopper wgmma: 64 rows, N of 8 or more; flash-attention "
-                "kernels: blocks of 16-128 queries and keys), so a small dimension such as the few tokens of "
-                "a decode step is padded and the padding is counted; the kernel table's FLOPs per launch "
-                "show which kernels do it.",
-            )
-        )
+    if np.isfinite(r) and r > EXCESS:
+        notes.append(note(stage, _excess(s, count, r)))
     elif np.isfinite(r) and r < 0.8 and s["coverage"] >= FULL_COVERAGE:
         notes.append(
             note(
@@ -175,6 +197,42 @@ def flop_notes(s: pd.Series) -> list[Diagnostic]:
             )
         )
     return notes
+
+
+def _excess(s: pd.Series, count: StageCount, r: float) -> str:
+    """Why the GPU executed ``r`` times the model's FLOPs, as far as the evidence goes."""
+    said = f"the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU)"
+    left, tensor = float(s.get("flops_not_counted", np.nan)), float(s.get("flops_tensor_measured", np.nan))
+    parts = []
+    if np.isfinite(left) and np.isfinite(tensor) and tensor > 0 and left > 0.05 * tensor:
+        parts.append(
+            f"{left / tensor:.0%} of the executed tensor FLOPs come from operators the model count has no formula "
+            f"for ({s['not_counted_ops']})"
+        )
+    if count.padded:
+        calls = sum(int(v["calls"]) for v in count.padded.values())
+        padded = sum(float(v["flops"]) for v in count.padded.values())
+        model = s["flops_analytic"]
+        share = f", {padded / model:.0%} of the model's FLOPs" if np.isfinite(model) and model > 0 else ""
+        shapes = "; ".join(str(v["shape"]) for v in count.padded.values())
+        parts.append(
+            f"{calls} GEMM or attention call(s) have a dimension below the {TILE}-row tile tensor cores compute "
+            f"({shapes}{share}): their kernels pad it, and execute the padding"
+        )
+    if parts:
+        return f"{said}: " + "; and ".join(parts) + ". The kernel table's FLOPs per launch show which kernels do it."
+    if count.padded is None:
+        return (
+            f"{said}. This analytic count does not record its GEMMs' shapes (it predates them), so whether small "
+            "dimensions padded to a tensor-core tile explain it cannot be told; the kernel table's FLOPs per launch "
+            "show which kernels execute the extra. Rerun the profiling rule for the evidence."
+        )
+    return (
+        f"{said}, and neither padding nor a missing formula explains it: no GEMM or attention of the count has a "
+        f"dimension below a {TILE}-row tile, and every operator whose kernels executed tensor FLOPs is counted. The "
+        "kernel table's FLOPs per launch show which kernels execute the extra (recomputation, or a formula that "
+        "under-counts its operator)."
+    )
 
 
 def program_notes(manifest: Manifest | None) -> list[Diagnostic]:

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsightflow.analysis import experts, uncounted
 from nsightflow.capture.attribution import call_classes
 from nsightflow.capture.comm import is_comm
-from nsightflow.capture.formulas import CLASSES, op_class
+from nsightflow.capture.formulas import CLASSES, GROUPED_GEMMS, op_class
 from nsightflow.errors import InputError
 from nsightflow.records import Peaks, StageCount
 
@@ -150,15 +151,22 @@ def with_rates(out: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
 OP_CLASSES = [*CLASSES, "unattributed"]
 
 
-def launch_op_classes(class_keys: pd.Series) -> pd.Series:
-    """The class (nsightflow.capture.formulas.op_class) of the operator that launched each kernel, read from its class
-    key ('mm#<digest>#<ordinal>|<kernel key>', see nsightflow.capture.attribution); 'unattributed' where no operator
-    is known: launched between operators (CUDA-graph replays, compiled graphs' own kernels, extensions that
-    bypass the dispatcher) or in a step the probe pass has no twin of."""
+def launch_ops(class_keys: pd.Series) -> pd.Series:
+    """The name of the operator that launched each kernel (``mm``), read from its class key
+    ('mm#<digest>#<ordinal>|<kernel key>', see nsightflow.capture.attribution); '' where no operator is known:
+    launched between operators (CUDA-graph replays, compiled graphs' own kernels, extensions that bypass the
+    dispatcher) or in a step the probe pass has no twin of."""
     head = class_keys.astype(str).str.split("|", n=1).str[0]
     ops = head.str.split("#", n=1).str[0]
     known = head.str.contains("#", regex=False) & (ops != "gap")
-    return pd.Series(np.where(known, ops.map(op_class), "unattributed"), index=class_keys.index)
+    return ops.where(known, "")
+
+
+def launch_op_classes(class_keys: pd.Series) -> pd.Series:
+    """The class (nsightflow.capture.formulas.op_class) of the operator that launched each kernel (launch_ops);
+    'unattributed' where no operator is known."""
+    ops = launch_ops(class_keys)
+    return pd.Series(np.where(ops != "", ops.map(op_class), "unattributed"), index=class_keys.index)
 
 
 def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
@@ -174,7 +182,7 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
         ok = g[g[required].notna().all(axis=1)]
         prof = g[g["profiled"] > 0].drop_duplicates(["step", "class_key"])
         comm = is_comm(g["kernel"])
-        row = {
+        row: dict[str, Any] = {
             "stage": stage,
             "busy_ns": float(g["duration_ns"].sum()),
             "comm_ns": float(g["duration_ns"][comm].sum()),
@@ -190,8 +198,22 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
         split = len(ok) > 0 and bool((op != "unattributed").any())
         for c in OP_CLASSES:
             row[f"flops_{c}"] = float(by_op.get(c, 0.0)) if split or (c == "unattributed" and len(ok)) else np.nan
+        names = launch_ops(ok["class_key"])
+        row["tensor_by_op"] = ok[names != ""].groupby(names)["flops_tensor"].sum().to_dict() if split else {}
+        row.update(expert_time(g, ok))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def expert_time(launches: pd.DataFrame, ok: pd.DataFrame) -> dict[str, float]:
+    """A stage's grouped GEMM launches (an MoE's experts, nsightflow.capture.formulas.GROUPED_GEMMS): their time
+    (``expert_ns``) and tensor FLOPs (``expert_flops``, NaN unless every one has counters); NaN where it has none."""
+    experts = launch_ops(launches["class_key"]).isin(GROUPED_GEMMS)
+    if not experts.any():
+        return {"expert_ns": np.nan, "expert_flops": np.nan}
+    mine = ok[launch_ops(ok["class_key"]).isin(GROUPED_GEMMS)]
+    flops = float(mine["flops_tensor"].sum()) if len(mine) == int(experts.sum()) else np.nan
+    return {"expert_ns": float(launches["duration_ns"][experts].sum()), "expert_flops": flops}
 
 
 def with_program_wall(stages: pd.DataFrame, program_wall_s: dict[str, list[float]] | None, source: str) -> pd.DataFrame:
@@ -307,6 +329,9 @@ def stage_summary(
         if pk.ceiling_compute is not None:
             row["mfu_busy_ceiling"] = _util(model, busy_s, pk.ceiling_compute)
             row["dram_bw_util_busy_ceiling"] = _util(dram, busy_s, _num(pk.ceiling_dram))
+        row.update(uncounted.not_counted(an, m.get("tensor_by_op"), row["flops_tensor_measured"]))
+        expert = (float(m.get("expert_ns", np.nan)), float(m.get("expert_flops", np.nan)))
+        row.update(experts.expert_columns(an, *expert, busy_ns, model="expert_flops" not in measured.columns))
         row["busy_over_wall"] = busy_ns / st["wall_ns"] if st["wall_ns"] else np.nan
         row["diverges"] = bool(row["busy_over_wall"] < divergence)
         if model == 0:  # no GEMM or attention in the model count (an optimizer step): MFU says nothing
@@ -326,6 +351,7 @@ def stage_summary(
 MIN_COVERAGE = 0.5
 COUNTER_COLUMNS = (
     "flops_measured",
+    "flops_not_counted",
     "flops_tensor_measured",
     *(f"flops_measured_{c}" for c in OP_CLASSES),
     "executed_over_model",

@@ -29,6 +29,7 @@ from nsightflow.analysis.checks import (
     check_streams,
 )
 from nsightflow.analysis.diagnostics import MODE_TEXT, note, stage_notes, wall_note
+from nsightflow.analysis.experts import routing_table
 from nsightflow.capture import attribution, ncu_csv
 from nsightflow.capture.flops import SIMT
 from nsightflow.capture.matching import match_to_plan
@@ -111,7 +112,7 @@ def aggregate_run(
     manifest = Manifest.read(manifest_json) if manifest_json else Manifest()
     per_rank = ranks.rank_table(ranks.rank_launches(sqlite, domain), manifest) if manifest.ranks else ranks.empty()
     notes += ranks.rank_notes(per_rank, manifest)
-    return RunTables(kernels, stages, pk, notes, estimates, classes, matched, per_rank)
+    return RunTables(kernels, stages, pk, notes, estimates, classes, matched, per_rank, experts=routing_table(analytic))
 
 
 def every_precision_collected(record: CaptureRecord | None) -> bool:

@@ -8,6 +8,8 @@ Every backend (nsight, torch, captures) writes the same files, so the report nev
 - ``stages.csv``: one row per stage: ranges, wall and busy ms, coverage, FLOPs (ncu: in all and by the class
   of the operator that launched each kernel; model: in all and by class), MFU and
   HFU on wall and busy time, DRAM bytes and bandwidth utilisation, the same against measured ceilings.
+- ``experts.csv``: a mixture of experts' routing, one row per (stage, step, routing): tokens per expert and their
+  imbalance (nsightflow.analysis.experts); only its header for a model without grouped GEMMs.
 - ``summary.json``: peaks (with their sources), notes, diagnostics, profiler commands, and for a job of several
   processes its per-rank table (nsightflow.analysis.ranks: one row per rank and stage).
 Every column, with its header, format and meaning: nsightflow.columns.
@@ -15,6 +17,7 @@ Every column, with its header, format and meaning: nsightflow.columns.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -36,6 +39,7 @@ class Run(TypedDict):
     diagnostics: list[Diagnostic]  # notes (level 'note') and diagnostics
     commands: list[dict[str, Any]]
     ranks: pd.DataFrame
+    experts: pd.DataFrame  # an MoE's routing (nsightflow.analysis.experts), empty otherwise
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -53,32 +57,41 @@ def in_order(table: str, df: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in columns.names(table) if c in df.columns]]
 
 
-def write_run(
-    agg: RunTables,
-    kernels_csv: str | Path,
-    stages_csv: str | Path,
-    ranks_csv: str | Path,
-    summary_json: str | Path,
-    commands: list[dict[str, Any]],
-    diagnostics: list[Diagnostic],
-) -> None:
-    """The run's tables as CSV (for pandas and diffs; ``ranks_csv``: a row per rank and stage of a job of several
-    processes, only its header for one process) and its peaks, notes and diagnostics (one list: the notes first)
-    and commands as JSON (nsightflow.records.Summary).
+@dataclass(frozen=True)
+class RunFiles:
+    """Where an aggregate rule writes a run's tables (its ``output``: kernels, stages, ranks, experts, summary)."""
+
+    kernels: str | Path
+    stages: str | Path
+    ranks: str | Path
+    experts: str | Path
+    summary: str | Path
+
+    @classmethod
+    def of(cls, output: Any) -> RunFiles:
+        """A rule's named outputs."""
+        return cls(output.kernels, output.stages, output.ranks, output.experts, output.summary)
+
+
+def write_run(agg: RunTables, out: RunFiles, commands: list[dict[str, Any]], diagnostics: list[Diagnostic]) -> None:
+    """The run's tables as CSV (for pandas and diffs; ``ranks``: a row per rank and stage of a job of several
+    processes, ``experts``: a row per routing of an MoE's grouped GEMMs, only their headers otherwise) and its peaks,
+    notes and diagnostics (one list: the notes first) and commands as JSON (nsightflow.records.Summary).
 
     Each file is written beside its target and moved into place, so a killed job leaves none half-written.
     """
     tables = (
-        ("kernels", agg.kernels, kernels_csv),
-        ("stages", agg.stages, stages_csv),
-        ("ranks", agg.ranks, ranks_csv),
+        ("kernels", agg.kernels, out.kernels),
+        ("stages", agg.stages, out.stages),
+        ("ranks", agg.ranks, out.ranks),
+        ("experts", agg.experts, out.experts),
     )
     for table, df, path in tables:
         tmp = files.staging(path)
         in_order(table, df).to_csv(tmp, index=False)
         files.publish(tmp, path)
     ranks = _records(in_order("ranks", agg.ranks)) if len(agg.ranks) else []
-    Summary(agg.peaks, agg.notes + diagnostics, commands, ranks).write(summary_json)
+    Summary(agg.peaks, agg.notes + diagnostics, commands, ranks).write(out.summary)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -87,9 +100,14 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def load_run(
-    run_id: str, kernels_csv: str | Path, stages_csv: str | Path, summary_json: str | Path, manifest_json: str | Path
+    run_id: str,
+    kernels_csv: str | Path,
+    stages_csv: str | Path,
+    summary_json: str | Path,
+    manifest_json: str | Path,
+    experts_csv: str | Path | None = None,
 ) -> Run:
-    """A run as the report wants it, from the files its backend wrote."""
+    """A run as the report wants it, from the files its backend wrote (``experts_csv``: none for an older run)."""
     summary = Summary.read(summary_json)
     manifest = Manifest.read(manifest_json)
     return Run(
@@ -102,5 +120,6 @@ def load_run(
             "diagnostics": summary.diagnostics,
             "commands": list(manifest.commands) + summary.commands,
             "ranks": pd.DataFrame(summary.ranks, columns=columns.names("ranks")),
+            "experts": read_table(experts_csv) if experts_csv else pd.DataFrame(columns=columns.names("experts")),
         }
     )

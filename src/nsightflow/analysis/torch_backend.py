@@ -13,6 +13,7 @@ from nsightflow.analysis import metrics, peaks, ranks
 from nsightflow.analysis.aggregate import RunTables, load_analytic, program_wall, ranked
 from nsightflow.analysis.checks import check_analytic, check_bounds
 from nsightflow.analysis.diagnostics import note, stage_notes, wall_note
+from nsightflow.analysis.experts import routing_table
 from nsightflow.errors import InputError
 from nsightflow.records import Ceilings, Diagnostic, Manifest, Peaks
 
@@ -28,11 +29,13 @@ def aggregate_torch(
     kind: str,
     divergence: float,
     manifest_json: str | Path | None = None,
+    expert_ns: dict[str, float] | None = None,
 ) -> RunTables:
     """One run's tables from a torch.profiler trace: timeline times, analytic FLOPs and bytes, measured ceilings.
 
     There are no hardware counters on this path: per-kernel FLOPs and bytes stay empty, and the
     roofline is analytic, one point per stage. Wall times are the timed pass's in ``manifest_json`` where it has one.
+    ``expert_ns``: per stage, the time of its grouped GEMMs (nsightflow.analysis.torchprof.expert_time).
     """
     idle = sorted(set(stages["stage"]) - set(kernels["stage"]))
     if stages.empty or idle:
@@ -50,8 +53,11 @@ def aggregate_torch(
     wall = program_wall(manifest_json)
     walls = metrics.with_program_wall(stages, *wall)
     busy = kernels.groupby("stage", as_index=False).agg(busy_ns=("total_ns", "sum"))
+    busy["expert_ns"] = busy["stage"].map(expert_ns or {}).astype(float)
     if kind != "gpu":
+        raw = busy["busy_ns"].to_numpy()
         busy = cpu_busy(busy, walls)
+        busy["expert_ns"] *= busy["busy_ns"].to_numpy() / raw  # the experts' time scaled as their stage's
     ssum = metrics.stage_summary(walls, busy, analytic, pk, divergence)
     check_bounds(ssum, pk)
     ssum, pk, ceiling_notes = within_ceilings(ssum, pk, ceiling)
@@ -76,7 +82,8 @@ def aggregate_torch(
     manifest = Manifest.read(manifest_json) if manifest_json else Manifest()
     per_rank = ranks.rank_table(ranks.no_launches(), manifest)
     notes += ranks.rank_notes(per_rank, manifest)
-    return RunTables(table, ssum, pk, notes, ranks=per_rank, device="cpu" if kind != "gpu" else "gpu")
+    device = "cpu" if kind != "gpu" else "gpu"
+    return RunTables(table, ssum, pk, notes, ranks=per_rank, device=device, experts=routing_table(analytic))
 
 
 def cpu_busy(busy: pd.DataFrame, walls: pd.DataFrame) -> pd.DataFrame:

@@ -170,3 +170,25 @@ def stage_table(trace: dict[str, Any], labels: dict[str, str] | None = None) -> 
     )
     out["wall_ns"] = out.pop("wall_us") * 1e3
     return out
+
+
+GROUPED_OPS = ("aten::_grouped_mm", "aten::_scaled_grouped_mm")
+
+
+def expert_time(trace: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, float]:
+    """Per stage, the time of its grouped GEMMs (an MoE's experts) on a CPU: each operator's whole duration, its
+    children's included (on a CPU the operator's work runs in children the kernel table times apart); nothing on a
+    GPU, whose kernels this trace does not tie to operators."""
+    if device_kind(trace) == "gpu":
+        return {}
+    ev = _complete_events(trace)
+    ops = ev[(ev["cat"] == "cpu_op") & ev["name"].isin(GROUPED_OPS)]
+    rng = ranges(trace, labels)
+    owner_of = _Owners(rng)
+    out: dict[str, float] = {}
+    for ts, tid, dur in zip(ops["ts"], ops["tid"], ops["dur"], strict=True):
+        owner = owner_of(ts, tid)
+        if owner is not None:
+            stage = str(rng.loc[owner, "stage"])
+            out[stage] = out.get(stage, 0.0) + dur * 1e3
+    return out

@@ -204,3 +204,15 @@ def sweep_png(df: pd.DataFrame, param: str, swept: list[str]) -> bytes:
     )
     fig.tight_layout()
     return figure_png(fig)
+
+
+def experts_png(tokens: pd.DataFrame, title: str) -> bytes:
+    """Tokens per expert (columns) per routing (rows) of one stage, averaged over its steps: a balanced router
+    paints an even field, a hot expert a bright column."""
+    fig, ax = _figure(min(9.0, 2.5 + 0.25 * tokens.shape[1]), min(6.0, 1.2 + 0.25 * tokens.shape[0]), 110)
+    image = ax.imshow(tokens.to_numpy(dtype=float), aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_xlabel("expert")
+    ax.set_ylabel("routing (MoE layer)")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=ax, label="tokens (mean over steps)")
+    return figure_png(fig)

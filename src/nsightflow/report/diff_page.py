@@ -8,7 +8,8 @@ import html
 from nsightflow.analysis.diff import kernel_diff, stage_diff, summary_lines
 from nsightflow.analysis.runfiles import Run
 from nsightflow.report.headline import short_kernel
-from nsightflow.report.pages import on_cpu, page, table
+from nsightflow.report.pages import on_cpu, page
+from nsightflow.report.tables import table
 
 
 def render_diff(before: Run, after: Run, title: str = "nsightflow diff") -> str:
