@@ -42,3 +42,11 @@ def test_the_cpu_configs_run_to_a_report(tmp_path, name):
         st = pd.read_csv(csv)
         assert len(st) and (st["wall_ms"] > 0).all() and (st["gpu_busy_ms"] > 0).all()
     assert (wf / "results" / "report.html").exists()
+    if name == "cpu":  # each stage's peak resident memory holds at least the model's weights and KV cache
+        import json
+
+        run = stages[0].parent
+        params = json.loads((run / "manifest.json").read_text())["params"]
+        st = pd.read_csv(stages[0])
+        assert (st["memory_rss_peak"] >= params["weights_bytes"] + params["kv_cache_bytes"]).all()
+        assert st["memory_allocated_peak"].isna().all()  # no CUDA allocator on a CPU: not measured, never 0

@@ -221,18 +221,18 @@ class Manifest(_Record):
     environment: dict[str, Any] = field(default_factory=dict)
     stage_wall_s: dict[str, list[float]] | None = None  # the ranged (profiled) pass's steps
     program_wall_s: dict[str, list[float]] | None = None  # the timed pass's: the program's own
+    # the timed pass's peak memory per stage (nsightflow.capture.memory): allocated, reserved (device), rss (host)
+    program_memory: dict[str, dict[str, float]] | None = None
     analytic: dict[str, Any] | None = None
     versions: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     host: dict[str, Any] = field(default_factory=dict)
     commands: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    captures: dict[str, Any] | None = (
-        None  # an analysis of captures made elsewhere: what was recognised (imported's index)
-    )
-    ranks: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # a job of several processes: rank, pid, device, wall per stage
+    # an analysis of captures made elsewhere: what was recognised (imported's index)
+    captures: dict[str, Any] | None = None
+    # a job of several processes: rank, pid, device, wall per stage
+    ranks: list[dict[str, Any]] = field(default_factory=list)
     profiled_rank: int | None = None  # the rank whose stages ncu captures (None: one process)
     # what the harness's first warm-up pass did once that launches kernels (compilation, state made on first use):
     # none ([]) lets ncu's launch window the first pass (nsightflow.capture.command.program_launches); None: unknown

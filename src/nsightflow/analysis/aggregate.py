@@ -110,3 +110,16 @@ def program_wall(manifest_json: str | Path | None) -> tuple[dict[str, list[float
     if manifest_json is None:
         return None, ""
     return Manifest.read(manifest_json).program_wall_s, str(manifest_json)
+
+
+MEMORY = {"allocated": "memory_allocated_peak", "reserved": "memory_reserved_peak", "rss": "memory_rss_peak"}
+
+
+def with_memory(stages: pd.DataFrame, manifest_json: str | Path | None) -> pd.DataFrame:
+    """Each stage's peak memory in the timed pass (manifest ``program_memory``: nsightflow.capture.memory), NaN where
+    it was not measured (no CUDA allocator, no Linux high-water mark, a command, an older run)."""
+    measured = Manifest.read(manifest_json).program_memory if manifest_json else None
+    out = stages.copy()
+    for key, col in MEMORY.items():
+        out[col] = [float((measured or {}).get(str(s), {}).get(key, np.nan)) for s in out["stage"]]
+    return out

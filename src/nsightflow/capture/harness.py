@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from nsightflow import files
 from nsightflow.capture.flops import matmul_precision
+from nsightflow.capture.memory import StepMemory
 from nsightflow.capture.passes import (
     capture_range,
     counting_pass,
@@ -239,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             workload = build_workload(call.spec, call.args)
         result: dict[str, Any] = {}
         program = None
+        memory = StepMemory()
         if call.windows is not None:
             # ncu's launch: the windows open in the probe pass, so no ranged pass (under ncu every launch outside a
             # window still costs about 0.1 ms: a pass of the 8B-shaped decoder took 4-5 s there, 0.85 s alone)
@@ -247,12 +249,17 @@ def main(argv: list[str] | None = None) -> int:
             work = warm_up(workload, call.warmup) if call.warmup else None
             alone = probe_stands_in(call.timed, call.flops_out is not None, work)
             result["first_pass_work"], result["traced_pass"] = work, "probe" if alone else "ranged"
-            result["stage_wall_s"], program = run_profiled(workload, call.domain, 0, call.timed, ranged=not alone)
+            result["stage_wall_s"], program = run_profiled(
+                workload, call.domain, 0, call.timed, ranged=not alone, memory=memory
+            )
         elif call.mode == "torch":
             assert call.trace is not None  # parse() refuses torch without a trace
-            result["stage_wall_s"], program = run_torch_profiled(workload, Path(call.trace), call.domain, call.warmup)
+            result["stage_wall_s"], program = run_torch_profiled(
+                workload, Path(call.trace), call.domain, call.warmup, memory
+            )
         if program is not None:
             result["program_wall_s"] = program
+            result["program_memory"] = memory.peaks
         counts = None
         if call.windows is not None:
             windows = read_windows(Path(call.windows), wait=call.await_windows)

@@ -20,6 +20,7 @@ from nsightflow.workloads.api import Stage, Workload, WorkloadError, steps
 
 if TYPE_CHECKING:
     from nsightflow.capture.flops import Tally
+    from nsightflow.capture.memory import StepMemory
     from nsightflow.capture.probe import Windows
 
 
@@ -36,19 +37,25 @@ def _run_pass(
     workload: Workload,
     annotate: Callable[..., Any] | None,
     turn: Callable[[], AbstractContextManager[Any]] | None = None,
+    memory: StepMemory | None = None,
 ) -> dict[str, list[float]]:
     """Run setup and every stage step once; return each step's wall time in seconds. ``turn``: a context entered
-    around the setup and around each step, outside its timing (processes taking turns step by step)."""
+    around the setup and around each step, outside its timing (processes taking turns step by step); ``memory``:
+    each stage's peak memory, read and reset outside the timing."""
     with turn() if turn else nullcontext():
         _setup(workload)
     times: dict[str, list[float]] = {}
     for stage, step in steps(workload):
         with turn() if turn else nullcontext():
+            if memory is not None:
+                memory.start()
             start = time.perf_counter()
             with annotate(stage.name, step) if annotate else nullcontext():
                 _call(stage, step)
                 _sync(workload.device)
             times.setdefault(stage.name, []).append(time.perf_counter() - start)
+            if memory is not None:
+                memory.stop(stage.name)
     return times
 
 
@@ -156,13 +163,16 @@ def count_flops(workload: Workload) -> AnalyticCounts | None:
 
 
 def timed_pass(
-    workload: Workload, turn: Callable[[], AbstractContextManager[Any]] | None = None
+    workload: Workload,
+    turn: Callable[[], AbstractContextManager[Any]] | None = None,
+    memory: StepMemory | None = None,
 ) -> dict[str, list[float]]:
     """Every stage step run as the program runs it (no NVTX range, no profiler collecting), each step's wall time
     in seconds. A profiler that traces every launch slows launch-bound code (nsys: about 30 µs a launch on the
     H200, a 27 ms decode step took 41-45 ms), so the wall times a report divides by come from here. ``turn``: see
-    ``_run_pass`` (the GPU tier's wall-time test runs this pass in processes taking turns)."""
-    return _run_pass(workload, None, turn)
+    ``_run_pass`` (the GPU tier's wall-time test runs this pass in processes taking turns); ``memory``: each stage's
+    peak memory (nsightflow.capture.memory)."""
+    return _run_pass(workload, None, turn, memory)
 
 
 def capture_range(on: bool) -> None:
@@ -239,16 +249,21 @@ def first_pass_work(before: int | None, after: int | None) -> list[str]:
 
 
 def run_profiled(
-    workload: Workload, domain: str = DEFAULT_DOMAIN, warmup: int = 1, timed: bool = False, ranged: bool = True
+    workload: Workload,
+    domain: str = DEFAULT_DOMAIN,
+    warmup: int = 1,
+    timed: bool = False,
+    ranged: bool = True,
+    memory: StepMemory | None = None,
 ) -> tuple[dict[str, list[float]] | None, dict[str, list[float]] | None]:
-    """Warm up outside any range; with ``timed``, run the timed pass and then open the profiler's capture range;
-    then, with ``ranged``, run every stage step inside its NVTX range. Returns (the ranged pass's step times, the
-    timed pass's)."""
+    """Warm up outside any range; with ``timed``, run the timed pass (``memory``: its peaks per stage) and then open
+    the profiler's capture range; then, with ``ranged``, run every stage step inside its NVTX range. Returns (the
+    ranged pass's step times, the timed pass's)."""
     warm_up(workload, warmup)
     program = None
     if timed:
         with phase("timed pass"):
-            program = timed_pass(workload)
+            program = timed_pass(workload, memory=memory)
         capture_range(True)
     if not ranged:
         return None, program
@@ -288,7 +303,7 @@ def safe_label(index: int, name: str) -> str:
 
 
 def run_torch_profiled(
-    workload: Workload, trace: Path, domain: str = DEFAULT_DOMAIN, warmup: int = 1
+    workload: Workload, trace: Path, domain: str = DEFAULT_DOMAIN, warmup: int = 1, memory: StepMemory | None = None
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Warm up, run the timed pass, then run every stage step under torch.profiler inside
     ``record_function('domain:stage')``; returns (the profiled pass's step times, the timed pass's).
@@ -299,7 +314,7 @@ def run_torch_profiled(
     from torch.profiler import ProfilerActivity, profile, record_function
 
     warm_up(workload, warmup)
-    program = timed_pass(workload)  # before the profiler starts: the program's own step times
+    program = timed_pass(workload, memory=memory)  # before the profiler starts: the program's own step times
     activities = [ProfilerActivity.CPU]
     if workload.device.startswith("cuda"):
         activities.append(ProfilerActivity.CUDA)

@@ -119,3 +119,9 @@ def steps(workload: Workload) -> list[tuple[Stage, int]]:
 
 def step_counts(workload: Workload) -> dict[str, int]:
     return {s.name: s.repeats * workload.iterations for s in workload.stages}
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of a model's parameters and buffers (its weights, as they sit in memory)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return int(sum(t.numel() * t.element_size() for t in tensors))

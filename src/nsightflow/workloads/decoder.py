@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nsightflow.workloads.api import Stage, Workload, require_sizes
+from nsightflow.workloads.api import Stage, Workload, require_sizes, weight_bytes
 
 
 class RMSNorm(nn.Module):
@@ -165,6 +165,7 @@ def build(
         raise ValueError("choose cuda_graph or compile, not both")
     torch_dtype = getattr(torch, dtype)
     model: Callable[..., torch.Tensor] = make_model(dtype, device, seed, vocab, d_model, n_layers, n_heads, d_ff).eval()
+    weights = weight_bytes(model)
     if compile:
         model = torch.compile(model, dynamic=True)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
@@ -228,6 +229,8 @@ def build(
         cuda_graph=cuda_graph,
         compile=compile,
         sdpa_backend=sdpa_backend,
+        weights_bytes=weights,  # the model's memory as the workload knows it (the report shows it beside the peaks)
+        kv_cache_bytes=sum(k.nbytes + v.nbytes for k, v in caches),
     )
     return Workload(
         setup=setup,

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from nsightflow.workloads.api import Stage, Workload, WorkloadError, require_sizes
+from nsightflow.workloads.api import Stage, Workload, WorkloadError, require_sizes, weight_bytes
 from nsightflow.workloads.decoder import resolve_device
 
 
@@ -113,6 +113,7 @@ def build(
         num_attention_heads=c.num_attention_heads,
         num_key_value_heads=getattr(c, "num_key_value_heads", c.num_attention_heads),
         vocab_size=c.vocab_size,
+        weights_bytes=weight_bytes(net),
     )
     return Workload(
         setup=setup,
