@@ -170,6 +170,30 @@ def run_dir(tmp_path_factory):
     return results
 
 
+def test_the_default_decoder_shows_both_mfus_and_memory_per_stage(run_dir):
+    """MFU against the measured peak and against the datasheet's dense peak (what published MFU divides by), and each
+    stage's peak memory: never below the weights and KV cache the model holds, never above the device's memory."""
+    import torch
+
+    run = run_dir / "tinyllm"
+    st = pd.read_csv(run / "stages.csv").set_index("stage")
+    peaks = json.loads((run / "summary.json").read_text())["peaks"]
+    params = json.loads((run / "manifest.json").read_text())["params"]
+    held = params["weights_bytes"] + params["kv_cache_bytes"]
+    total = torch.cuda.get_device_properties(0).total_memory
+    for stage, s in st.iterrows():
+        print(
+            f"{stage}: MFU on busy {s['mfu_busy']:.2%} (measured peak {peaks['compute'] / 1e12:.4g} TFLOP/s), "
+            f"{s['mfu_busy_datasheet']:.2%} vs datasheet ({peaks['datasheet_compute'] / 1e12:.4g} TFLOP/s); peak "
+            f"memory allocated {s['memory_allocated_peak'] / 2**20:.1f} MiB, reserved "
+            f"{s['memory_reserved_peak'] / 2**20:.1f} MiB; the model holds {held / 2**20:.1f} MiB"
+        )
+        assert s["mfu_busy_datasheet"] == pytest.approx(s["mfu_busy"] * peaks["compute"] / peaks["datasheet_compute"])
+        assert held <= s["memory_allocated_peak"] <= s["memory_reserved_peak"] <= total
+    page = (run / "report.html").read_text()
+    assert "MFU vs datasheet, wall / busy" in page and "the figure Megatron-LM, torchtitan and the Llama 3" in page
+
+
 def test_one_launch_per_class_is_profiled_and_nothing_else(run_dir):
     run = run_dir / "tinyllm"
     plan = json.loads((run / "plan.json").read_text())

@@ -6,7 +6,7 @@ import statistics
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import DATA
+from conftest import DATA, aggregate_recorded
 
 from nsightflow.analysis import aggregate, diagnostics, metrics, peaks
 from nsightflow.capture import attribution, matching, ncu_csv, plan
@@ -217,3 +217,20 @@ def test_wall_times_are_the_timed_pass_and_must_describe_the_same_steps():
         metrics.with_program_wall(stages, {"prefill": [0.002], "decode": [0.001, 0.001]}, "m.json")
     with pytest.raises(ValueError, match="are not durations"):
         metrics.with_program_wall(stages, {"prefill": [-1.0], "decode": [0.001, 0.001, 0.002]}, "m.json")
+
+
+def test_mfu_against_the_datasheet_beside_the_measured_peak():
+    """The recorded H200 run: MFU on the peak ncu's clocks give, and on the datasheet's dense bf16 989.4 TFLOP/s that
+    published MFU figures divide by; the headline shows both and says which is which."""
+    from nsightflow.report.headline import headline_html
+
+    agg = aggregate_recorded(DATA / "h200_v2" / "default")
+    pk, st = agg.peaks, agg.stages
+    assert pk.datasheet_compute == 989.4e12 and pk.compute != pk.datasheet_compute
+    model = st["flops_analytic_causal"]
+    busy_s, wall_s = st["gpu_busy_ms"] * 1e-3, st["wall_ms"] * 1e-3
+    assert np.allclose(st["mfu_busy_datasheet"], model / busy_s / 989.4e12)
+    assert np.allclose(st["mfu_wall_datasheet"], model / wall_s / 989.4e12)
+    assert np.allclose(st["mfu_busy"], model / busy_s / pk.compute)
+    page = headline_html(st, agg.kernels, pk)
+    assert "MFU vs datasheet, wall / busy" in page and "989 TFLOP/s, the dense bf16 peak" in page

@@ -179,6 +179,16 @@ STAGES: tuple[Column, ...] = (
     ),
     Column("mfu_busy_ceiling", "MFU on busy vs measured ceiling", "pct", "MFU against the measured matmul rate"),
     Column(
+        "mfu_wall_datasheet",
+        "MFU on wall vs datasheet",
+        "pct",
+        "model FLOPs per second of wall time over the datasheet's dense peak of the precision (H100 SXM bf16: "
+        "989 TFLOP/s), the denominator Megatron-LM, torchtitan and the Llama 3 paper divide by: compare published "
+        "MFU figures with this one; MFU on wall divides by the peak this device's own clocks give",
+        term="MFU vs datasheet",
+    ),
+    Column("mfu_busy_datasheet", "MFU on busy vs datasheet", "pct", "the same per second of busy time"),
+    Column(
         "dram_bw_util_busy_ceiling",
         "DRAM BW util vs measured copy",
         "pct",
@@ -188,6 +198,28 @@ STAGES: tuple[Column, ...] = (
     Column("flops_tensor_ranges", "tensor FLOPs (range replay)", "flop", "from ncu.ranges' range results", COUNTERS),
     Column("dram_bytes_ranges", "DRAM bytes (range replay)", "bytes", "from ncu.ranges' range results", COUNTERS),
     Column("busy_over_wall", "busy / wall", "pct", "busy time over wall time"),
+    Column(
+        "memory_allocated_peak",
+        "peak memory allocated",
+        "bytes",
+        "the most device memory torch's caching allocator had allocated to tensors during one of the stage's steps "
+        "(the timed run, as the program runs)",
+        term="peak memory",
+    ),
+    Column(
+        "memory_reserved_peak",
+        "peak memory reserved",
+        "bytes",
+        "the most device memory the caching allocator held from the driver during one of the stage's steps (allocated "
+        "plus its cache): what the program needs free",
+    ),
+    Column(
+        "memory_rss_peak",
+        "peak resident memory (host)",
+        "bytes",
+        "the process's peak resident memory during one of the stage's steps (Linux's high-water mark, reset before "
+        "each step): on a CPU, its tensors, Python and libraries together",
+    ),
     Column(
         "expert_gemm_ms",
         "expert GEMMs ms",

@@ -326,6 +326,9 @@ def stage_summary(
         }
         row["bytes_analytic"] = _num(an.bytes_lower_bound)
         row["bw_util_busy_model"] = _util(row["bytes_analytic"], busy_s, pk.dram)
+        # Against the datasheet's dense peak too: the denominator published MFU figures divide by.
+        row["mfu_wall_datasheet"] = _util(model, wall_s, _num(pk.datasheet_compute))
+        row["mfu_busy_datasheet"] = _util(model, busy_s, _num(pk.datasheet_compute))
         if pk.ceiling_compute is not None:
             row["mfu_busy_ceiling"] = _util(model, busy_s, pk.ceiling_compute)
             row["dram_bw_util_busy_ceiling"] = _util(dram, busy_s, _num(pk.ceiling_dram))
@@ -335,7 +338,7 @@ def stage_summary(
         row["busy_over_wall"] = busy_ns / st["wall_ns"] if st["wall_ns"] else np.nan
         row["diverges"] = bool(row["busy_over_wall"] < divergence)
         if model == 0:  # no GEMM or attention in the model count (an optimizer step): MFU says nothing
-            for col in ("mfu_wall", "mfu_busy", "mfu_busy_ceiling"):
+            for col in ("mfu_wall", "mfu_busy", "mfu_busy_ceiling", "mfu_wall_datasheet", "mfu_busy_datasheet"):
                 if col in row:
                     row[col] = np.nan
         if np.isfinite(row["coverage"]) and row["coverage"] < MIN_COVERAGE:

@@ -59,33 +59,69 @@ def headline_rows(stages: pd.DataFrame, kernels: pd.DataFrame | None, device: st
                 "advice": b.advice,
                 "mfu_wall": row.get("mfu_wall"),
                 "mfu_busy": row.get("mfu_busy"),
+                "mfu_wall_datasheet": row.get("mfu_wall_datasheet"),
+                "mfu_busy_datasheet": row.get("mfu_busy_datasheet"),
                 "memory": memory,
+                "peak_memory": _peak_memory(row),
                 "top": _top(kernels, b.stage) if kernels is not None else "",
             }
         )
     return rows
 
 
-def headline_html(stages: pd.DataFrame, kernels: pd.DataFrame, pk: Peaks, device: str = "gpu") -> str:
+def _peak_memory(row: pd.Series) -> float:
+    """A stage's peak memory as the headline shows it: the device's allocated bytes, else the host process's."""
+    for col in ("memory_allocated_peak", "memory_rss_peak"):
+        v = row.get(col)
+        if isinstance(v, (int, float)) and math.isfinite(float(v)):
+            return float(v)
+    return math.nan
+
+
+def _model_memory(params: dict[str, Any] | None) -> str:
+    """What the workload says its model holds (weights, KV cache), for the sentence under the headline."""
+    said = [
+        f"{label} {units.si(float((params or {})[key]), 'B')}"
+        for key, label in (("weights_bytes", "weights"), ("kv_cache_bytes", "KV cache"))
+        if isinstance((params or {}).get(key), (int, float))
+    ]
+    return f" The workload's model holds {', '.join(said)}." if said else ""
+
+
+def headline_html(
+    stages: pd.DataFrame, kernels: pd.DataFrame, pk: Peaks, device: str = "gpu", params: dict[str, Any] | None = None
+) -> str:
     """The run page's headline: a short table, then one sentence per stage of what to try next (``device``: 'gpu' or
-    'cpu', what ran the stages)."""
+    'cpu', what ran the stages; ``params``: the workload's, for its model's memory)."""
     rows = headline_rows(stages, kernels, device)
     mem, what = ("memory", "operators") if device == "cpu" else ("DRAM", "kernels")
     if not rows:
         return ""
     compute = html.escape(f"{pk.precision} peak, {pk.compute_source}") if pk.compute_source else "no compute peak"
     memory = html.escape(pk.dram_source) if pk.dram_source else "no bandwidth peak"
+    sheet = pk.datasheet_compute is not None and math.isfinite(pk.datasheet_compute)
     head = (
         "<tr><th>stage</th><th>share of wall</th><th>bound</th><th>MFU on wall / busy</th>"
-        f"<th>{mem} use on busy</th><th>top {what} (share of busy time)</th></tr>"
+        + ("<th>MFU vs datasheet, wall / busy</th>" if sheet else "")
+        + f"<th>{mem} use on busy</th><th>peak memory</th><th>top {what} (share of busy time)</th></tr>"
     )
     body = "".join(
         f"<tr><td>{html.escape(r['stage'])}</td><td class='num'>{_pct(r['share'])}</td>"
         f"<td title='{html.escape(r['why'])}'><b>{html.escape(r['bound'])}</b></td>"
-        f"<td class='num'>{_pct(r['mfu_wall'])} / {_pct(r['mfu_busy'])}</td><td class='num'>{_pct(r['memory'])}</td>"
+        f"<td class='num'>{_pct(r['mfu_wall'])} / {_pct(r['mfu_busy'])}</td>"
+        + (f"<td class='num'>{_pct(r['mfu_wall_datasheet'])} / {_pct(r['mfu_busy_datasheet'])}</td>" if sheet else "")
+        + f"<td class='num'>{_pct(r['memory'])}</td><td class='num'>{units.si(r['peak_memory'], 'B')}</td>"
         f"<td>{r['top']}</td></tr>"
         for r in rows
     )
+    published = (
+        f" MFU vs datasheet divides by {units.si(pk.datasheet_compute, 'FLOP/s')}, the dense {pk.precision} peak of "
+        f"the {html.escape(str(pk.datasheet_source))}: the figure Megatron-LM, torchtitan and the Llama 3 paper use, "
+        "so compare published MFU with it."
+        if sheet
+        else ""
+    )
+    which = "device memory allocated" if device != "cpu" else "the process's resident memory"
     advice = "".join(
         f"<li><b>{html.escape(r['stage'])}</b> ({html.escape(r['bound'])}: {html.escape(r['why'])}): "
         f"{html.escape(r['advice'])}</li>"
@@ -94,7 +130,8 @@ def headline_html(stages: pd.DataFrame, kernels: pd.DataFrame, pk: Peaks, device
     )
     return (
         f"<div class='headline'><h3>Headline</h3><table class='headline'>{head}{body}</table>"
-        f"<p class='peaks'>MFU against the {compute}; {mem} against {memory}.</p>"
+        f"<p class='peaks'>MFU against the {compute}; {mem} against {memory}.{published} Peak memory: {which} "
+        f"at its most during a step (the timed run).{html.escape(_model_memory(params))}</p>"
         f"<ul class='advice'>{advice}</ul></div>"
     )
 

@@ -143,7 +143,9 @@ def render_run(
         f"<p><a href='{'../' * (run['run_id'].count('/') + 1)}report.html'>all runs</a></p>",
         f"<h2>Run {html.escape(run['run_id'])}</h2>",
         _backend_line(backend, reason),
-        headline_html(run["stages"], run["kernels"], pk, "cpu" if cpu else "gpu"),
+        headline_html(
+            run["stages"], run["kernels"], pk, "cpu" if cpu else "gpu", (run.get("manifest") or Manifest()).params
+        ),
         "<h3>Stages</h3>" + table(run["stages"], stage_columns(cpu, backend), cls="stages", first=STAGE_FIRST),
         ranks_html(run.get("ranks"), backend),
         experts_html(run.get("experts"), run["stages"]),
