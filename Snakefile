@@ -30,6 +30,7 @@ else:
 
 
 include: "workflow/rules/report.smk"
+include: "workflow/rules/check.smk"
 
 
 onstart:

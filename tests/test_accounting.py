@@ -38,7 +38,7 @@ def test_an_moes_routing_and_expert_gemms_are_measured_on_a_cpu(tmp_path):
     st = agg.stages.set_index("stage").loc["experts"]
     flops = 2 * EXPERTS["tokens"] * EXPERTS["hidden"] * EXPERTS["ffn"] * EXPERTS["steps"]
     assert st["flops_analytic"] == flops
-    assert 0.5 < st["expert_gemm_share"] < 1.0 + 1e-6  # the stage's one operator, its children's time included
+    assert 0.5 < st["expert_gemm_share"] <= 1.0  # the stage's one operator, its children's time included
     assert st["expert_gemm_flop_rate"] == pytest.approx(flops / (st["expert_gemm_ms"] * 1e-3), rel=1e-9)
     assert st["expert_imbalance"] == pytest.approx(max(want) / (sum(want) / len(want)))
 

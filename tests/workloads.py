@@ -376,3 +376,16 @@ def custom_matmul(n: int = 64, device: str = "cpu", dtype: str = "float32", **_)
         torch.mm(a, b)
 
     return Workload(setup=lambda: None, stages=[Stage("step", step, repeats=2)], device=device, dtype=dtype)
+
+
+def gate_steps(n: int = 16, sleep_ms: float = 40.0, steps: int = 6, **_):
+    """Each step: a few ``n``-square matmuls, then ``sleep_ms`` of waiting (a host-bound step whose wall the argument
+    sets): a regression made on purpose is a larger ``sleep_ms``."""
+    a = torch.randn(n, n)
+
+    def step(_: int) -> None:
+        for _ in range(4):
+            torch.mm(a, a)
+        time.sleep(sleep_ms / 1e3)
+
+    return Workload(setup=lambda: None, stages=[Stage("step", step, repeats=steps)], device="cpu", dtype="float32")

@@ -56,3 +56,8 @@ class InconsistentInputs(InputError):
 
 class RecordError(InputError):
     """A run file (nsightflow.records) is not what its reader expects; the message names the file and the key."""
+
+
+class RegressionError(NsightflowError, RuntimeError):
+    """The regression gate found a number worse than its baseline beyond threshold and noise; the message is the
+    verdict table (results/check.txt's, the failures first) and how to accept the change."""

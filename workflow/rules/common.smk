@@ -38,6 +38,7 @@ if size_warning(len(RUNS), BACKEND, config["sweep_warn"]):
 wildcard_constraints:
     run="|".join(re.escape(r) for r in RUNS),
     device="[A-Za-z0-9_.+-]+",
+    baseline="[A-Za-z0-9_][A-Za-z0-9_.-]*",
 
 
 def run_spec(wildcards):
@@ -129,6 +130,38 @@ def diff_inputs(wildcards):
         for name in ("stages", "kernels", "summary", "manifest"):
             files[f"{side}_{name}"] = f"{folder}/{name}.{'json' if name in ('summary', 'manifest') else 'csv'}"
     return files
+
+
+def check_pairs():
+    """Each run of this config and its baseline's folder (config check.baseline; nsightflow.analysis.regression): a
+    run id of this config (every other run against it), a folder of one run, a folder of runs (each run against its
+    namesake there; None where it has none), or a name saved under baselines/."""
+    ref = config["check"]["baseline"]
+    if not ref:
+        raise WorkflowError(
+            "results/check.txt needs config check.baseline: a run id of this config, a name saved with "
+            "`snakemake --cores 1 baselines/NAME`, or a folder of runs"
+        )
+    if ref in RUNS:
+        return {run: (f"results/{run}", f"results/{ref}") for run in RUNS if run != ref}
+    folder = Path(ref) if Path(ref).is_dir() else Path("baselines") / ref
+    if not folder.is_dir():
+        raise WorkflowError(
+            f"config check.baseline {ref!r}: no run id of this config ({', '.join(RUNS)}), no folder {ref}, and no "
+            f"baselines/{ref}; save one first: snakemake --cores 1 baselines/{ref}"
+        )
+    if (folder / "stages.csv").exists():
+        return {run: (f"results/{run}", str(folder)) for run in RUNS}
+    return {run: (f"results/{run}", str(folder / run) if (folder / run).is_dir() else None) for run in RUNS}
+
+
+def check_inputs(wildcards):
+    """The files results/check.txt compares: every run's and its baseline's stage and kernel tables and manifest."""
+    found = []
+    for mine, base in check_pairs().values():
+        for folder in (mine, base) if base else (mine,):
+            found += [f"{folder}/{name}" for name in ("stages.csv", "kernels.csv", "manifest.json")]
+    return sorted(set(found))
 
 
 def card_inputs(wildcards):

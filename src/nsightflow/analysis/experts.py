@@ -60,7 +60,9 @@ def expert_columns(
     has = np.isfinite(expert_ns) and expert_ns > 0
     return {
         "expert_gemm_ms": expert_ns / 1e6 if has else np.nan,
-        "expert_gemm_share": expert_ns / busy_ns if has and busy_ns > 0 else np.nan,
+        # (a part of the busy time: an operator's whole duration and its children's self times, summed apart, can
+        # differ by the trace's timestamp rounding)
+        "expert_gemm_share": min(1.0, expert_ns / busy_ns) if has and busy_ns > 0 else np.nan,
         "expert_gemm_flop_rate": flops / (expert_ns * 1e-9) if has and np.isfinite(flops) and flops > 0 else np.nan,
         "expert_imbalance": float(np.mean(routed)) if routed else np.nan,
     }
