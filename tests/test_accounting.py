@@ -54,9 +54,10 @@ def _count(body):
 
 
 def test_the_count_records_padding_evidence_and_each_routing_once():
-    """A GEMM with a dimension under the 64-row tile, an attention of one query and an expert with 10 tokens are
-    evidence of padding; a 128-row GEMM is not. Two grouped GEMMs sharing one offsets tensor (a layer's gate/up and
-    down projections) are one routing; a new offsets tensor (the next layer) another."""
+    """Dimensions that are not multiples of the largest tiles (256 GEMM rows, 128 attention queries and keys) are
+    evidence of padding, and bound it: a 2-row GEMM, one query against 40 keys, experts of 10 to 216 tokens; a
+    256x32x256 GEMM is not. Two grouped GEMMs sharing one offsets tensor (a layer's gate/up and down projections) are
+    one routing; a new offsets tensor (the next layer) another."""
     x, w = torch.randn(256, 32), torch.randn(4, 32, 16)
     offs = torch.tensor([10, 20, 40, 256], dtype=torch.int32)
     q = torch.randn(2, 4, 1, 16)
@@ -64,19 +65,24 @@ def test_the_count_records_padding_evidence_and_each_routing_once():
 
     def body():
         torch.mm(torch.randn(2, 32), torch.randn(32, 96))  # a decode step's GEMM: 2 rows
-        torch.mm(torch.randn(128, 32), torch.randn(32, 96))  # a prefill's: no padding
+        torch.mm(torch.randn(256, 32), torch.randn(32, 256))  # whole tiles: no padding
         torch.nn.functional.scaled_dot_product_attention(q, kv, kv)
         torch._grouped_mm(x, w, offs=offs)
         torch._grouped_mm(x, w, offs=offs)  # the same layer's second projection
         torch._grouped_mm(x, w, offs=offs.clone())  # the next layer
 
     got = _count(body)
-    assert got.padded["aten.mm"] == {"calls": 1, "flops": 2 * 2 * 32 * 96, "shape": "mm 2x32x96"}
-    assert got.padded["aten._grouped_mm"]["shape"] == "_grouped_mm 10 tokens in an expert"
-    assert got.padded["aten._grouped_mm"]["calls"] == 3
-    assert [k for k in got.padded if "attention" in k] and all(
-        "1 queries" in v["shape"] for v in got.padded.values() if "attention" in v["shape"]
-    )
+    small = 2 * 2 * 32 * 96
+    assert got.padded["aten.mm"] == {"calls": 1, "flops": small, "padded": 2 * 256 * 32 * 256, "shape": "mm 2x32x96"}
+    grouped = got.padded["aten._grouped_mm"]
+    assert grouped["shape"] == "_grouped_mm 10 to 216 tokens an expert" and grouped["calls"] == 3
+    assert grouped["flops"] == 3 * 2 * 256 * 32 * 16 and grouped["padded"] == 3 * 2 * (4 * 256) * 32 * 16
+    attention = next(v for k, v in got.padded.items() if "attention" in k)
+    full = 2 * 2 * 4 * 1 * 40 * (16 + 16)  # Q·Kᵀ and P·V, every (query, key) pair
+    assert attention["flops"] == full and attention["padded"] == 2 * 2 * 4 * 128 * 128 * 32
+    assert attention["shape"].endswith("1 queries x 40 keys")
+    whole = 2 * 256 * 32 * 256
+    assert got.tile_bound == whole + sum(v["padded"] for v in got.padded.values())
     assert got.routing == [[[10, 10, 20, 216], [10, 10, 20, 216]]]
 
 
@@ -148,21 +154,25 @@ def test_what_an_operator_without_a_formula_executed_is_named_not_blamed_on_padd
 
 
 def test_padding_is_said_only_with_the_counts_evidence():
-    """The recorded decode step executed 3.6x its model FLOPs. With the count's evidence of a 4-row GEMM the note
-    says padding and names the shape; with none it says that neither padding nor a missing formula explains it;
-    with a count too old to record shapes, that it cannot tell."""
+    """The recorded decode step executed 3.6x its model FLOPs. Where the count's GEMMs, rounded up to the largest
+    tiles, could execute that much, the note says padding and names the shape; where they could not (a bound of
+    1.1x), it says that neither padding nor a missing formula explains it; with a count too old to record shapes,
+    that it cannot tell."""
     agg = aggregate_recorded(DATA / "h200_v2" / "default")
     decode = agg.stages.set_index("stage").loc["decode"].copy()
     decode["stage"] = "decode"
     count = AnalyticCounts.read(DATA / "h200_v2" / "default" / "analytic_flops.json").stages["decode"]
-    assert count.padded is None  # recorded before the count looked for small dimensions
-    ratio = decode["executed_over_model"]
+    assert count.padded is None and count.tile_bound is None  # recorded before the count looked for padding
+    ratio, model = decode["executed_over_model"], decode["flops_analytic_causal"]
     assert ratio > 1.2
-    evidence = {"aten.mm": {"calls": 8 * 28, "flops": count.by_op["aten.mm"], "shape": "mm 4x2048x6144"}}
-    padded = flop_notes(decode, dataclasses.replace(count, padded=evidence))[-1].message
-    assert f"executed {ratio:.2f}x" in padded and "mm 4x2048x6144" in padded and "pad" in padded
-    none = flop_notes(decode, dataclasses.replace(count, padded={}))[-1].message
-    assert "neither padding nor a missing formula explains it" in none
+    mm = count.by_op["aten.mm"]
+    evidence = {"aten.mm": {"calls": 8 * 28, "flops": mm, "padded": 64 * mm, "shape": "mm 4x2048x6144"}}
+    padded = flop_notes(decode, dataclasses.replace(count, padded=evidence, tile_bound=64 * mm))[-1].message
+    assert f"executed {ratio:.2f}x" in padded and "mm 4x2048x6144" in padded and "padding:" in padded
+    assert f"come to {64 * mm / model:.2f}x the model's FLOPs" in padded
+    tight = dataclasses.replace(count, padded=evidence, tile_bound=1.1 * model)
+    none = flop_notes(decode, tight)[-1].message
+    assert "neither padding nor a missing formula explains it" in none and "1.10x the model's FLOPs at most" in none
     old = flop_notes(decode, count)[-1].message
     assert "cannot be told" in old
 

@@ -100,9 +100,10 @@ class StageCount:
     # operators named like matrix work (nsightflow.capture.formulas.matrix_like) with no FLOP formula: calls each;
     # their FLOPs are missing from ``flops``, which counts the rest
     no_formula: dict[str, int] = field(default_factory=dict)
-    # GEMMs and attentions with a dimension below a tensor-core tile (formulas.padded_shape): per operator its calls,
-    # model FLOPs and one shape, the evidence that the kernels execute padding; None: not looked for (an older count)
+    # GEMMs and attentions with dimensions not multiples of the largest tensor-core tiles (formulas.padding): calls,
+    # FLOPs, FLOPs padded, a shape; tile_bound: all so padded, padding's most. None: not looked for (an older count)
     padded: dict[str, dict[str, Any]] | None = None
+    tile_bound: float | None = None
     # an MoE's routing: per step, per routing of its grouped GEMMs (an MoE layer of a forward pass), tokens per expert
     routing: list[list[list[int]]] = field(default_factory=list)
 

@@ -199,39 +199,46 @@ def flop_notes(s: pd.Series, count: StageCount | None = None) -> list[Diagnostic
     return notes
 
 
+# Executed FLOPs within this factor of the count's tile bound are within it (a tile of 320 rows, a split-K's extra
+# reduction): padding can still explain them.
+BOUND_SLACK = 1.05
+
+
 def _excess(s: pd.Series, count: StageCount, r: float) -> str:
-    """Why the GPU executed ``r`` times the model's FLOPs, as far as the evidence goes."""
+    """Why the GPU executed ``r`` times the model's FLOPs, as far as the evidence goes: operators without a formula
+    (their kernels' FLOPs), or padding where the count's GEMMs and attentions, every dimension rounded up to the
+    largest tensor-core tile, could execute that much (``count.tile_bound``)."""
     said = f"the GPU executed {r:.2f}x the model's FLOPs (HFU > MFU)"
     left, tensor = float(s.get("flops_not_counted", np.nan)), float(s.get("flops_tensor_measured", np.nan))
+    model = float(s["flops_analytic_causal"]) if np.isfinite(s["flops_analytic_causal"]) else float(s["flops_analytic"])
     parts = []
     if np.isfinite(left) and np.isfinite(tensor) and tensor > 0 and left > 0.05 * tensor:
         parts.append(
             f"{left / tensor:.0%} of the executed tensor FLOPs come from operators the model count has no formula "
             f"for ({s['not_counted_ops']})"
         )
-    if count.padded:
+    bound = count.tile_bound / model if count.tile_bound is not None and model > 0 else np.nan
+    if count.padded and np.isfinite(bound) and r <= bound * BOUND_SLACK:
         calls = sum(int(v["calls"]) for v in count.padded.values())
-        padded = sum(float(v["flops"]) for v in count.padded.values())
-        model = s["flops_analytic"]
-        share = f", {padded / model:.0%} of the model's FLOPs" if np.isfinite(model) and model > 0 else ""
         shapes = "; ".join(str(v["shape"]) for v in count.padded.values())
         parts.append(
-            f"{calls} GEMM or attention call(s) have a dimension below the {TILE}-row tile tensor cores compute "
-            f"({shapes}{share}): their kernels pad it, and execute the padding"
+            f"padding: {calls} GEMM or attention call(s) have dimensions that are not multiples of the tiles tensor "
+            f"cores compute ({shapes}), and rounded up to the largest tiles ({TILE} rows for GEMMs) the count's "
+            f"GEMMs and attentions come to {bound:.2f}x the model's FLOPs, within which the kernels' padding lies"
         )
     if parts:
         return f"{said}: " + "; and ".join(parts) + ". The kernel table's FLOPs per launch show which kernels do it."
-    if count.padded is None:
+    if count.tile_bound is None:
         return (
-            f"{said}. This analytic count does not record its GEMMs' shapes (it predates them), so whether small "
-            "dimensions padded to a tensor-core tile explain it cannot be told; the kernel table's FLOPs per launch "
-            "show which kernels execute the extra. Rerun the profiling rule for the evidence."
+            f"{said}. This analytic count does not record its GEMMs' shapes (it predates them), so whether padding "
+            "to tensor-core tiles explains it cannot be told; the kernel table's FLOPs per launch show which kernels "
+            "execute the extra. Rerun the profiling rule for the evidence."
         )
     return (
-        f"{said}, and neither padding nor a missing formula explains it: no GEMM or attention of the count has a "
-        f"dimension below a {TILE}-row tile, and every operator whose kernels executed tensor FLOPs is counted. The "
-        "kernel table's FLOPs per launch show which kernels execute the extra (recomputation, or a formula that "
-        "under-counts its operator)."
+        f"{said}, and neither padding nor a missing formula explains it: every GEMM and attention of the count, each "
+        f"dimension rounded up to the largest tensor-core tile, comes to {bound:.2f}x the model's FLOPs at most, and "
+        "every operator whose kernels executed tensor FLOPs is counted. The kernel table's FLOPs per launch show which "
+        "kernels execute the extra (recomputation, or a formula that under-counts its operator)."
     )
 
 

@@ -23,7 +23,7 @@ from nsightflow.capture.formulas import (
     matrix_like,
     op_flops,
     op_name,
-    padded_shape,
+    padding,
     routed_tokens,
 )
 from nsightflow.records import AnalyticCounts, StageCount
@@ -212,7 +212,8 @@ class StageTally:
     precisions: set[Any] = field(default_factory=set)  # tensor-core precisions of its GEMMs and attentions
     by_precision: dict[str, Any] = field(default_factory=dict)  # their FLOPs, by the precision of the first input
     no_formula: dict[str, int] = field(default_factory=dict)  # operators named like matrix work, no formula: calls
-    padded: dict[str, dict[str, Any]] = field(default_factory=dict)  # calls with a dimension below a tile
+    padded: dict[str, dict[str, Any]] = field(default_factory=dict)  # calls with dimensions not a multiple of a tile
+    tile_bound: int = 0  # GEMM and attention FLOPs with every dimension padded to the largest tile: padding's most
     routing: list[list[list[int]]] = field(default_factory=list)  # per step, per routing: tokens per expert
     # (step, offsets tensor, tokens) of the last routing: the tensor is held, so that while it is compared with, no
     # other (the next layer's offsets) can take its memory and pass for it
@@ -245,6 +246,7 @@ class StageTally:
             not_counted=why,
             no_formula=dict(self.no_formula),
             padded={k: dict(v) for k, v in self.padded.items()},
+            tile_bound=self.tile_bound if ok else None,
             routing=[list(step) for step in self.routing],
         )
 
@@ -272,8 +274,8 @@ class Tally:
     def __init__(self) -> None:
         self.stages: dict[str, StageTally] = {}
         self.current: StageTally | None = None
-        # op_flops of calls seen, and the shape of one with a dimension below a tile, by call_key
-        self._flops: dict[Hashable, tuple[str, int, int, str | None]] = {}
+        # op_flops of calls seen, and their FLOPs and shape padded to the largest tiles (formulas.padding), by call_key
+        self._flops: dict[Hashable, tuple[str, int, int, tuple[int, str] | None]] = {}
         # per operator (by id): its name, its label in by_op, whether it moves data (views do not), whether it gathers
         self._ops: dict[int, tuple[str, str, bool, bool]] = {}
 
@@ -310,7 +312,7 @@ class Tally:
         if known is None:
             try:
                 klass, flops, masked = op_flops(func, args, kwargs, out)
-                padded = padded_shape(name, func, args, kwargs) if klass != "other" and flops else None
+                padded = padding(name, func, args, kwargs, flops) if klass != "other" and flops else None
                 if name in GROUPED_GEMMS:
                     s.route(func, args, kwargs)
             except Exception as exc:  # a formula that cannot handle these shapes: say so, keep running
@@ -322,10 +324,13 @@ class Tally:
         klass, flops, masked, padded = known
         if klass == "other" and not flops and matrix_like(name):
             s.no_formula[label] = s.no_formula.get(label, 0) + 1
+        if klass != "other":
+            s.tile_bound += padded[0] if padded is not None else flops
         if padded is not None:
-            entry = s.padded.setdefault(label, {"calls": 0, "flops": 0, "shape": padded})
+            entry = s.padded.setdefault(label, {"calls": 0, "flops": 0, "padded": 0, "shape": padded[1]})
             entry["calls"] += 1
             entry["flops"] += flops
+            entry["padded"] += padded[0]
         if klass != "other":
             inputs = input_precisions(name, klass, args)
             s.precisions.update(inputs)

@@ -124,35 +124,49 @@ def routed_tokens(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
     return offs, [e - b for b, e in zip([0, *ends[:-1]], ends, strict=True)]
 
 
-# The smallest tile a tensor-core GEMM computes along M or N (Hopper's wgmma: 64 rows; the flash-attention kernels'
-# query blocks are 64 or 128): a dimension below it is padded, and the padding is executed (HFU above MFU).
-TILE = 64
+# The largest tile a tensor-core GEMM computes along M or N (Hopper's cuBLAS and CUTLASS kernels: 64 to 256 rows; a
+# grouped GEMM's experts each get whole tiles) and an attention kernel along queries or keys (64 to 128): a dimension
+# that is not a multiple is padded, and the padding executed (HFU above MFU). Rounding every dimension up to these
+# gives the most FLOPs padding can add.
+TILE = 256
+ATTENTION_TILE = 128
 
 
-def padded_shape(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """The shape of a GEMM or attention call with a dimension below :data:`TILE` (M or N of a GEMM, tokens of an
-    expert group, queries of an attention), written out (``mm 4x4096x4096``); None where none is below it or the
-    shapes cannot be read. Evidence for padding: a kernel must round such a dimension up to its tile."""
+def _up(n: int, tile: int) -> int:
+    return -(-n // tile) * tile
+
+
+def padding(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], flops: int) -> tuple[int, str] | None:
+    """(the FLOPs of a GEMM or attention call with its dimensions rounded up to the largest tiles, its shape written
+    out) where that adds FLOPs to ``flops`` (the call's own, attention in full), else None; None too where the shapes
+    cannot be read. Evidence for padding, and its bound: no kernel pads beyond the largest tile."""
     try:
         if name in ("mm", "_scaled_mm", "bmm", "addmm", "baddbmm"):
             a = _named_args(func, args, kwargs)
             x, w = a["mat1"] if "mat1" in a else a["self"], a["mat2"]
             m, k, n = int(x.shape[-2]), int(x.shape[-1]), int(w.shape[-1])
-            return f"{name} {m}x{k}x{n}" if min(m, n) < TILE else None
-        if name in GROUPED_GEMMS:
+            padded = flops * _up(m, TILE) * _up(n, TILE) // (m * n)
+            shape = f"{name} {m}x{k}x{n}"
+        elif name in GROUPED_GEMMS:
             routed = routed_tokens(func, args, kwargs)
             if routed is None:
                 return None
-            busy = [t for t in routed[1] if t > 0]
-            return f"{name} {min(busy)} tokens in an expert" if busy and min(busy) < TILE else None
-        if name in ATTENTION_FORWARD or name in ATTENTION_BACKWARD or name in FLEX_ATTENTION:
-            q = args[0] if name in FLEX_ATTENTION else _named_args(func, args, kwargs)["query"]
-            bhsd = name in FLEX_ATTENTION or (ATTENTION_FORWARD.get(name) or ATTENTION_BACKWARD[name]) == "bhsd"
-            sq = int(q.shape[2] if bhsd else q.shape[1])
-            return f"{name} {sq} queries" if sq < TILE else None
-    except (KeyError, IndexError, AttributeError, TypeError, ValueError):
+            tokens = routed[1]
+            used = sum(tokens)
+            padded = flops * sum(_up(t, TILE) for t in tokens) // used if used else 0
+            busy = [t for t in tokens if t]
+            shape = f"{name} {min(busy)} to {max(busy)} tokens an expert" if busy else name
+        elif name in ATTENTION_FORWARD or name in ATTENTION_BACKWARD:
+            q, kk = (_named_args(func, args, kwargs)[x] for x in ("query", "key"))
+            bhsd = (ATTENTION_FORWARD.get(name) or ATTENTION_BACKWARD[name]) == "bhsd"
+            sq, sk = (int(q.shape[2]), int(kk.shape[2])) if bhsd else (int(q.shape[1]), int(kk.shape[1]))
+            padded = flops * _up(sq, ATTENTION_TILE) * _up(sk, ATTENTION_TILE) // (sq * sk)
+            shape = f"{name} {sq} queries x {sk} keys"
+        else:
+            return None
+    except (KeyError, IndexError, AttributeError, TypeError, ValueError, ZeroDivisionError):
         return None
-    return None
+    return (int(padded), shape) if padded > flops else None
 
 
 # Words in an operator's name that say it does matrix work (a custom op's ``fused_mm``, ``moe_experts``,
