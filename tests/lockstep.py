@@ -3,7 +3,7 @@ a ring, so that each arm's steps run at nearly the same moments as the others'.
 
 Why: on the GPU hosts a process's pace changes by up to 2x within seconds (a pure-Python loop timed in a process ran
 in about 18 or about 34 ms, and did not predict the same process's decode step a few seconds later:
-scripts/pace_covariate.py), so launches of one arm against launches of another compare the machine's moments more
+benchmarks/pace_covariate.py), so launches of one arm against launches of another compare the machine's moments more
 than the arms; whole passes taking turns (about 1.5 s a round of four) still did, on a slower machine. Steps that
 alternate milliseconds apart share the moment; each arm's step is compared with the reference arm's steps just
 before and after it.

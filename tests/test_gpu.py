@@ -467,7 +467,7 @@ def _gpu_local_cpus() -> list[int]:
 def test_wall_time_is_the_programs_not_the_profilers(tmp_path):
     """A launch-bound decode (16 layers, batch 1): its decode step's wall time as the timeline job measures it (the
     harness's timed pass, run under nsys's exact command before its capture range opens) against the same pass with
-    no profiler. A process's pace on these hosts changes by up to 2x within seconds (scripts/pace_covariate.py), so
+    no profiler. A process's pace on these hosts changes by up to 2x within seconds (benchmarks/pace_covariate.py), so
     launches of one arm against launches of the other (twelve a side: -5.5% on one machine) compare moments, not
     arms, and so did whole passes taking turns on a slower machine. Here the arms run at once and take turns step
     by step on one CPU (tests/lockstep.py), each step compared with the reference's steps just before and after
@@ -617,7 +617,7 @@ def test_huggingface_models_measure_their_analytic_flops(tmp_path, name, config)
     assert (st["mfu_busy"] > 0).all() and (st["coverage"] == 1.0).all()
 
 
-# The corpus's small configs (scripts/gpu_record.py records the name corpus from the same programs).
+# The corpus's small configs (benchmarks/gpu_record.py records the name corpus from the same programs).
 sys.path.insert(0, str(ROOT / "scripts"))
 from gpu_record import GPT2 as SMALL_GPT2  # noqa: E402
 from gpu_record import LLAMA as SMALL_LLAMA  # noqa: E402

@@ -1,6 +1,6 @@
 """Captures made by hand, the NVTX guide's way, analysed with ``--config captures=DIR`` on the CPU.
 
-tests/data/handmade (recorded on the H200 with scripts/gpu_record.py handmade; commands.log has every
+tests/data/handmade (recorded on the H200 with benchmarks/gpu_record.py handmade; commands.log has every
 command): a program with its own ranges in NVTX domain ``LLM`` named ``LLM@<stage>``, captured with
 ``nsys profile`` (+ ``nsys stats`` and the SQLite export) and ``ncu --nvtx --nvtx-include "regex:LLM@.*/"``
 with ncu's default demangled names:

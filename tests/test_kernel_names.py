@@ -1,6 +1,6 @@
 """Kernel identity between nsys and ncu, on every kernel of a corpus of real programs recorded on the H200.
 
-tests/data/kernel_names (scripts/gpu_record.py names, then scripts/name_corpus.py): 14 programs in one
+tests/data/kernel_names (benchmarks/gpu_record.py names, then benchmarks/name_corpus.py): 14 programs in one
 process (HuggingFace Llama training steps with fused, foreach and plain AdamW and SGD, a GPT-2 step under bf16
 autocast with fused AdamW, Mixtral training and decode, Qwen2-MoE training, the decoder on each SDPA backend,
 under torch.compile and replayed from CUDA graphs), traced by nsys and profiled by ncu (every launch), ncu's

@@ -43,7 +43,7 @@ def test_overlap_counts_each_moment_of_compute_once():
 
 
 def test_nccl_kernels_are_communication_and_nothing_else_is():
-    # names as nsys printed them for a DDP step on two H200s (scripts/ranks_diag.sh)
+    # names as nsys printed them for a DDP step on two H200s (benchmarks/ranks_diag.sh)
     names = pd.Series(
         [
             "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
@@ -152,7 +152,7 @@ def test_interrupting_a_job_of_ranks_leaves_none_behind(tmp_path):
 
 
 # A real two-rank timeline: tensor-parallel decode over NCCL on two H200s (tests/data/h200x2_tp_ranks, trimmed by
-# scripts/trim_fixtures.py from the GPU tier's run). Domain ids are numbered per process in it: id 4 is
+# benchmarks/trim_fixtures.py from the GPU tier's run). Domain ids are numbered per process in it: id 4 is
 # 'nsightflow' in rank 0 and 'nsightflow.ranks.ops' in rank 1.
 TP = ROOT / "tests" / "data" / "h200x2_tp_ranks"
 

@@ -310,7 +310,7 @@ def launch(argv: list[str] | None = None) -> NoReturn:
     """Run the harness as a program and exit with its status. A profiled launch (the timeline's, timed; ncu's,
     windowed) ends once its outputs are written and the workload's own exit handlers have run, without the
     interpreter's teardown: freeing the CUDA context and every module of an 8B-shaped decoder took 0.7-0.9 s after
-    the harness's last line, which nsys and ncu wait for (``scripts/exit_costs.py``: nsys recorded every stage kernel
+    the harness's last line, which nsys and ncu wait for (``benchmarks/exit_costs.py``: nsys recorded every stage kernel
     and NVTX range either way, ncu every planned launch). The program alone (no profiler) exits as any program does."""
     call = HarnessCall.parse(argv)
     status = main(argv)
