@@ -1434,3 +1434,34 @@ def test_stage_ranges_in_a_worker_thread_on_the_gpu(tmp_path):
         assert stages.loc["decode", "gpu_busy_ms"] > 0 and not kernels["kernel"].str.startswith("aten::").any()
         if profiler == "nsight":
             assert stages.loc["decode", "flops_tensor_measured"] == decode * 2 * n**3
+
+
+def test_a_trainer_script_as_a_command_matches_its_own_count_and_every_launch(tmp_path):
+    """The Trainer script of test_trainer.py on the GPU (bf16), from its own folder: GEMM FLOPs per step within 1% of
+    the Trainer's own total_flos per step, and tensor FLOPs and DRAM bytes within 1% of nsightflow's capture of
+    every launch of the same steps (autograd's backward thread included, which an NVTX-filtered ncu would miss)."""
+    from test_trainer import STEPS, trainer_workload
+
+    workload, out = trainer_workload(tmp_path / "a")
+    steps = {"sample_steps": ["first", "last"]}
+    results, seconds = _run(tmp_path / "a", "trainer", [workload], ncu=steps)
+    reference, _ = trainer_workload(tmp_path / "b")
+    full, full_s = _run(tmp_path / "b", "trainer_full", [reference], ncu={**steps, "capture": "every_launch"})
+    st = pd.read_csv(results / "trainer" / "stages.csv").set_index("stage").loc["train_step"]
+    ref = pd.read_csv(full / "trainer" / "stages.csv").set_index("stage").loc["train_step"]
+    theirs = json.loads(out.read_text())
+    n = steady_steps(results / "trainer", "train_step", STEPS)
+    ours, per_step = st["flops_analytic_gemm"] / n, theirs["total_flos"] / theirs["steps"]
+    t, rt, d, rd = (
+        st["flops_tensor_measured"],
+        ref["flops_tensor_measured"],
+        st["dram_bytes_measured"],
+        ref["dram_bytes_measured"],
+    )
+    print(
+        f"Trainer ({seconds:.1f} s, every launch {full_s:.1f} s): GEMM FLOPs a step {ours:.6g} vs total_flos "
+        f"{per_step:.6g} ({ours / per_step - 1:+.3%}); tensor {t:.6g} vs {rt:.6g} ({t / rt - 1:+.3%}); DRAM "
+        f"{d:.6g} vs {rd:.6g} ({d / rd - 1:+.3%})"
+    )
+    assert abs(ours / per_step - 1) < 0.01
+    assert abs(t / rt - 1) < 0.01 and abs(d / rd - 1) < 0.01 and st["coverage"] == 1.0
