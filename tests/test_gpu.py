@@ -1465,3 +1465,43 @@ def test_a_trainer_script_as_a_command_matches_its_own_count_and_every_launch(tm
     )
     assert abs(ours / per_step - 1) < 0.01
     assert abs(t / rt - 1) < 0.01 and abs(d / rd - 1) < 0.01 and st["coverage"] == 1.0
+
+
+def test_shared_and_routed_experts_and_a_sliding_window_on_the_gpu(tmp_path):
+    """Issue 45's corpus beyond Mixtral: a Qwen2-MoE (shared expert beside top-k routed ones) and a DeepSeek-V3 shape
+    (latent attention, a dense first layer, routed and shared experts) from configs, bf16, and compiled flex attention
+    with a causal sliding window: analytic FLOPs against counts from their shapes (tests/test_workloads.py's), measured
+    tensor FLOPs and DRAM bytes against nsightflow's capture of every launch of the same steps."""
+    from test_workloads import DEEPSEEK, QWEN_MOE, deepseek_gemm, moe_gemm, qwen_moe_macs
+
+    hf = {"batch": 1, "prompt": 512, "decode_steps": 3, "dtype": "bfloat16"}
+    b, heads, seq, dh, w = 4, 16, 2048, 64, 256
+    workloads = [
+        {"name": "qwen_moe", "callable": "nsightflow.workloads.hf:build", "args": {**hf, "config": QWEN_MOE}},
+        {"name": "deepseek", "callable": "nsightflow.workloads.hf:build", "args": {**hf, "config": DEEPSEEK}},
+        {"name": "window", "callable": "workloads:flex_causal", "args": {"window": w}},
+    ]
+    steps = {"sample_steps": ["first", "last"]}
+    results, seconds = _run(tmp_path, "more_moe", workloads, ncu=steps)
+    full, full_s = _run(tmp_path, "more_moe_full", workloads, ncu={**steps, "capture": "every_launch"})
+    print(f"\nmore MoE and a window: representatives {seconds:.1f} s, every launch {full_s:.1f} s")
+    h = QWEN_MOE["hidden_size"]
+    kept = b * heads * (w * (w + 1) // 2 + (seq - w) * w)  # query i keeps min(i + 1, w) keys
+    expected = {
+        ("qwen_moe", "prefill", "flops_analytic_gemm"): moe_gemm(qwen_moe_macs(QWEN_MOE), 1, 512, h, 512),
+        ("qwen_moe", "decode", "flops_analytic_gemm"): 3 * moe_gemm(qwen_moe_macs(QWEN_MOE), 1, 1, h, 512),
+        ("deepseek", "prefill", "flops_analytic_gemm"): deepseek_gemm(DEEPSEEK, 1, 512, 0),
+        ("deepseek", "decode", "flops_analytic_gemm"): sum(deepseek_gemm(DEEPSEEK, 1, 1, 512 + s) for s in range(3)),
+        ("window", "attention", "flops_analytic_causal"): 2 * 2 * dh * kept,
+    }
+    for (name, stage, col), want in expected.items():
+        st = pd.read_csv(results / name / "stages.csv").set_index("stage").loc[stage]
+        ref = pd.read_csv(full / name / "stages.csv").set_index("stage").loc[stage]
+        t, rt = st["flops_tensor_measured"], ref["flops_tensor_measured"]
+        d, rd = st["dram_bytes_measured"], ref["dram_bytes_measured"]
+        print(
+            f"{name} {stage}: analytic {st[col]:.6g} vs shapes {want:.6g} ({st[col] / want - 1:+.3%}); tensor FLOPs "
+            f"{t:.6g} vs every launch {rt:.6g} ({t / rt - 1:+.3%}); DRAM {d / rd - 1:+.3%}"
+        )
+        assert abs(st[col] / want - 1) < 0.01 and st["coverage"] == 1.0
+        assert t > 0 and abs(t / rt - 1) < 0.01 and abs(d / rd - 1) < 0.01

@@ -97,8 +97,9 @@ def test_grouped_gemms_count_the_tokens_each_expert_got_forward_and_backward():
 
 def test_flex_attention_counts_the_pairs_its_block_mask_keeps_eager_and_compiled():
     """torch's flex attention (a higher-order operator, which a dispatch mode sees only where it accepts such
-    operators) with a causal mask and a document mask of three 100-token documents in the first batch row only.
-    Expected: Q·Kᵀ and P·V of every kept (query, key) pair, the pairs counted from the masks' definitions."""
+    operators) with a causal mask, a document mask of three 100-token documents in the first batch row only, and a
+    causal sliding window of 64 keys (Mistral's, Gemma's local layers). Expected: Q·Kᵀ and P·V of every kept
+    (query, key) pair, the pairs counted from the masks' definitions."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -110,17 +111,25 @@ def test_flex_attention_counts_the_pairs_its_block_mask_keeps_eager_and_compiled
         return (qi >= ki) & (qi // 100 == ki // 100) & (b_ == 0)
 
     docs = create_block_mask(documents, b, None, n, n, device="cpu")
+    w = 64
+    window = create_block_mask(lambda b_, h_, qi, ki: (qi >= ki) & (qi - ki < w), None, None, n, n, device="cpu")
     compiled = torch.compile(flex_attention)
     stages = {
         "causal": lambda _: flex_attention(q, k, v, block_mask=causal),
         "documents": lambda _: flex_attention(q, k, v, block_mask=docs),
+        "window": lambda _: flex_attention(q, k, v, block_mask=window),
         "compiled": lambda _: compiled(q, k, v, block_mask=causal),
     }
     wl = api.Workload(setup=lambda: None, stages=[api.Stage(s, fn) for s, fn in stages.items()])
     got = passes.count_flops(wl).stages
     per_pair = 2 * (d + d)
     full = per_pair * b * h * n * n
-    for stage, kept in (("causal", b * h * n * (n + 1) // 2), ("documents", h * 3 * 100 * 101 // 2)):
+    sliding = b * h * (w * (w + 1) // 2 + (n - w) * w)  # query i keeps min(i + 1, w) keys
+    for stage, kept in (
+        ("causal", b * h * n * (n + 1) // 2),
+        ("documents", h * 3 * 100 * 101 // 2),
+        ("window", sliding),
+    ):
         assert got[stage].not_counted == [] and got[stage].by_class["attention"] == full
         assert got[stage].flops_causal_adjusted == per_pair * kept, stage
     assert got["compiled"].flops_causal_adjusted == got["causal"].flops_causal_adjusted

@@ -46,6 +46,47 @@ MIXTRAL = {
     "vocab_size": 512,
     "max_position_embeddings": 256,
 }
+# Qwen2-MoE: routed experts (top-2 of 4, grouped GEMMs) beside a shared expert and its sigmoid gate, every layer.
+QWEN_MOE = {
+    "model_type": "qwen2_moe",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 192,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+}
+# DeepSeek-V3's shape: multi-head latent attention (low-rank q and kv projections), a first dense layer, then an MoE
+# of routed experts (top-2 of 4) and one shared expert.
+DEEPSEEK = {
+    "model_type": "deepseek_v3",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "moe_intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "q_lora_rank": 64,
+    "kv_lora_rank": 32,
+    "qk_rope_head_dim": 16,
+    "qk_nope_head_dim": 16,
+    "v_head_dim": 32,
+    "n_group": 1,
+    "topk_group": 1,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+}
 TINY = {"vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 48, "dtype": "float32", "device": "cpu"}
 HF = {"batch": 2, "prompt": 16, "decode_steps": 3, "dtype": "float32", "device": "cpu"}
 
@@ -80,6 +121,8 @@ def runs(tmp_path_factory):
         {"name": "llama", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": LLAMA}},
         {"name": "qwen2", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": QWEN2}},
         {"name": "mixtral", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": MIXTRAL}},
+        {"name": "qwen_moe", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": QWEN_MOE}},
+        {"name": "deepseek", "callable": "nsightflow.workloads.hf:build", "args": {**HF, "config": DEEPSEEK}},
         {
             "name": "train",
             "callable": "nsightflow.workloads.training:build",
@@ -140,6 +183,64 @@ def test_a_mixture_of_experts_counts_each_routed_token_once_per_expert(runs):
     assert st.loc["prefill", "flops_analytic_gemm"] in (gemm(2, 16), gemm(2, 16) + rotary * 16)
     assert st.loc["decode", "flops_analytic_gemm"] in (3 * gemm(2, 1), 3 * gemm(2, 1) + 3 * rotary)
     assert (st["mfu_busy"] > 0).all()
+
+
+def moe_gemm(per_token: int, batch: int, tokens: int, hidden: int, vocab: int) -> int:
+    """GEMM FLOPs of one forward over ``tokens`` new tokens: ``per_token`` multiply-adds a token over all layers,
+    and the LM head on the last position only."""
+    return 2 * batch * tokens * per_token + 2 * batch * hidden * vocab
+
+
+def qwen_moe_macs(c: dict) -> int:
+    """Multiply-adds a token of a Qwen2-MoE config, every layer: attention's projections, the router, the shared
+    expert's gate and the shared expert, and top-k routed experts (whatever the routing)."""
+    h, kv, hd = c["hidden_size"], c["num_key_value_heads"], c["hidden_size"] // c["num_attention_heads"]
+    attention = h * h + 2 * h * kv * hd + h * h  # q, k, v, o
+    shared = h * 1 + 3 * h * c["shared_expert_intermediate_size"]
+    routed = h * c["num_experts"] + c["num_experts_per_tok"] * 3 * h * c["moe_intermediate_size"]
+    return c["num_hidden_layers"] * (attention + shared + routed)
+
+
+def deepseek_gemm(d: dict, batch: int, tokens: int, past: int) -> int:
+    """GEMM FLOPs of one forward of a DeepSeek-V3-shaped config of two layers over ``tokens`` new tokens after
+    ``past`` cached ones: latent attention's low-rank projections in both layers, a dense MLP first, then the router,
+    top-k routed and the shared experts; the LM head on the last position. transformers caches the compressed
+    latent, so its key/value up-projection runs over every cached token again at each step."""
+    h, heads = d["hidden_size"], d["num_attention_heads"]
+    qk = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
+    latent = (
+        h * d["q_lora_rank"]  # q down
+        + d["q_lora_rank"] * heads * qk  # q up
+        + h * (d["kv_lora_rank"] + d["qk_rope_head_dim"])  # kv down, with the shared rotary key
+        + heads * d["v_head_dim"] * h  # o
+    )
+    kv_up = d["kv_lora_rank"] * heads * (d["qk_nope_head_dim"] + d["v_head_dim"])  # over the whole cache
+    experts = d["num_experts_per_tok"] + d["n_shared_experts"]
+    moe = h * d["n_routed_experts"] + experts * 3 * h * d["moe_intermediate_size"]
+    per_token = 2 * latent + 3 * h * d["intermediate_size"] + moe
+    return 2 * batch * (tokens * per_token + 2 * (past + tokens) * kv_up) + 2 * batch * h * d["vocab_size"]
+
+
+def test_qwen_moe_and_deepseek_style_experts_count_shared_and_routed_experts(runs):
+    """Model FLOPs from the configs alone: every token through the shared expert (and Qwen's gate for it) and its
+    top-k routed experts, whatever the routing; DeepSeek-V3's latent attention through its low-rank projections, its
+    first layer dense. experts.csv: one routing per MoE layer and step, top-k tokens each."""
+    h = QWEN_MOE["hidden_size"]
+    expected = {
+        "qwen_moe": (
+            moe_gemm(qwen_moe_macs(QWEN_MOE), 2, 16, h, 512),
+            3 * moe_gemm(qwen_moe_macs(QWEN_MOE), 2, 1, h, 512),
+        ),
+        "deepseek": (deepseek_gemm(DEEPSEEK, 2, 16, 0), sum(deepseek_gemm(DEEPSEEK, 2, 1, 16 + s) for s in range(3))),
+    }
+    for name, layers in (("qwen_moe", 2), ("deepseek", 1)):
+        st = _stages(runs, name)
+        assert st.loc["prefill", "flops_analytic_gemm"] == expected[name][0], name
+        assert st.loc["decode", "flops_analytic_gemm"] == expected[name][1], name
+        table = pd.read_csv(runs / name / "experts.csv")
+        for stage, steps, tokens in (("prefill", 1, 16), ("decode", 3, 1)):
+            rows = table[table["stage"] == stage]
+            assert len(rows) == steps * layers and (rows["tokens"] == 2 * tokens * 2).all(), name
 
 
 def test_a_mixture_of_experts_routing_is_the_routers(runs):

@@ -329,9 +329,10 @@ def routing(tokens: int, experts: int) -> torch.Tensor:
     return counts
 
 
-def flex_causal(batch: int = 4, heads: int = 16, seq: int = 2048, head_dim: int = 64, **_):
-    """Compiled flex attention with a causal block mask, bf16, as 2026 LLM code runs it. Model FLOPs a step:
-    Q·Kᵀ and P·V over the seq·(seq+1)/2 kept pairs of every batch row and head."""
+def flex_causal(batch: int = 4, heads: int = 16, seq: int = 2048, head_dim: int = 64, window: int = 0, **_):
+    """Compiled flex attention with a causal block mask, bf16, as 2026 LLM code runs it; with ``window``, a causal
+    sliding window of that many keys. Model FLOPs a step: Q·Kᵀ and P·V over the kept pairs of every batch row and
+    head (seq·(seq+1)/2 causal)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     state = {}
@@ -340,12 +341,13 @@ def flex_causal(batch: int = 4, heads: int = 16, seq: int = 2048, head_dim: int 
     def setup() -> None:
         shape = (batch, heads, seq, head_dim)
         state["qkv"] = [torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
-        state["mask"] = create_block_mask(lambda b, h, q, k: q >= k, None, None, seq, seq, device="cuda")
+        keep = (lambda b, h, q, k: (q >= k) & (q - k < window)) if window else (lambda b, h, q, k: q >= k)
+        state["mask"] = create_block_mask(keep, None, None, seq, seq, device="cuda")
 
     def step(_: int) -> None:
         state["out"] = attend(*state["qkv"], block_mask=state["mask"])
 
-    params = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim}
+    params = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "window": window}
     return Workload(setup=setup, stages=[Stage("attention", step)], device="cuda", dtype="bfloat16", params=params)
 
 
