@@ -618,7 +618,7 @@ def test_huggingface_models_measure_their_analytic_flops(tmp_path, name, config)
 
 
 # The corpus's small configs (benchmarks/gpu_record.py records the name corpus from the same programs).
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 from gpu_record import GPT2 as SMALL_GPT2  # noqa: E402
 from gpu_record import LLAMA as SMALL_LLAMA  # noqa: E402
 from gpu_record import MIXTRAL as SMALL_MIXTRAL  # noqa: E402
