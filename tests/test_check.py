@@ -76,3 +76,32 @@ def test_save_and_check_need_a_baseline(tmp_path):
     _configure(work, 40, baseline="nowhere")
     out = snakemake(work, "--cores", "1", "-n", "results/check.txt", check=False)
     assert "no baselines/nowhere; save one first: snakemake --cores 1 baselines/nowhere" in out.stdout
+
+
+def test_kernels_removed_or_added_are_said_and_only_a_missing_stage_fails(tmp_path):
+    """A fused kernel (gone from the run) or a new one is not a regression by itself (the stage's times judge the
+    change); a stage gone is."""
+    from conftest import DATA
+
+    from nsightflow.analysis.regression import FAILING
+
+    base, run = tmp_path / "base", tmp_path / "run"
+    for folder in (base, run):
+        folder.mkdir()
+        for name in ("stages.csv", "kernels.csv", "manifest.json"):
+            shutil.copy(DATA / "h100_probe" / name, folder / name)
+    kernels = pd.read_csv(base / "kernels.csv")
+    top = kernels[kernels["stage"] == "prefill"].sort_values("total_ns").iloc[-1]
+    renamed = kernels.copy()
+    renamed.loc[(renamed["stage"] == "prefill") & (renamed["kernel"] == top["kernel"]), "kernel"] = "fused_kernel"
+    renamed.to_csv(run / "kernels.csv", index=False)
+    th = Thresholds.of({**CHECK, "noise": 3})
+    table = compare(RunNumbers.read("r", run), RunNumbers.read("r", base), th)
+    said = table.set_index("what")["verdict"]
+    assert said[f"kernel {top['kernel']} per step (ms)"] == "removed"
+    assert said["kernel fused_kernel per step (ms)"] == "added"
+    assert not table["verdict"].isin(FAILING).any()
+    stages = pd.read_csv(base / "stages.csv")
+    stages[stages["stage"] != "decode"].to_csv(run / "stages.csv", index=False)
+    gone = compare(RunNumbers.read("r", run), RunNumbers.read("r", base), th)
+    assert list(gone.loc[gone["verdict"] == "missing", "stage"]) == ["decode"]

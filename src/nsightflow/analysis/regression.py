@@ -119,7 +119,8 @@ def _judge(change: float, allowed: float, worse: int) -> str:
 def compare(current: RunNumbers, baseline: RunNumbers, th: Thresholds) -> pd.DataFrame:
     """One row per number compared: run, stage, what, baseline, current, change (current / baseline − 1), allowed
     (the threshold plus ``th.noise`` standard errors of the two runs' step walls), verdict (pass, regression,
-    improved, new, missing, not compared)."""
+    improved, not compared; a stage new or missing; a kernel added or removed). A regression or a missing stage
+    fails the check."""
     rows: list[dict[str, Any]] = []
     base = baseline.stages.set_index("stage")
     mine = current.stages.set_index("stage")
@@ -161,7 +162,8 @@ def _kernel_rows(
     current: RunNumbers, baseline: RunNumbers, stage: str, th: Thresholds, noise: float
 ) -> list[dict[str, Any]]:
     """The stage's kernels (operators on a CPU) that took at least ``th.kernel_share`` of its busy time in the
-    baseline: their time per step."""
+    baseline: their time per step ("removed" where the run has none: fused or replaced, which the stage's own times
+    judge); and those new in the run that take that share of it ("added")."""
 
     def per_step(k: pd.DataFrame) -> pd.Series:
         mine = k[k["stage"] == stage]
@@ -185,7 +187,20 @@ def _kernel_rows(
                 "current": after,
                 "change": change,
                 "allowed": allowed,
-                "verdict": "missing" if kernel not in c.index else _judge(change, allowed, +1),
+                "verdict": "removed" if kernel not in c.index else _judge(change, allowed, +1),
+            }
+        )
+    for kernel, after in c[(c >= th.kernel_share * c.sum()) & ~c.index.isin(b.index)].items():
+        out.append(
+            {
+                "run": current.run_id,
+                "stage": stage,
+                "what": f"kernel {kernel} per step (ms)",
+                "baseline": np.nan,
+                "current": float(after),
+                "change": np.nan,
+                "allowed": allowed,
+                "verdict": "added",
             }
         )
     return out
