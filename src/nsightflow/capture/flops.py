@@ -250,10 +250,9 @@ class StageTally:
             routing=[list(step) for step in self.routing],
         )
 
-    def route(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Record a grouped GEMM's tokens per expert, once per routing: calls that share its offsets tensor in a
-        row (a layer's projections, their gradients) are one."""
-        routed = routed_tokens(func, args, kwargs)
+    def route(self, routed: tuple[Any, list[int]] | None) -> None:
+        """Record a grouped GEMM's tokens per expert (formulas.routed_tokens), once per routing: calls that share
+        its offsets tensor in a row (a layer's projections, their gradients) are one."""
         if routed is None:
             return
         step = self.steps - 1
@@ -312,9 +311,9 @@ class Tally:
         if known is None:
             try:
                 klass, flops, masked = op_flops(func, args, kwargs, out)
-                padded = padding(name, func, args, kwargs, flops) if klass != "other" and flops else None
-                if name in GROUPED_GEMMS:
-                    s.route(func, args, kwargs)
+                routed = routed_tokens(func, args, kwargs) if name in GROUPED_GEMMS else None
+                padded = padding(name, func, args, kwargs, flops, routed) if klass != "other" and flops else None
+                s.route(routed)
             except Exception as exc:  # a formula that cannot handle these shapes: say so, keep running
                 s.failures.setdefault(name, repr(exc)[:300])
                 return

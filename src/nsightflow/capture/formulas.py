@@ -136,10 +136,18 @@ def _up(n: int, tile: int) -> int:
     return -(-n // tile) * tile
 
 
-def padding(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], flops: int) -> tuple[int, str] | None:
+def padding(
+    name: str,
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    flops: int,
+    routed: tuple[Any, list[int]] | None = None,
+) -> tuple[int, str] | None:
     """(the FLOPs of a GEMM or attention call with its dimensions rounded up to the largest tiles, its shape written
     out) where that adds FLOPs to ``flops`` (the call's own, attention in full), else None; None too where the shapes
-    cannot be read. Evidence for padding, and its bound: no kernel pads beyond the largest tile."""
+    cannot be read. Evidence for padding, and its bound: no kernel pads beyond the largest tile. ``routed``: a
+    grouped GEMM's routed_tokens, where the caller read them already (each read waits for the device)."""
     try:
         if name in ("mm", "_scaled_mm", "bmm", "addmm", "baddbmm"):
             a = _named_args(func, args, kwargs)
@@ -148,7 +156,7 @@ def padding(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
             padded = flops * _up(m, TILE) * _up(n, TILE) // (m * n)
             shape = f"{name} {m}x{k}x{n}"
         elif name in GROUPED_GEMMS:
-            routed = routed_tokens(func, args, kwargs)
+            routed = routed if routed is not None else routed_tokens(func, args, kwargs)
             if routed is None:
                 return None
             tokens = routed[1]
