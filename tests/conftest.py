@@ -321,6 +321,34 @@ def sql_launches(sqlite, domain="nsightflow"):
     return df
 
 
+def plain_nsys(argv: list[str], out: Path, cwd: Path) -> Path:
+    """``argv`` under a plain ``nsys profile`` (no hook, nothing of nsightflow in the process): its SQLite export."""
+    nsys = [shutil.which("nsys") or "nsys", "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none"]
+    nsys += ["--cuda-graph-trace=node", "--export=sqlite", "-o", str(out)]
+    subprocess.run(nsys + argv, check=True, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    return Path(f"{out}.sqlite")
+
+
+def kernels_per_range(sqlite: Path, domain: str, name: str) -> list[pd.DataFrame]:
+    """Each range ``name`` of ``domain`` in order: the kernels launched inside it (kernel, graph: replayed from a
+    CUDA graph), by plain SQL over the export."""
+    con = sqlite3.connect(sqlite)
+    ranges = con.execute(
+        'SELECT n.start, n."end" FROM NVTX_EVENTS n JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.text = ? '
+        "AND d.domainId = n.domainId LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59 "
+        "AND COALESCE(n.text, s.value) = ? ORDER BY n.start",
+        (domain, name),
+    ).fetchall()
+    launches = pd.read_sql_query(
+        "SELECT rt.start AS launch, dn.value AS kernel, k.graphNodeId IS NOT NULL AS graph FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId "
+        "JOIN StringIds dn ON dn.id = k.demangledName",
+        con,
+    )
+    con.close()
+    return [launches[(launches["launch"] >= s) & (launches["launch"] <= e)] for s, e in ranges]
+
+
 def sql_rank_kernels(sqlite, domain):
     """Every kernel whose launch call lies in one of its own process's ranges of ``domain`` (domain ids are
     numbered per process): pid, range name, kernel, start, end. Plain SQL over an nsys export, independent of

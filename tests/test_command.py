@@ -143,7 +143,7 @@ def test_the_hook_follows_the_programs_child_processes(tmp_path):
     from nsightflow.capture.command import CommandCall
     from nsightflow.capture.discovery import primary
     from nsightflow.capture.hook import record_path
-    from nsightflow.records import HookSettings
+    from nsightflow.capture.hook_settings import HookSettings
 
     child = tmp_path / "child.py"
     child.write_text("import os, nvtx\nwith nvtx.annotate('work', domain='D'):\n    print(os.getpid())\n")
@@ -171,8 +171,8 @@ def test_code_planted_for_the_hook_never_runs(tmp_path):
     import tempfile
 
     from nsightflow.capture.command import CommandCall
+    from nsightflow.capture.hook_settings import HookSettings
     from nsightflow.errors import CaptureError
-    from nsightflow.records import HookSettings
 
     planted = []
     for folder in [Path(tempfile.gettempdir()) / f"nsightflow-site-{os.getuid()}-planted", tmp_path / "elsewhere"]:

@@ -54,7 +54,7 @@ def test_the_profiled_launch_of_a_compiled_command_runs_it_compiled(tmp_path):
     timed run saw it compile: no TorchDispatchMode in its steps, so torch.compile makes its graph as alone."""
     from nsightflow.capture.command import CommandCall, timed_beside
     from nsightflow.capture.discovery import primary
-    from nsightflow.records import HookSettings
+    from nsightflow.capture.hook_settings import HookSettings
 
     call = CommandCall(command=_argv())
     probe = HookSettings("probe", str(tmp_path / "probe.json"), flops_out=str(tmp_path / "flops.json"))

@@ -15,8 +15,8 @@ import pytest
 
 from nsightflow.capture import children, gate
 from nsightflow.capture.command import CommandCall, timed_beside
+from nsightflow.capture.hook_settings import HookSettings
 from nsightflow.errors import ToolError, WorkloadError
-from nsightflow.records import HookSettings
 
 # Says its hook's mode and the clock at its first and last line; its ranges in domain T (discovered).
 PROGRAM = """
@@ -111,7 +111,7 @@ with nvtx.annotate("prefill", domain="T"):
 DRIVER = """
 import sys
 from nsightflow.capture.command import CommandCall, timed_beside
-from nsightflow.records import HookSettings
+from nsightflow.capture.hook_settings import HookSettings
 script, work = sys.argv[1], sys.argv[2]
 call = CommandCall(command=[sys.executable, script, work + "/started"])
 probe = HookSettings("probe", work + "/probe.json", None, None)

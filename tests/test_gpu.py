@@ -29,7 +29,9 @@ from conftest import (
     copy_workflow,
     exposed_by_hand,
     foreground_workflow,
+    kernels_per_range,
     moe_gemm_flops,
+    plain_nsys,
     slow_ranks_script,
     snakemake,
     sql_launches,
@@ -1308,32 +1310,13 @@ def test_a_compiled_command_runs_its_compiled_kernels_as_a_plain_nsys_run_does(t
     print(f"compiled command: workflow {seconds:.1f} s; set apart {manifest['warmup_steps']}")
     assert apart[:1] == [0] and "torch.compile made" in manifest["warmup_steps"][0]["why"]
     steady = COMPILED["steps"] - len(apart)
-    # The plain run: nsys alone, no hook, no nsightflow in the process.
-    plain = tmp_path / "plain"
-    subprocess.run(
-        [shutil.which("nsys"), "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
-         "--cuda-graph-trace=node", "--export=sqlite", "-o", str(plain), *_compiled_argv(python)],
-        check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    # The plain run: nsys alone, no hook, no nsightflow in the process; its decode ranges in order (no payload).
+    plain = kernels_per_range(plain_nsys(_compiled_argv(python), tmp_path / "plain", ROOT), "LLM", "decode")
+    assert len(plain) == COMPILED["steps"]
     mine = sql_launches(run / "timeline" / "timeline.sqlite")
     mine = mine[mine["stage"] == "decode"]
-    # The plain run's decode ranges in order: step i is the i-th range (no payload).
-    con = sqlite3.connect(f"{plain}.sqlite")
-    ranges = con.execute(
-        "SELECT n.start, n.\"end\" FROM NVTX_EVENTS n JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.text = 'LLM' "
-        "AND d.domainId = n.domainId WHERE n.eventType = 59 ORDER BY n.start"
-    ).fetchall()
-    assert len(ranges) == COMPILED["steps"]
-    launches = pd.read_sql_query(
-        "SELECT rt.start AS launch, dn.value AS kernel, k.graphNodeId IS NOT NULL AS graph FROM "
-        "CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId "
-        "JOIN StringIds dn ON dn.id = k.demangledName",
-        con,
-    )
     for step in range(len(apart), COMPILED["steps"]):
-        s, e = ranges[step]
-        theirs = launches[(launches["launch"] >= s) & (launches["launch"] <= e)]
-        ours = mine[mine["step"] == step]
+        theirs, ours = plain[step], mine[mine["step"] == step]
         assert Counter(ours["kernel"]) == Counter(theirs["kernel"]), f"step {step}"
         assert ours["graph"].sum() == theirs["graph"].sum() > 0  # replayed from a CUDA graph in both
     assert any(k.startswith("triton_") for k in mine["kernel"])  # compiled kernels, not the eager twin's

@@ -28,12 +28,13 @@ from nsightflow.capture import nsys
 from nsightflow.capture.children import identity
 from nsightflow.capture.gate import open_gate
 from nsightflow.capture.harness import HarnessCall, Launch
+from nsightflow.capture.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
 from nsightflow.capture.hook_site import program_tmp, site_dir
 from nsightflow.capture.passes import safe_label
 from nsightflow.capture.tools import publish_nsys, run_tool, tool_warnings, write_manifest
 from nsightflow.domains import DEFAULT_DOMAIN
 from nsightflow.errors import CaptureError, ConfigError
-from nsightflow.records import HOOK_ENV, JOB_ENV, HookSettings, Manifest
+from nsightflow.records import Manifest
 
 if TYPE_CHECKING:
     from nsightflow.capture.discovery import Discovery
@@ -105,6 +106,7 @@ class CommandCall:
             windows=str(Path(plan_json).resolve()),
             rank=self.rank,
             skip=skip,
+            tuning=manifest.autotuning or None,  # the timed run's choices: ncu's slowed timing picks none
         )
         return self.launch(settings, Path(plan_json).resolve().parent)
 
@@ -188,6 +190,7 @@ def _record(
         "program_wall_s": found.walls,
         "every_wall_s": found.every_wall,
         "warmup_steps": [asdict(w) for w in found.warmup],
+        "autotuning": found.tuning,
         "stages": [{"name": s, "repeats": len(found.walls[s]), "steps": len(found.walls[s])} for s in found.stages],
         "ranks": ranks,
         "profiled_rank": call.rank if ranks else None,
@@ -257,7 +260,8 @@ def _timed(
     settings = replace(settings, gate=gate, gate_pid=pid)
     timed = _run(call, settings, log, timeout_s, [], devices=devices)
     found = discover(primary(timed, call.rank), call.domain, call.stages, call.warmup_steps)
-    return replace(found, compiles=any(r.get("compiled_graphs") for r in timed)), timed
+    tuning = primary(timed, call.rank).get("autotuning") or {}
+    return replace(found, compiles=any(r.get("compiled_graphs") for r in timed), tuning=tuning), timed
 
 
 def timed_beside(
@@ -272,6 +276,7 @@ def timed_beside(
         timed_run.append(_timed(call, tmp, log, timeout_s, (gate, pid), devices))
         found = timed_run[0][0]
         opened = {"domain": found.domain, "stages": found.stages, "skip": found.skip, "probe": not found.compiles}
+        opened["tuning"] = found.tuning
         open_gate(gate, opened)
 
     runs = _run(call, replace(profile, gate=gate), log, timeout_s, wrap, beside=timed_first)
@@ -354,7 +359,7 @@ def torch_profile(
 
         hook = HookSettings("torch", f"{tmp}/torch.json", found.domain, found.stages, call.mirror, labels)
         hook = replace(hook, dtype=call.dtype, rank=call.rank, trace=str(Path(trace).resolve()), skip=found.skip)
-        hook = replace(hook, steps={k: len(v) for k, v in found.every_wall.items()})
+        hook = replace(hook, steps={k: len(v) for k, v in found.every_wall.items()}, tuning=found.tuning or None)
         runs = _run(call, hook, log, timeout_s, [])
         profiled = primary(runs, call.rank)
         same_steps(found, profiled, "torch.profiler")

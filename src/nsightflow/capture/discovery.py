@@ -27,6 +27,7 @@ class Discovery:
     every_wall: dict[str, list[float]] = field(default_factory=dict)
     warmup: list[WarmupStep] = field(default_factory=list)
     compiles: bool = False
+    tuning: dict[str, list[str]] = field(default_factory=dict)  # its autotuning choices (capture.hook_tuning)
 
     @property
     def skip(self) -> dict[str, list[int]]:

@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from nsightflow.capture.children import die_with
+from nsightflow.capture.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
 from nsightflow.domains import AUTO_DOMAIN
-from nsightflow.records import HOOK_ENV, JOB_ENV, HookSettings
 
 
 def _sync() -> None:
@@ -98,6 +98,7 @@ class Tracker:
         self.gated = settings.gate is not None and settings.mode in ("probe", "timed")  # not yet past the gate
         self.own = False  # whether the program has opened an NVTX range of its own
         self.auto: Any = None  # the automatic stages' hooks (nsightflow.capture.hook_auto), while followed
+        self.tuning: Any = None  # autotuning choices recorded or taken (nsightflow.capture.hook_tuning)
 
     def follows_auto(self) -> bool:
         """Whether the automatic stages (nsightflow.capture.hook_auto) are followed: they are the stages, or the
@@ -120,7 +121,8 @@ class Tracker:
                     gate.wait_ready(self.s.gate, self.s.gate_pid)
             else:
                 found = gate.wait_open(self.s.gate)
-                self.s = replace(self.s, domain=found["domain"], stages=found["stages"], skip=found.get("skip") or {})
+                skip, tuning = found.get("skip") or {}, found.get("tuning") or None
+                self.s = replace(self.s, domain=found["domain"], stages=found["stages"], skip=skip, tuning=tuning)
                 if not found.get("probe", True):  # the program compiles: its steps run as they are, unprobed
                     self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
             self.gated = False
@@ -225,6 +227,7 @@ class Tracker:
             "compiled_graphs": compiled_graphs(),
             "rank": self.rank if self.rank is not None else rank_of(),
             "device": device_of(),
+            "autotuning": self.tuning.record() if self.tuning is not None and not self.tuning.replay else {},
         }
 
 
@@ -291,6 +294,10 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
     _wrap_nvtx(tracker)
     if settings.mode == "probe":
         tracker.pass_gate()  # beside a timed run: before the program's first line, torch imported, no GPU touched
+    if settings.mode == "timed" or tracker.s.tuning is not None:  # the timed run's choices, taken when profiled
+        from nsightflow.capture import hook_tuning
+
+        tracker.tuning = hook_tuning.install(tracker.s.tuning if settings.mode != "timed" else None)
     if tracker.follows_auto():
         from nsightflow.capture import hook_auto
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nsightflow.capture.hook_settings import HookSettings
 from nsightflow.domains import probe_domain, ranks_domain
-from nsightflow.records import HookSettings, trace_path
+from nsightflow.records import trace_path
 
 
 def device_in_use() -> str:
