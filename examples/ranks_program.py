@@ -78,6 +78,12 @@ def data_parallel(a: argparse.Namespace, device: torch.device, dtype: torch.dtyp
     step(False)  # warm-up: buckets built, kernels loaded
     for _ in range(a.steps):
         step(True)
+    if int(os.environ["RANK"]) == 0:  # the first rank alone evaluates, as nanoGPT's master process does
+        with torch.no_grad():
+            for _ in range(a.evaluate):
+                with nvtx.annotate("evaluate", domain="train"):
+                    loss_of(model)
+                    sync(device)
 
 
 def tensor_parallel(a: argparse.Namespace, device: torch.device, dtype: torch.dtype, world: int) -> None:
@@ -113,6 +119,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--evaluate", type=int, default=0, help="data parallel: evaluation steps of rank 0 alone")
     parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
     a = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -107,6 +107,23 @@ def test_two_ranks_on_the_cpu_report_per_rank_stages(tmp_path, parallel):
     assert "<h3>Ranks</h3>" in page and "slowest" in page
 
 
+def test_a_stage_that_one_rank_alone_runs_is_that_ranks(tmp_path):
+    """Rank 0 alone evaluates (nanoGPT's master process does): the stage is reported, rank 1 has no step of it."""
+    args = ["--parallel", "data", "--steps", str(STEPS), "--hidden", str(HIDDEN), "--layers", str(LAYERS)]
+    args += ["--batch", str(BATCH), "--tokens", str(TOKENS), "--evaluate", "3"]
+    work = torch_workflow(tmp_path, [{"name": "job", "command": _torchrun("examples/ranks_program.py", *args)}])
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "job"
+    table = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert list(table.index) == ["forward", "backward", "optimizer", "evaluate"]
+    assert int(table.loc["evaluate", "range_instances"]) == steady_steps(run, "evaluate", 3)
+    csv = pd.read_csv(run / "ranks.csv").set_index(["rank", "stage"])
+    assert (
+        csv.loc[(0, "evaluate"), "steps"] == steady_steps(run, "evaluate", 3) and csv.loc[(1, "evaluate"), "steps"] == 0
+    )
+    assert csv.loc[(1, "forward"), "steps"] == csv.loc[(0, "forward"), "steps"] > 0
+
+
 def test_a_callable_launched_as_two_processes_reports_each_rank(tmp_path):
     # config nprocs: the callable runs as two torchrun processes (nsightflow.capture.runner), a job of ranks like a
     # command's: each rank's own rows, the profiled rank counted. Expected FLOPs from the shapes: 2·tokens·hidden²

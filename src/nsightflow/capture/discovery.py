@@ -62,12 +62,17 @@ def auto_names(ranges: pd.DataFrame) -> pd.DataFrame:
 
 
 def discover(
-    record: dict[str, Any], domain: str | None, stages: list[str] | None, warmup: int | str = "auto"
+    record: dict[str, Any],
+    domain: str | None,
+    stages: list[str] | None,
+    warmup: int | str = "auto",
+    partial: bool = False,
 ) -> Discovery:
     """The stage steps of a command's timed run (its hook record): the ranges of ``domain`` named ``stages`` (else
     its top-level ones), one at a time (a stage range inside another step is part of that step). Without a domain,
     the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time. ``warmup``: the
-    steps set apart (nsightflow.capture.warmup): "auto", or the first N of each stage."""
+    steps set apart (nsightflow.capture.warmup): "auto", or the first N of each stage. ``partial``: a stage this
+    process never ran is left out, not an error (a rank of a job that does not evaluate, as nanoGPT's rank 1)."""
     rows = [list(r) + [0] * (len(RANGE_COLUMNS) - len(r)) for r in record.get("ranges") or []]
     ranges = auto_names(pd.DataFrame(rows, columns=RANGE_COLUMNS))
     how = AUTO_HOW if domain == AUTO_DOMAIN else f"the configured domain {domain!r}"
@@ -107,7 +112,7 @@ def discover(
     mine = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))
     seen = sorted(set(ranges.loc[ranges["domain"] == domain, "name"]))
     missing = [s for s in stages or [] if s not in set(mine["name"])]
-    if mine.empty or missing:
+    if (mine.empty and not partial) or (missing and not partial):
         raise WorkloadError(
             f"the command's NVTX domain {domain!r} has no range named {missing or stages}: it has "
             f"{seen[:20] or 'none'}; fix the workload's stages: (or domain:, '' for the default domain)"
@@ -149,7 +154,10 @@ def rank_rows(timed: list[dict[str, Any]], profiled: list[dict[str, Any]], found
     active = _active(profiled)
     if len(active) < 2:
         return []
-    walls = {r.get("rank"): found.steady(discover(r, found.domain, found.stages).every_wall) for r in _active(timed)}
+    walls = {
+        r.get("rank"): found.steady(discover(r, found.domain, found.stages, partial=True).every_wall)
+        for r in _active(timed)
+    }
     return [
         {
             "rank": r.get("rank"),
