@@ -349,3 +349,23 @@ def test_counters_before_the_plan_are_those_the_plan_then_asks_for(tmp_path):
     stages = {**analytic.stages, first: dataclasses.replace(analytic.stages[first], graph_replays=3)}
     dataclasses.replace(analytic, stages=stages).write(tmp_path / "analytic_flops.json")
     assert counters_before_plan("auto", "auto", tmp_path / "analytic_flops.json") is None
+
+
+def test_a_capture_rules_ncu_settings_are_one_param_that_follows_the_config():
+    """The settings a capture rule passes (one dict param: Snakemake records and compares it) round-trip, follow each
+    config key the rule uses, and keep the keys its kind of capture fixes."""
+    from pathlib import Path
+
+    import yaml
+
+    from nsightflow.capture.ncu_settings import NcuSettings
+
+    config = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
+    made = NcuSettings.of(config)
+    assert NcuSettings.from_params(made.params()) == made
+    assert made.clock_control == config["ncu"]["clock_control"] and made.ncu == config["tools"]["ncu"]
+    flipped = "base" if config["ncu"]["clock_control"] == "none" else "none"
+    other = {**config, "ncu": {**config["ncu"], "clock_control": flipped}}
+    assert repr(NcuSettings.of(other).params()) != repr(made.params())  # a changed key reruns the rule
+    ranges = NcuSettings.of(other, tensor_precisions="all", ranges=True, sections=[])
+    assert ranges.clock_control == flipped and ranges.tensor_precisions == "all" and ranges.ranges

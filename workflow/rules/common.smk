@@ -6,6 +6,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from nsightflow.capture import hostfacts
+from nsightflow.capture.ncu_settings import NcuSettings
 from nsightflow.rules.config import ConfigError, check, normalize
 from nsightflow.rules.sweep import expand as expand_sweep
 from nsightflow.rules.sweep import size_warning
@@ -218,6 +219,11 @@ def run_settings(wildcards):
             "divergence": config["report"]["divergence"],
         }
     )
+
+
+def ncu_settings(**fixed):
+    """A capture rule's ncu settings (nsightflow.capture.ncu_settings), with the keys its kind of capture fixes."""
+    return NcuSettings.of(config, **fixed).params()
 
 
 def runtime_min(timeout_s, margin_min=10):

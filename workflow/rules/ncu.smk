@@ -34,17 +34,7 @@ rule ncu_capture:
         domain=config["nvtx_domain"],
         sample_steps=config["ncu"]["sample_steps"],
         mode=config["ncu"]["capture"],
-        ncu=config["tools"]["ncu"],
-        metrics=config["ncu"]["metrics"],
-        extra_metrics=config["ncu"]["extra_metrics"],
-        tensor_precisions=config["ncu"]["tensor_precisions"],
-        non_tensor_flops=config["ncu"]["non_tensor_flops"],
-        sections=config["ncu"]["sections"],
-        replay_mode=config["ncu"]["replay_mode"],
-        clock_control=config["ncu"]["clock_control"],
-        cache_control=config["ncu"]["cache_control"],
-        timeout_s=config["ncu"]["timeout_s"],
-        ranges=False,
+        ncu=ncu_settings(),
     script:
         "../scripts/ncu_capture.py"
 
@@ -81,17 +71,14 @@ use rule ncu_capture as ncu_ranges with:
     params:
         versions=TOOL_VERSIONS,
         harness=harness_call,
-        ncu=config["tools"]["ncu"],
-        metrics=config["ncu"]["metrics"],
-        extra_metrics=config["ncu"]["extra_metrics"],
-        tensor_precisions="all",  # a range's result sums many kernels of any precision
-        non_tensor_flops=False,  # range replay refuses SASS counts
-        sections=[],
-        replay_mode=config["ncu"]["ranges"],
-        clock_control=config["ncu"]["clock_control"],
-        cache_control=config["ncu"]["cache_control"],
-        timeout_s=config["ncu"]["timeout_s"],
-        ranges=True,
+        # a range's result sums many kernels of any precision; range replay refuses SASS counts
+        ncu=ncu_settings(
+            tensor_precisions="all",
+            non_tensor_flops=False,
+            sections=[],
+            replay_mode=config["ncu"]["ranges"],
+            ranges=True,
+        ),
 
 
 rule deep_plan:
@@ -128,17 +115,15 @@ use rule ncu_capture as ncu_deep with:
     params:
         versions=TOOL_VERSIONS,
         harness=harness_call,
-        ncu=config["tools"]["ncu"],
-        metrics=["gpu__time_duration.sum"],  # the sections bring their own
-        extra_metrics=[],
-        tensor_precisions="all",
-        non_tensor_flops=False,
-        sections=config["ncu"]["deep_sections"],
-        replay_mode="kernel",
-        clock_control=config["ncu"]["clock_control"],
-        cache_control=config["ncu"]["cache_control"],
-        timeout_s=config["ncu"]["timeout_s"],
-        ranges=False,
+        # the sections bring their own metrics
+        ncu=ncu_settings(
+            metrics=["gpu__time_duration.sum"],
+            extra_metrics=[],
+            tensor_precisions="all",
+            non_tensor_flops=False,
+            sections=config["ncu"]["deep_sections"],
+            replay_mode="kernel",
+        ),
 
 
 rule cards:

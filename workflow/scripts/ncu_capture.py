@@ -3,30 +3,24 @@ exported. ncu_capture makes its plan from the timeline while ncu starts the prog
 
 from nsightflow.capture.command import program_launches
 from nsightflow.capture.ncu_capture import capture_counters, counters_before_plan, ncu_capture, plan_maker
+from nsightflow.capture.ncu_settings import NcuSettings
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
+    settings = NcuSettings.from_params(sm.params.ncu)
     making = bool(sm.output.get("plan"))
     plan = sm.output.plan if making else sm.input.plan
-    counters = (sm.params.tensor_precisions, sm.params.non_tensor_flops, sm.input.flops)
+    counters = (settings.tensor_precisions, settings.non_tensor_flops, sm.input.flops)
     ncu_capture(
-        sm.params.ncu,
+        settings,
         plan,
         program_launches(dict(sm.params.harness), plan, sm.input.manifest, await_plan=making),
         sm.output.rep,
         sm.output.csv,
         sm.output.cmd,
         sm.log[0],
-        metrics=sm.params.metrics,
-        extra_metrics=list(sm.params.extra_metrics),
         counters=counters_before_plan(*counters) if making else capture_counters(*counters, plan),
-        sections=list(sm.params.sections),
-        replay_mode=sm.params.replay_mode,
-        clock_control=sm.params.clock_control,
-        cache_control=sm.params.cache_control,
-        timeout_s=sm.params.timeout_s,
-        ranges=sm.params.ranges,
         details_out=sm.output.get("details"),
         make_plan=plan_maker(
             sm.input.sqlite, sm.params.domain, list(sm.params.sample_steps), sm.params.mode, sm.log[0], *counters

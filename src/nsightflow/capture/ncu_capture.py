@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from nsightflow import files
 from nsightflow.capture import ncu
 from nsightflow.capture.harness import Launch
+from nsightflow.capture.ncu_settings import NcuSettings
 from nsightflow.capture.progress import LaunchProgress
 from nsightflow.capture.tools import append_log, require, run_tool
 from nsightflow.errors import CaptureError, MatchError, ToolError
@@ -166,7 +167,7 @@ def _note(log: str | Path, text: str) -> None:
 
 
 def ncu_capture(
-    ncu_bin: str,
+    settings: NcuSettings,
     plan_json: str | Path,
     programs: list[Launch],
     rep: str | Path,
@@ -174,15 +175,7 @@ def ncu_capture(
     cmd_json: str | Path,
     log: str | Path,
     *,
-    metrics: ncu.MetricSpec,
-    extra_metrics: list[str],
     counters: Counters | None,
-    sections: list[str],
-    replay_mode: ncu.ReplayMode,
-    clock_control: ncu.ClockControl,
-    cache_control: ncu.CacheControl,
-    timeout_s: float | None,
-    ranges: bool = False,
     details_out: str | Path | None = None,
     make_plan: Callable[[Path], tuple[CapturePlan, Counters]] | None = None,
 ) -> None:
@@ -197,6 +190,7 @@ def ncu_capture(
     first launch awaits its plan and ``counters`` are given (``counters_before_plan``), it starts with them and no
     NCCL filter while the plan is made beside ``plan_json`` and put there once the launch is found to be the one the
     plan asks for (see the module's docstring); otherwise the plan is made before ncu starts."""
+    s, ncu_bin, ranges = settings, settings.ncu, settings.ranges
     rep = Path(rep)
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
     produced = Path(str(tmp_base) + ".ncu-rep")
@@ -216,12 +210,12 @@ def ncu_capture(
             tmp_base,
             program.argv,
             metrics=ncu.resolve_metrics(
-                metrics, extra_metrics, chosen.precisions, non_tensor=chosen.non_tensor, ranges=ranges
+                s.metrics, list(s.extra_metrics), chosen.precisions, non_tensor=chosen.non_tensor, ranges=ranges
             ),
-            sections=sections,
-            replay_mode=replay_mode,
-            clock_control=clock_control,
-            cache_control=cache_control,
+            sections=list(s.sections),
+            replay_mode=s.replay_mode,
+            clock_control=s.clock_control,
+            cache_control=s.cache_control,
             comm_filter=comm_filter,
         )
 
@@ -231,7 +225,7 @@ def ncu_capture(
         return run_tool(
             argv,
             log,
-            timeout_s,
+            s.timeout_s,
             check=False,
             gpu=True,
             on_line=progress,
@@ -282,13 +276,13 @@ def ncu_capture(
     record = CaptureRecord(
         argv=argv,
         what="ranges" if ranges else plan.mode,
-        replay_mode=replay_mode,
+        replay_mode=s.replay_mode,
         report=rep.name,
         results=len(raw),
         warnings=ncu.warnings(out),
-        clock_control=clock_control,
-        tensor_precisions=counters.precisions if metrics == "default" else None,
-        non_tensor_flops=counters.non_tensor if metrics == "default" else None,
+        clock_control=s.clock_control,
+        tensor_precisions=counters.precisions if s.metrics == "default" else None,
+        non_tensor_flops=counters.non_tensor if s.metrics == "default" else None,
         precisions_seen=counters.seen,
         precisions_how=counters.seen_how,
         simt_share=counters.simt_share,
