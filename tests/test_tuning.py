@@ -14,10 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nsightflow.capture.command import CommandCall
 from nsightflow.capture.hook_settings import HookSettings
 
 PROGRAM = Path(__file__).parent / "programs" / "autotuners.py"
+pytest.importorskip("triton", reason="inductor's autotuners build triton.Config objects")
 
 
 def _run(best: int, tmp_path: Path, settings: HookSettings | None = None) -> dict:
