@@ -6,6 +6,7 @@ the fix, never met later as a quiet ``.get`` default).
 | --- | --- | --- | --- |
 | ``analytic_flops.json`` | :class:`AnalyticCounts` | the harness (timeline, torch_profile) | capture, analysis |
 | ``ceilings.json`` | :class:`Ceilings` | the harness | analysis (peaks) |
+| ``imported/index.json`` | :class:`CapturesIndex` | import_captures | analysis (the user's files in errors) |
 | ``manifest.json`` | :class:`Manifest` | the profiling rules | analysis, the pages |
 | ``ncu/capture.cmd.json`` | :class:`CaptureRecord` | ncu_capture | analysis, diagnostics |
 | ``plan.json`` | nsightflow.capture.plan.CapturePlan | plan | ncu_capture, analysis, the harness (windows) |
@@ -175,6 +176,20 @@ class Ceilings(_Record):
     @property
     def measured(self) -> bool:
         return self.error is None and self.matmul_flops_per_s is not None and self.copy_bytes_per_s is not None
+
+
+@dataclass(frozen=True)
+class CapturesIndex(_Record):
+    """``imported/index.json``: what an import of captures made elsewhere recognised in the user's folder, by kind
+    (nsightflow.analysis.imported), what it ignored, and the ncu exports in the order they were numbered."""
+
+    directory: str
+    recognised: dict[str, list[str]] = field(default_factory=dict)  # kind -> the user's files of that kind
+    ignored: list[str] = field(default_factory=list)
+    exports: list[str] = field(default_factory=list)  # <n>.raw.csv is the n-th of these
+
+    WHAT = "index of imported captures (index.json)"
+    REQUIRED = ("directory",)
 
 
 @dataclass(frozen=True)

@@ -9,4 +9,4 @@ sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
     index = import_captures(sm.params.directory, sm.output[0], sm.params.nsys, sm.params.ncu, sm.log[0])
     with open(sm.log[0], "a") as log:
-        log.write(json.dumps(index, indent=2) + "\n")
+        log.write(json.dumps(index.to_dict(), indent=2) + "\n")

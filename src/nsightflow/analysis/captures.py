@@ -3,7 +3,6 @@ domain), ncu results joined by search, or nsys stats CSVs alone (times only)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ from nsightflow.capture import attribution, ncu, ncu_csv, nsys
 from nsightflow.capture.flops import SIMT, matmul_precision
 from nsightflow.capture.matching import search_timeline
 from nsightflow.errors import InputError
-from nsightflow.records import StageCount
+from nsightflow.records import CapturesIndex, StageCount
 
 
 def aggregate_captures(
@@ -190,7 +189,7 @@ def check_range_counts(stats: pd.DataFrame, tl: attribution.Timeline) -> None:
 def _user_file(imported: Path, name: str) -> str:
     """The user's file behind an imported ``timeline.sqlite``, ``analytic_flops.json`` or stats CSV, for errors."""
     index = imported / "index.json"
-    found = json.loads(index.read_text()).get("recognised", {}) if index.exists() else {}
+    found = CapturesIndex.read(index).recognised if index.exists() else {}
     kinds = {
         "timeline.sqlite": ("sqlite", "nsys_rep"),
         "analytic_flops.json": ("analytic_flops",),
@@ -204,7 +203,7 @@ def _user_file(imported: Path, name: str) -> str:
 def _origins(imported: Path) -> dict[str, str]:
     """The user's file behind each imported ncu export (``000.raw.csv`` → the path given), for errors."""
     index = imported / "index.json"
-    exports = json.loads(index.read_text()).get("exports", []) if index.exists() else []
+    exports = CapturesIndex.read(index).exports if index.exists() else []
     return {f"{i:03d}.raw.csv": path for i, path in enumerate(exports)}
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from nsightflow import files
 from nsightflow.capture import ncu, ncu_csv
 from nsightflow.errors import CapturesError
+from nsightflow.records import CapturesIndex
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_STATS_CMD = "nsys stats --report nvtx_sum --report nvtx_kern_sum --format csv -o PREFIX REPORT.nsys-rep"
@@ -104,7 +105,7 @@ def import_captures(
     nsys_bin: str = "nsys",
     ncu_bin: str = "ncu",
     log: str | Path | None = None,
-) -> dict[str, Any]:
+) -> CapturesIndex:
     """Recognise and normalise a captures directory into ``out_dir``; returns the index of what was found.
 
     Layout written: stats/{nvtx_sum,nvtx_kern_sum}.csv, timeline.sqlite, ncu/<n>.raw.csv,
@@ -145,7 +146,7 @@ def _import(
     nsys_bin: str,
     ncu_bin: str,
     log: Path,
-) -> dict[str, Any]:
+) -> CapturesIndex:
     from nsightflow.capture.backend import found as tool_found
     from nsightflow.capture.tools import run_tool, stats
     from nsightflow.errors import ToolError
@@ -200,13 +201,13 @@ def _import(
     flops = _one(found, "analytic_flops")
     if flops:
         shutil.copy(flops, tmp / "analytic_flops.json")
-    index = {
-        "directory": str(directory.resolve()),
-        "recognised": {k: [str(p) for p in v] for k, v in found.items()},
-        "ignored": [str(p) for p in unknown],
-        "exports": [str(e) for e in sorted(exports)],
-    }
-    (tmp / "index.json").write_text(json.dumps(index, indent=2))
+    index = CapturesIndex(
+        directory=str(directory.resolve()),
+        recognised={k: [str(p) for p in v] for k, v in found.items()},
+        ignored=[str(p) for p in unknown],
+        exports=[str(e) for e in sorted(exports)],
+    )
+    index.write(tmp / "index.json")
     shutil.rmtree(tmp / "exported", ignore_errors=True)
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.replace(out_dir)
