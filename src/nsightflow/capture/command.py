@@ -259,8 +259,9 @@ def _timed(
     settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
     settings = replace(settings, gate=gate, gate_pid=pid)
     timed = _run(call, settings, log, timeout_s, [], devices=devices)
-    found = discover(primary(timed, call.rank), call.domain, call.stages, call.warmup_steps)
-    tuning = primary(timed, call.rank).get("autotuning") or {}
+    mine = primary(timed, call.rank)
+    found = discover(mine, call.domain, call.stages, call.warmup_steps)
+    tuning = mine.get("autotuning") or {}
     return replace(found, compiles=any(r.get("compiled_graphs") for r in timed), tuning=tuning), timed
 
 

@@ -112,7 +112,7 @@ def discover(
     mine = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))
     seen = sorted(set(ranges.loc[ranges["domain"] == domain, "name"]))
     missing = [s for s in stages or [] if s not in set(mine["name"])]
-    if (mine.empty and not partial) or (missing and not partial):
+    if not partial and (mine.empty or missing):
         raise WorkloadError(
             f"the command's NVTX domain {domain!r} has no range named {missing or stages}: it has "
             f"{seen[:20] or 'none'}; fix the workload's stages: (or domain:, '' for the default domain)"

@@ -210,9 +210,9 @@ def ncu_capture(
             tmp_base,
             program.argv,
             metrics=ncu.resolve_metrics(
-                s.metrics, list(s.extra_metrics), chosen.precisions, non_tensor=chosen.non_tensor, ranges=ranges
+                s.metrics, s.extra_metrics, chosen.precisions, non_tensor=chosen.non_tensor, ranges=ranges
             ),
-            sections=list(s.sections),
+            sections=s.sections,
             replay_mode=s.replay_mode,
             clock_control=s.clock_control,
             cache_control=s.cache_control,

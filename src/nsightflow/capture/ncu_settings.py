@@ -8,7 +8,7 @@ to a key a rule uses reruns that rule, and only the rules that use it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nsightflow.capture.ncu import CacheControl, ClockControl, MetricSpec, NonTensorFlops, ReplayMode, TensorPrecisions
@@ -20,10 +20,10 @@ class NcuSettings:
 
     ncu: str  # the ncu binary
     metrics: MetricSpec  # "default" (the report's, with the FLOP counters the plan needs), or a list
-    extra_metrics: tuple[str, ...] = ()
+    extra_metrics: list[str] = field(default_factory=list)
     tensor_precisions: TensorPrecisions = "auto"  # which tensor FLOP counters: "auto" (what runs), "all", a list
     non_tensor_flops: NonTensorFlops = "auto"  # the SASS FLOP counts of CUDA cores
-    sections: tuple[str, ...] = ()
+    sections: list[str] = field(default_factory=list)
     replay_mode: ReplayMode = "kernel"
     clock_control: ClockControl = "base"
     cache_control: CacheControl = "all"
@@ -47,12 +47,7 @@ class NcuSettings:
             "cache_control": c["cache_control"],
             "timeout_s": c["timeout_s"],
         }
-        keys.update(fixed)
-        tuples = ("extra_metrics", "sections")
-        keys.update({k: tuple(keys[k]) for k in tuples})
-        for k in ("metrics", "tensor_precisions"):
-            keys[k] = list(keys[k]) if isinstance(keys[k], (list, tuple)) else keys[k]
-        return cls(**keys)
+        return cls(**{**keys, **fixed})
 
     def params(self) -> dict[str, Any]:
         """The settings as a rule's param (a dict Snakemake records and compares between runs)."""
@@ -61,6 +56,4 @@ class NcuSettings:
     @classmethod
     def from_params(cls, params: Any) -> NcuSettings:
         """The settings a rule's param (:meth:`params`) holds."""
-        keys = dict(params)
-        keys.update({k: tuple(keys[k]) for k in ("extra_metrics", "sections")})
-        return cls(**keys)
+        return cls(**dict(params))
