@@ -329,6 +329,33 @@ def plain_nsys(argv: list[str], out: Path, cwd: Path) -> Path:
     return Path(f"{out}.sqlite")
 
 
+TUNED_SITE = """# Written by nsightflow's tests: a reference run that takes a timed run's autotuning choices
+import json, os, sys
+try:
+    _python = "python" in os.path.basename(os.readlink("/proc/self/exe")).lower()
+except OSError:
+    _python = True
+if _python:  # not ncu's embedded interpreter
+    sys.path.append({src!r})
+    from nsightflow.capture import hook_tuning
+    hook_tuning.install(json.load(open({record!r})))
+"""
+
+
+def tuned_env(folder: Path, choices: dict[str, list[str]]) -> dict[str, str]:
+    """An environment whose Python processes take ``choices`` (a run's manifest ``autotuning``) instead of timing
+    inductor's candidates, and nothing else of nsightflow: a reference under ncu then launches the kernels the
+    program chose when it ran plainly (ncu slows every candidate, so its own timing picks others)."""
+    import nsightflow
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "choices.json").write_text(json.dumps(choices))
+    src = str(Path(nsightflow.__file__).resolve().parent.parent)
+    (folder / "sitecustomize.py").write_text(TUNED_SITE.format(src=src, record=str(folder / "choices.json")))
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def kernels_per_range(sqlite: Path, domain: str, name: str) -> list[pd.DataFrame]:
     """Each range ``name`` of ``domain`` in order: the kernels launched inside it (kernel, graph: replayed from a
     CUDA graph), by plain SQL over the export."""

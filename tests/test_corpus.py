@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 from collections import Counter
@@ -22,8 +24,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import copy_workflow, corpus_dir, kernels_per_range, plain_nsys, snakemake, sql_launches, steady_steps
+from conftest import (
+    copy_workflow,
+    corpus_dir,
+    kernels_per_range,
+    plain_nsys,
+    snakemake,
+    sql_launches,
+    steady_steps,
+    tuned_env,
+)
 
+from nsightflow.capture import ncu, ncu_csv
+from nsightflow.capture.matching import name_key
 from nsightflow.domains import AUTO_DOMAIN
 
 pytestmark = pytest.mark.corpus
@@ -135,6 +148,7 @@ def test_nanogpt_as_published_under_torchrun_on_two_gpus(tmp_path):
 # gpt-fast's stories15M shape (its model.py), under a folder name that also picks its tiktoken tokenizer.
 GPT_FAST = {"n_layer": 6, "dim": 288, "intermediate": 768, "vocab": 32000}
 PROMPT, NEW, SAMPLES = 32, 8, 2
+STAGES = ("prefill", "decode")
 RANGES = [  # (a line of generate.py, the lines a user puts around it); the same indentation
     ("next_token = prefill(model, prompt.view(batch_size, -1), input_pos, **sampling_kwargs).clone()", "prefill"),
     ("next_token, next_prob = decode_one_token(", "decode"),
@@ -183,7 +197,24 @@ def _gpt_fast_flops(tokens: int, cache: int) -> float:
     return tokens * (2 * weights + L * 4 * d * cache)
 
 
-def _check_gpt_fast(run: Path, compiled: bool) -> None:
+def _own_sample_times(log: Path) -> list[float]:
+    """gpt-fast's own time for each sample it reports, in its first run in ``log`` (nsightflow's timed run): its
+    ``Time for inference i: ... tokens/sec`` lines, the seconds taken from the tokens per second (printed to 0.01,
+    where the seconds are printed to 0.01 s)."""
+    times = []
+    for line in log.read_text().splitlines():
+        if line.startswith("Average tokens/sec"):
+            break
+        m = re.match(r"Time for inference \d+: [\d.]+ sec total, ([\d.]+) tokens/sec", line)
+        if m:
+            times.append(NEW / float(m.group(1)))
+    return times
+
+
+def _check_gpt_fast(run: Path, compiled: bool, log: str) -> float:
+    """Each stage's FLOPs per step against the shapes'; returns nsightflow's walls of the steady samples (each one's
+    prefill and decode steps) over gpt-fast's own time for them, which also holds what it times outside the ranges
+    (its KV-cache set-up, the output's copy)."""
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
     assert set(stages.index) == {"prefill", "decode"}, stages.index.tolist()
     counts = json.loads((run / "analytic_flops.json").read_text())["stages"]
@@ -195,6 +226,22 @@ def _check_gpt_fast(run: Path, compiled: bool) -> None:
         got, want = counts[stage]["flops"] / steps, _gpt_fast_flops(tokens, cache)
         print(f"gpt-fast {stage}: FLOPs per step {got:.6g} vs the shapes' {want:.6g} ({got / want - 1:+.3%})")
         assert abs(got / want - 1) < 0.01
+    manifest = json.loads((run / "manifest.json").read_text())
+    every, apart = manifest["every_wall_s"], {(w["stage"], w["step"]) for w in manifest["warmup_steps"]}
+    own = _own_sample_times(run / "logs" / log)
+    assert len(own) == SAMPLES
+    ours, theirs = [], []
+    for k, t in enumerate(own, start=runs - SAMPLES):  # gpt-fast does not report its compiling sample
+        steps = [("prefill", k)] + [("decode", k * (NEW - 1) + j) for j in range(NEW - 1)]
+        if not apart.intersection(steps):
+            ours.append(sum(every[stage][step] for stage, step in steps))
+            theirs.append(t)
+    assert ours, f"every sample has a step set apart: {manifest['warmup_steps']}"
+    ratio = sum(ours) / sum(theirs)
+    print(f"gpt-fast steady samples: nsightflow's prefill and decode walls {[round(x * 1e3, 3) for x in ours]} ms, "
+          f"gpt-fast's own {[round(x * 1e3, 3) for x in theirs]} ms ({ratio - 1:+.2%}); decode per step "
+          f"{statistics.median(manifest['program_wall_s']['decode']) * 1e3:.4f} ms")  # fmt: skip
+    return ratio
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compile"])
@@ -202,7 +249,7 @@ def test_gpt_fast_with_its_ranges_on_a_cpu(tmp_path, compiled):
     folder, argv = _gpt_fast(tmp_path, "cpu", compiled)
     work = _workflow(tmp_path, {"name": "gptfast", "command": argv, "cwd": str(folder)}, "torch")
     snakemake(work, "--cores", "1", "results/report.html")
-    _check_gpt_fast(work / "results" / "gptfast", compiled)
+    assert abs(_check_gpt_fast(work / "results" / "gptfast", compiled, "torch_profile.log") - 1) < 0.10
 
 
 @pytest.mark.gpu
@@ -212,14 +259,19 @@ def test_gpt_fast_with_its_ranges_under_nsys_and_ncu(tmp_path, compiled):
     work = _workflow(tmp_path, {"name": "gptfast", "command": argv, "cwd": str(folder)}, "nsight")
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "gptfast"
-    _check_gpt_fast(run, compiled)
+    ratio = _check_gpt_fast(run, compiled, "timeline.log")
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
     print(stages[["range_instances", "wall_ms", "gpu_busy_ms", "flops_analytic", "flops_tensor_measured"]].to_string())
-    if not compiled:
-        return
-    # Measured compiled: each steady decode step launches the kernels, by name and count, of a plain `nsys profile`
-    # of the same command (its CUDA-graph replays and Triton kernels); ncu's capture ran the kernels the timeline saw
-    # (the workflow compares its launches with the plan's: nsightflow.capture.hook_tuning keeps autotuning's choices)
+    if compiled:
+        _measured_compiled(run, argv, folder, tmp_path)
+    assert abs(ratio - 1) < 0.05  # the steady samples' walls are the program's own
+
+
+def _measured_compiled(run: Path, argv: list[str], folder: Path, tmp_path: Path) -> None:
+    """Measured compiled: each steady decode step launches the kernels, by name and count, of a plain `nsys profile`
+    of the same command (its CUDA-graph replays and Triton kernels); ncu's capture ran the kernels the timeline saw
+    (the workflow compares its launches with the plan's: nsightflow.capture.hook_tuning keeps autotuning's choices),
+    and its numbers are those of ncu over every launch."""
     manifest = json.loads((run / "manifest.json").read_text())
     apart = {w["step"] for w in manifest["warmup_steps"] if w["stage"] == "decode"}
     print(f"set apart: {manifest['warmup_steps']}; autotuning choices taken: {len(manifest['autotuning'])}")
@@ -232,3 +284,47 @@ def test_gpt_fast_with_its_ranges_under_nsys_and_ncu(tmp_path, compiled):
         assert Counter(ours["kernel"]) == Counter(theirs["kernel"]), f"decode step {step}"
         assert ours["graph"].sum() == theirs["graph"].sum() > 0  # CUDA-graph replays in both
     assert mine["kernel"].str.startswith("triton_").any()
+    _against_every_launch(run, argv, folder, tmp_path / "full", manifest["autotuning"])
+
+
+def _against_every_launch(run: Path, argv: list[str], folder: Path, base: Path, tuning: dict) -> None:
+    """Each stage's measured tensor FLOPs and DRAM bytes per steady step against ncu over every launch of its ranges
+    in one run of the same command: the program alone under ncu, taking the timed run's autotuning choices (ncu's
+    own timing would pick other kernels), with the capture's own metric list (which counters share a replay pass
+    changes what DRAM bytes a pass sees). gpt-fast's last samples are steady: their launches, the reference's last
+    ones, split by the timeline's launches per step and checked kernel by kernel."""
+    cmd = json.loads((run / "ncu" / "capture.cmd.json").read_text())["argv"]
+    metrics = cmd[cmd.index("--metrics") + 1].split(",")
+    ncu_bin = shutil.which("ncu") or "ncu"
+    ref = ncu.reference_argv(ncu_bin, base, "LLM", ["prefill", "decode"], metrics, argv)
+    env = tuned_env(base.parent / "tuned-site", tuning)
+    subprocess.run(ref, check=True, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    export = [ncu_bin, "--import", f"{base}.ncu-rep", "--page", "raw", "--csv", "--print-units", "base"]
+    full, _ = ncu_csv.parse_raw_csv(subprocess.run(export, capture_output=True, text=True, check=True).stdout)
+    tl = sql_launches(run / "timeline" / "timeline.sqlite")
+    last = {st: tl[(tl["stage"] == st) & (tl["step"] == tl[tl["stage"] == st]["step"].max())] for st in STAGES}
+    kernels = {st: Counter(map(name_key, last[st]["kernel"])) for st in STAGES}  # one steady step's
+    sample = ["prefill"] + ["decode"] * (NEW - 1)  # each sample's steps, in order
+    per_sample = sum(len(last[st]) for st in sample)
+    tail = full.iloc[len(full) - SAMPLES * per_sample :].reset_index(drop=True)
+    stage, at = [], 0
+    for st in sample * SAMPLES:  # the reference's steps, kernel by kernel the timeline's
+        block = tail["Kernel Name"].iloc[at : at + len(last[st])]
+        assert Counter(map(name_key, block)) == kernels[st], f"the reference's {st} step at row {at}"
+        stage += [st] * len(block)
+        at += len(block)
+    stage = np.array(stage)
+    tensor = [c for c in tail.columns if c.startswith("sm__ops_path_tensor_src_") and c.endswith(".sum")]
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    for st in STAGES:
+        rows = tail[stage == st]
+        steady = int(stages.loc[st, "range_instances"])
+        steps = SAMPLES * (1 if st == "prefill" else NEW - 1)
+        want_t = float(rows[tensor].to_numpy(dtype=float).sum()) / steps
+        want_d = float((rows["dram__bytes_read.sum"] + rows["dram__bytes_write.sum"]).sum()) / steps
+        got_t = stages.loc[st, "flops_tensor_measured"] / steady
+        got_d = stages.loc[st, "dram_bytes_measured"] / steady
+        print(f"gpt-fast --compile {st}, per steady step ({steady} steps, {len(last[st])} launches each): tensor "
+              f"FLOPs {got_t:.6g} vs ncu over every launch {want_t:.6g} ({got_t / want_t - 1:+.3%}); DRAM "
+              f"{got_d:.6g} vs {want_d:.6g} ({got_d / want_d - 1:+.3%})")  # fmt: skip
+        assert abs(got_t / want_t - 1) < 0.01 and abs(got_d / want_d - 1) < 0.01
