@@ -322,10 +322,12 @@ def sql_launches(sqlite, domain="nsightflow"):
 
 
 def plain_nsys(argv: list[str], out: Path, cwd: Path) -> Path:
-    """``argv`` under a plain ``nsys profile`` (no hook, nothing of nsightflow in the process): its SQLite export."""
+    """``argv`` under a plain ``nsys profile`` (no hook, nothing of nsightflow in the process): its SQLite export;
+    the program's output in ``<out>.log``."""
     nsys = [shutil.which("nsys") or "nsys", "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none"]
     nsys += ["--cuda-graph-trace=node", "--export=sqlite", "-o", str(out)]
-    subprocess.run(nsys + argv, check=True, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    with open(f"{out}.log", "w") as log:
+        subprocess.run(nsys + argv, check=True, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     return Path(f"{out}.sqlite")
 
 
@@ -358,7 +360,7 @@ def tuned_env(folder: Path, choices: dict[str, list[str]]) -> dict[str, str]:
 
 def kernels_per_range(sqlite: Path, domain: str, name: str) -> list[pd.DataFrame]:
     """Each range ``name`` of ``domain`` in order: the kernels launched inside it (kernel, graph: replayed from a
-    CUDA graph), by plain SQL over the export."""
+    CUDA graph, start and end on the GPU), by plain SQL over the export."""
     con = sqlite3.connect(sqlite)
     ranges = con.execute(
         'SELECT n.start, n."end" FROM NVTX_EVENTS n JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.text = ? '
@@ -367,7 +369,7 @@ def kernels_per_range(sqlite: Path, domain: str, name: str) -> list[pd.DataFrame
         (domain, name),
     ).fetchall()
     launches = pd.read_sql_query(
-        "SELECT rt.start AS launch, dn.value AS kernel, k.graphNodeId IS NOT NULL AS graph FROM "
+        'SELECT rt.start AS launch, dn.value AS kernel, k.graphNodeId IS NOT NULL AS graph, k.start, k."end" FROM '
         "CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId "
         "JOIN StringIds dn ON dn.id = k.demangledName",
         con,

@@ -17,6 +17,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -149,6 +150,10 @@ def test_nanogpt_as_published_under_torchrun_on_two_gpus(tmp_path):
 GPT_FAST = {"n_layer": 6, "dim": 288, "intermediate": 768, "vocab": 32000}
 PROMPT, NEW, SAMPLES = 32, 8, 2
 STAGES = ("prefill", "decode")
+# nsightflow's walls of a steady sample over gpt-fast's own time for it: its ranges lie inside the interval it times,
+# which also holds its set-up and copies outside them (2-3% of a sample on a CPU, 10-13% on an H100, where a sample
+# is 10-20 ms of host-bound launches)
+OWN_CLOCK = (0.8, 1.0)
 RANGES = [  # (a line of generate.py, the lines a user puts around it); the same indentation
     ("next_token = prefill(model, prompt.view(batch_size, -1), input_pos, **sampling_kwargs).clone()", "prefill"),
     ("next_token, next_prob = decode_one_token(", "decode"),
@@ -249,7 +254,7 @@ def test_gpt_fast_with_its_ranges_on_a_cpu(tmp_path, compiled):
     folder, argv = _gpt_fast(tmp_path, "cpu", compiled)
     work = _workflow(tmp_path, {"name": "gptfast", "command": argv, "cwd": str(folder)}, "torch")
     snakemake(work, "--cores", "1", "results/report.html")
-    assert abs(_check_gpt_fast(work / "results" / "gptfast", compiled, "torch_profile.log") - 1) < 0.10
+    assert OWN_CLOCK[0] < _check_gpt_fast(work / "results" / "gptfast", compiled, "torch_profile.log") < OWN_CLOCK[1]
 
 
 @pytest.mark.gpu
@@ -264,7 +269,7 @@ def test_gpt_fast_with_its_ranges_under_nsys_and_ncu(tmp_path, compiled):
     print(stages[["range_instances", "wall_ms", "gpu_busy_ms", "flops_analytic", "flops_tensor_measured"]].to_string())
     if compiled:
         _measured_compiled(run, argv, folder, tmp_path)
-    assert abs(ratio - 1) < 0.05  # the steady samples' walls are the program's own
+    assert OWN_CLOCK[0] < ratio < OWN_CLOCK[1]
 
 
 def _measured_compiled(run: Path, argv: list[str], folder: Path, tmp_path: Path) -> None:
@@ -276,6 +281,7 @@ def _measured_compiled(run: Path, argv: list[str], folder: Path, tmp_path: Path)
     apart = {w["step"] for w in manifest["warmup_steps"] if w["stage"] == "decode"}
     print(f"set apart: {manifest['warmup_steps']}; autotuning choices taken: {len(manifest['autotuning'])}")
     plain = kernels_per_range(plain_nsys(argv, tmp_path / "plain", folder), "LLM", "decode")
+    _plain_times(manifest, plain, tmp_path / "plain.log", run / "logs" / "timeline.log")
     mine = sql_launches(run / "timeline" / "timeline.sqlite")
     mine = mine[mine["stage"] == "decode"]
     assert len(plain) == len(manifest["every_wall_s"]["decode"])
@@ -287,30 +293,51 @@ def _measured_compiled(run: Path, argv: list[str], folder: Path, tmp_path: Path)
     _against_every_launch(run, argv, folder, tmp_path / "full", manifest["autotuning"])
 
 
+def _plain_times(manifest: dict, plain: list[pd.DataFrame], log: Path, timed_log: Path) -> None:
+    """Print how the program times when nsightflow is not in it (a plain nsys run): gpt-fast's own time per sample
+    against the timed run's, and each steady decode step on the GPU (the first kernel's start to the next step's
+    first, within a sample) against nsightflow's steady decode wall."""
+    theirs, timed = _own_sample_times(log), _own_sample_times(timed_log)
+    print(f"gpt-fast's own time per sample: plain nsys run {[round(x * 1e3, 3) for x in theirs]} ms, "
+          f"nsightflow's timed run {[round(x * 1e3, 3) for x in timed]} ms")  # fmt: skip
+    starts = [float(r["start"].min()) for r in plain]
+    per = NEW - 1
+    periods = [(starts[i + 1] - starts[i]) / 1e9 for i in range(per, len(starts) - 1) if (i + 1) % per]
+    ours = statistics.median(manifest["program_wall_s"]["decode"])
+    theirs_step = statistics.median(periods)
+    print(f"decode per step on the GPU in the plain run (median of {len(periods)}): {theirs_step * 1e3:.4f} ms; "
+          f"nsightflow's steady decode wall {ours * 1e3:.4f} ms ({ours / theirs_step - 1:+.2%})")  # fmt: skip
+
+
 def _against_every_launch(run: Path, argv: list[str], folder: Path, base: Path, tuning: dict) -> None:
-    """Each stage's measured tensor FLOPs and DRAM bytes per steady step against ncu over every launch of its ranges
-    in one run of the same command: the program alone under ncu, taking the timed run's autotuning choices (ncu's
-    own timing would pick other kernels), with the capture's own metric list (which counters share a replay pass
-    changes what DRAM bytes a pass sees). gpt-fast's last samples are steady: their launches, the reference's last
-    ones, split by the timeline's launches per step and checked kernel by kernel."""
+    """Each stage's measured tensor FLOPs and DRAM bytes per steady step against ncu over every launch of the last
+    sample's ranges (its prefill and decode steps) in one run of the same command: the program alone under ncu, taking
+    the timed run's autotuning choices (ncu's own timing would pick other kernels), with the capture's own metric list
+    (which counters share a replay pass changes what DRAM bytes a pass sees). The launches before that sample are
+    skipped, counted from the user's ranges in nsightflow's timeline (ncu's SASS counters cost about 0.3 s a launch),
+    and each of the reference's steps is checked kernel by kernel against the timeline's."""
     cmd = json.loads((run / "ncu" / "capture.cmd.json").read_text())["argv"]
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
+    sqlite = run / "timeline" / "timeline.sqlite"
+    ranges = {st: kernels_per_range(sqlite, "LLM", st) for st in STAGES}
+    steps = [ranges["prefill"][-1]] + ranges["decode"][-(NEW - 1) :]  # the last sample's, in order
+    names = ["prefill"] + ["decode"] * (NEW - 1)
+    count = sum(len(r) for r in steps)
+    skip = sum(len(r) for st in STAGES for r in ranges[st]) - count
     ncu_bin = shutil.which("ncu") or "ncu"
-    ref = ncu.reference_argv(ncu_bin, base, "LLM", ["prefill", "decode"], metrics, argv)
+    ref = ncu.reference_argv(ncu_bin, base, "LLM", list(STAGES), metrics, argv)
+    ref = ref[: -len(argv)] + ["--launch-skip", str(skip), "--launch-count", str(count)] + argv
     env = tuned_env(base.parent / "tuned-site", tuning)
+    began = time.monotonic()
     subprocess.run(ref, check=True, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    print(f"ncu over the {count} launches of the last sample (after {skip}): {time.monotonic() - began:.0f} s")
     export = [ncu_bin, "--import", f"{base}.ncu-rep", "--page", "raw", "--csv", "--print-units", "base"]
-    full, _ = ncu_csv.parse_raw_csv(subprocess.run(export, capture_output=True, text=True, check=True).stdout)
-    tl = sql_launches(run / "timeline" / "timeline.sqlite")
-    last = {st: tl[(tl["stage"] == st) & (tl["step"] == tl[tl["stage"] == st]["step"].max())] for st in STAGES}
-    kernels = {st: Counter(map(name_key, last[st]["kernel"])) for st in STAGES}  # one steady step's
-    sample = ["prefill"] + ["decode"] * (NEW - 1)  # each sample's steps, in order
-    per_sample = sum(len(last[st]) for st in sample)
-    tail = full.iloc[len(full) - SAMPLES * per_sample :].reset_index(drop=True)
+    tail, _ = ncu_csv.parse_raw_csv(subprocess.run(export, capture_output=True, text=True, check=True).stdout)
+    assert len(tail) == count
     stage, at = [], 0
-    for st in sample * SAMPLES:  # the reference's steps, kernel by kernel the timeline's
-        block = tail["Kernel Name"].iloc[at : at + len(last[st])]
-        assert Counter(map(name_key, block)) == kernels[st], f"the reference's {st} step at row {at}"
+    for st, step in zip(names, steps, strict=True):  # the reference's steps, kernel by kernel the timeline's
+        block = tail["Kernel Name"].iloc[at : at + len(step)]
+        assert Counter(map(name_key, block)) == Counter(map(name_key, step["kernel"])), f"{st} at row {at}"
         stage += [st] * len(block)
         at += len(block)
     stage = np.array(stage)
@@ -319,12 +346,12 @@ def _against_every_launch(run: Path, argv: list[str], folder: Path, base: Path, 
     for st in STAGES:
         rows = tail[stage == st]
         steady = int(stages.loc[st, "range_instances"])
-        steps = SAMPLES * (1 if st == "prefill" else NEW - 1)
-        want_t = float(rows[tensor].to_numpy(dtype=float).sum()) / steps
-        want_d = float((rows["dram__bytes_read.sum"] + rows["dram__bytes_write.sum"]).sum()) / steps
+        n = names.count(st)
+        want_t = float(rows[tensor].to_numpy(dtype=float).sum()) / n
+        want_d = float((rows["dram__bytes_read.sum"] + rows["dram__bytes_write.sum"]).sum()) / n
         got_t = stages.loc[st, "flops_tensor_measured"] / steady
         got_d = stages.loc[st, "dram_bytes_measured"] / steady
-        print(f"gpt-fast --compile {st}, per steady step ({steady} steps, {len(last[st])} launches each): tensor "
+        print(f"gpt-fast --compile {st}, per steady step ({steady} steps; the reference's {n}): tensor "
               f"FLOPs {got_t:.6g} vs ncu over every launch {want_t:.6g} ({got_t / want_t - 1:+.3%}); DRAM "
               f"{got_d:.6g} vs {want_d:.6g} ({got_d / want_d - 1:+.3%})")  # fmt: skip
         assert abs(got_t / want_t - 1) < 0.01 and abs(got_d / want_d - 1) < 0.01
