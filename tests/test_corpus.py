@@ -154,6 +154,7 @@ STAGES = ("prefill", "decode")
 # which also holds its set-up and copies outside them (2-3% of a sample on a CPU, 10-13% on an H100, where a sample
 # is 10-20 ms of host-bound launches)
 OWN_CLOCK = (0.8, 1.0)
+REFERENCE_S = 240  # ncu over the last sample's launches
 RANGES = [  # (a line of generate.py, the lines a user puts around it); the same indentation
     ("next_token = prefill(model, prompt.view(batch_size, -1), input_pos, **sampling_kwargs).clone()", "prefill"),
     ("next_token, next_prob = decode_one_token(", "decode"),
@@ -329,7 +330,8 @@ def _against_every_launch(run: Path, argv: list[str], folder: Path, base: Path, 
     ref = ref[: -len(argv)] + ["--launch-skip", str(skip), "--launch-count", str(count)] + argv
     env = tuned_env(base.parent / "tuned-site", tuning)
     began = time.monotonic()
-    subprocess.run(ref, check=True, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    with open(f"{base}.log", "w") as log:  # a bound, so that a slow reference fails here with its log named
+        subprocess.run(ref, check=True, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=REFERENCE_S)
     print(f"ncu over the {count} launches of the last sample (after {skip}): {time.monotonic() - began:.0f} s")
     export = [ncu_bin, "--import", f"{base}.ncu-rep", "--page", "raw", "--csv", "--print-units", "base"]
     tail, _ = ncu_csv.parse_raw_csv(subprocess.run(export, capture_output=True, text=True, check=True).stdout)
