@@ -2,8 +2,8 @@
 ncu over every kernel of the ranged stages with the same metrics, all measured in this one run.
 
 Usage: python3 benchmarks/benchmark.py [variant ...]. Variants:
-  program     the workload alone (`python -m nsightflow.capture.harness`, warm-up and ranged pass), default decoder
-  default     `snakemake --cores 1 results/report.html` in a fresh copy (cold: no preflight, no ceilings cached)
+  program     the workload alone (`python -m nsightflow.capture.inside.harness`, warm-up and ranged pass), default
+  decoder default     `snakemake --cores 1 results/report.html` in a fresh copy (cold: no preflight, no ceilings cached)
   deep        the same with the decoder at n_layers 16
   program16   the 16-layer workload alone
   everything  ncu over every kernel of prefill and all decode steps, one program launch, with the metrics the
@@ -41,7 +41,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from conftest import copy_workflow  # noqa: E402
 
-from nsightflow.capture import ncu  # noqa: E402
+from nsightflow import ncu_metrics  # noqa: E402
+from nsightflow.capture.launch import ncu  # noqa: E402
+from nsightflow.capture.read import ncu_csv  # noqa: E402
 
 
 def _program(args: dict, runs: int = 3) -> tuple[float, int]:
@@ -50,7 +52,7 @@ def _program(args: dict, runs: int = 3) -> tuple[float, int]:
     for _ in range(runs):
         start = time.time()
         subprocess.run(
-            [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(args)],
+            [sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", json.dumps(args)],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -92,7 +94,7 @@ def _workflow(args: dict, key: str, ncu_cfg: dict | None = None) -> tuple[float,
             shutil.copytree(wf / "results" / "tinyllm" / "logs", Path(keep) / f"logs_{key}", dirs_exist_ok=True)
         rep = wf / "results" / "tinyllm" / "ncu" / "capture.ncu-rep"
         start = time.time()
-        subprocess.run(ncu.export_argv(shutil.which("ncu"), rep), check=True, capture_output=True)
+        subprocess.run(ncu_csv.export_argv(shutil.which("ncu"), rep), check=True, capture_output=True)
         print(f"  of the ncu capture job: the CSV export alone {time.time() - start:.2f} s", flush=True)
         plan = json.loads((wf / "results" / "tinyllm" / "plan.json").read_text())
         cmd = json.loads((wf / "results" / "tinyllm" / "ncu" / "capture.cmd.json").read_text())
@@ -130,13 +132,13 @@ COLLECTED = {}  # per workflow variant: the metrics its capture collected (from 
 def _everything(args: dict, key: str) -> tuple[float, int]:
     if key not in COLLECTED:
         raise SystemExit(f"an 'everything' variant compares with the metrics of workflow variant {key!r}: run it first")
-    precisions = COLLECTED[key]["tensor_precisions"] or ncu.ALL_PRECISIONS
+    precisions = COLLECTED[key]["tensor_precisions"] or ncu_metrics.ALL_PRECISIONS
     non_tensor = COLLECTED[key]["non_tensor_flops"] is not False
     print(f"  the {key} run's metrics: tensor precisions {precisions}, non-tensor FLOPs {non_tensor}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "all"
-        metrics = ncu.resolve_metrics("default", [], precisions, non_tensor=non_tensor)
-        program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(args)]
+        metrics = ncu_metrics.resolve_metrics("default", [], precisions, non_tensor=non_tensor)
+        program = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", json.dumps(args)]
         argv = ncu.reference_argv(shutil.which("ncu"), base, "nsightflow", ["prefill", "decode"], metrics, program)
         start = time.time()
         out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
@@ -145,14 +147,14 @@ def _everything(args: dict, key: str) -> tuple[float, int]:
 
 def _passes() -> tuple[float, int]:
     """Replay passes ncu needs for subsets of the default metrics (one empty kernel, so passes, not work)."""
-    from nsightflow.capture.ncu import BYTE_METRICS, PEAK_METRICS, SASS_FLOP_METRICS, TENSOR_FLOP_METRICS, TIME_METRICS
-    from nsightflow.capture.preflight import probe_argv
+    from nsightflow.capture.launch.preflight import probe_argv
+    from nsightflow.ncu_metrics import BYTE_METRICS, PEAK_METRICS, SASS_FLOP_METRICS, TENSOR_FLOP_METRICS, TIME_METRICS
 
     sass = [m for pairs in SASS_FLOP_METRICS.values() for m, _ in pairs]
     sets = {
-        "default": ncu.DEFAULT_METRICS,
-        "no SASS": [m for m in ncu.DEFAULT_METRICS if m not in sass],
-        "no L1/L2 bytes": [m for m in ncu.DEFAULT_METRICS if m not in (BYTE_METRICS["l1"], BYTE_METRICS["l2"])],
+        "default": ncu_metrics.DEFAULT_METRICS,
+        "no SASS": [m for m in ncu_metrics.DEFAULT_METRICS if m not in sass],
+        "no L1/L2 bytes": [m for m in ncu_metrics.DEFAULT_METRICS if m not in (BYTE_METRICS["l1"], BYTE_METRICS["l2"])],
         "time+tensor+dram+peaks": list(TIME_METRICS.values())
         + list(TENSOR_FLOP_METRICS.values())
         + [BYTE_METRICS["dram_read"], BYTE_METRICS["dram_write"]]
@@ -161,7 +163,7 @@ def _passes() -> tuple[float, int]:
         "tensor only": list(TENSOR_FLOP_METRICS.values()),
         "L1/L2 bytes only": [BYTE_METRICS["l1"], BYTE_METRICS["l2"]],
     }
-    one = [m for m in ncu.DEFAULT_METRICS if m not in TENSOR_FLOP_METRICS.values() or "bf16" in m]
+    one = [m for m in ncu_metrics.DEFAULT_METRICS if m not in TENSOR_FLOP_METRICS.values() or "bf16" in m]
     sets["bf16 tensor only, rest default"] = one
     start = time.time()
     for name, metrics in sets.items():
@@ -185,9 +187,9 @@ def _no_export(argv: list[str]) -> list[str]:
 def _timeline_parts() -> tuple[float, int]:
     """Where the timeline job's time goes: the program alone, with the analytic count and ceilings it adds,
     under nsys without and with the SQLite export (one launch each)."""
-    from nsightflow.capture import nsys
+    from nsightflow.capture.launch import nsys
 
-    base = [sys.executable, "-m", "nsightflow.capture.harness", "--args", "{}"]
+    base = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", "{}"]
     total = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         extra = ["--flops-out", f"{tmp}/f.json", "--ceilings-out", f"{tmp}/c.json"]
@@ -210,7 +212,7 @@ def _timeline_parts() -> tuple[float, int]:
 def _ncu_parts() -> tuple[float, int]:
     """Where the ncu capture's time goes, on the default run's plan: the program under ncu with nothing
     profiled, then the planned launches with growing metric sets (one program launch each)."""
-    from nsightflow.capture.plan import CapturePlan
+    from nsightflow.capture.read.plan import CapturePlan
 
     total = 0.0
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,8 +220,8 @@ def _ncu_parts() -> tuple[float, int]:
         run_snakemake(wf, "results/tinyllm/plan.json")
         plan_json = wf / "results" / "tinyllm" / "plan.json"
         n = len(CapturePlan.read(plan_json).expected)
-        program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", "{}"]
-        bf16 = ncu.resolve_metrics("default", [], ["bf16"])
+        program = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", "{}"]
+        bf16 = ncu_metrics.resolve_metrics("default", [], ["bf16"])
         no_sass = [m for m in bf16 if "__sass_" not in m]
         variants = {
             "program alone": (program, None),
@@ -308,7 +310,7 @@ print(json.dumps({"N": N, **rows}))
 def _windows() -> tuple[float, int]:
     """Per window and per first profiled launch: one program under ncu (--profile-from-start off, the default
     metrics), the parts timed inside it; so the plan's windows can be shaped by what they cost."""
-    metrics = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    metrics = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     with tempfile.TemporaryDirectory() as tmp:
         argv = ncu.capture_argv(
             shutil.which("ncu"),
@@ -334,10 +336,10 @@ import json, sys, time
 t0 = time.time()
 import torch
 t1 = time.time()
-from nsightflow.capture import passes
+from nsightflow.capture.inside import passes
 from nsightflow.workloads import build_workload
-from nsightflow.capture.ceilings import measure
-from nsightflow.capture.flops import matmul_precision
+from nsightflow.capture.inside.ceilings import measure
+from nsightflow.precisions import matmul_precision
 t2 = time.time()
 w = build_workload("nsightflow.workloads.decoder:build", {})
 torch.cuda.synchronize()
@@ -359,7 +361,7 @@ print(json.dumps({"import torch": t1 - t0, "import nsightflow": t2 - t1, "build 
 
 def _phases() -> tuple[float, int]:
     """Where the program's time goes (one process, each phase timed), and the preflight's parts."""
-    from nsightflow.capture.preflight import probe_argv
+    from nsightflow.capture.launch.preflight import probe_argv
 
     total = 0.0
     steps = {
@@ -525,12 +527,12 @@ def _timed_launch(label: str, argv: list[str], cwd: Path) -> None:
 
 def _check_against_plan(rep: Path, plan_json: Path) -> None:
     """The capture job's check of a report against its plan, and the CSV export's seconds."""
-    from nsightflow.capture import ncu_csv
-    from nsightflow.capture.matching import match_to_plan
-    from nsightflow.capture.plan import CapturePlan, expected_frame
+    from nsightflow.capture.read import ncu_csv
+    from nsightflow.capture.read.matching import match_to_plan
+    from nsightflow.capture.read.plan import CapturePlan, expected_frame
 
     start = time.time()
-    text = subprocess.run(ncu.export_argv(shutil.which("ncu"), rep), capture_output=True, text=True).stdout
+    text = subprocess.run(ncu_csv.export_argv(shutil.which("ncu"), rep), capture_output=True, text=True).stdout
     exported = time.time() - start
     try:
         raw, _ = ncu_csv.parse_raw_csv(text, rep.name)
@@ -562,8 +564,8 @@ def _everything_8b() -> tuple[float, int]:
     if "8b" not in LAUNCHES:
         raise SystemExit("everything_8b extrapolates to the launches of the '8b' run: run it first")
     args = {**EIGHT_B, "decode_steps": 1}
-    metrics = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
-    program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(args)]
+    metrics = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    program = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", json.dumps(args)]
     with tempfile.TemporaryDirectory() as tmp:
         idle = ncu.capture_argv(
             shutil.which("ncu"),
@@ -597,10 +599,10 @@ def _everything_8b() -> tuple[float, int]:
 def _idle_8b() -> tuple[float, int]:
     """The 8B-shaped program under each profiler with nothing collected, flag by flag (the harness prints each
     phase's seconds): what the program launches under ncu and nsys cost before any profiling."""
-    from nsightflow.capture import nsys
-    from nsightflow.capture.comm import NCU_FILTER
+    from nsightflow.capture.launch import nsys
+    from nsightflow.capture.read.comm import NCU_FILTER
 
-    program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(EIGHT_B)]
+    program = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", json.dumps(EIGHT_B)]
     total = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         ncu_bin, nsys_bin = shutil.which("ncu"), shutil.which("nsys")

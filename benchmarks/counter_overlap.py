@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from first_steps import SPLIT  # benchmarks/ is on the path of a script run from it
 from launch_timing import report_only, timeline_call
 
-from nsightflow.capture import nsys
-from nsightflow.capture.preflight import probe_argv
+from nsightflow.capture.launch import nsys
+from nsightflow.capture.launch.preflight import probe_argv
 
 PHASE = re.compile(r"nsightflow: ([a-z][a-z0-9 ()-]+): ([0-9.]+) s$")
 

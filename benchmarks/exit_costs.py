@@ -18,15 +18,17 @@ from pathlib import Path
 from benchmark import EIGHT_B  # benchmarks/ is on the path of a script run from it
 from launch_timing import timed_launch, timeline_call
 
-from nsightflow.capture import ncu, nsys
-from nsightflow.capture.harness import HarnessCall
-from nsightflow.capture.ncu_capture import export
-from nsightflow.capture.ncu_csv import parse_raw_csv
-from nsightflow.capture.plan import make_plan
+from nsightflow import ncu_metrics
+from nsightflow.capture.inside.harness import HarnessCall
+from nsightflow.capture.launch import ncu, nsys
+from nsightflow.capture.launch.ncu_capture import export
+from nsightflow.capture.read.ncu_csv import parse_raw_csv
+from nsightflow.capture.read.plan import make_plan
 
 # The harness's exit as before its profiled launches ended with os._exit: main() returned, then the interpreter's
-# teardown (the harness's own entry point, nsightflow.capture.harness.launch, ends a timed or windowed launch at once).
-NORMAL = "import sys; from nsightflow.capture.harness import main; sys.exit(main(sys.argv[1:]))"
+# teardown (the harness's own entry point, nsightflow.capture.inside.harness.launch, ends a timed or windowed launch at
+# once).
+NORMAL = "import sys; from nsightflow.capture.inside.harness import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _normal(argv: list[str]) -> list[str]:
@@ -57,7 +59,7 @@ def main() -> None:
             f"{tmp}/plan.log",
         )
         windowed = HarnessCall("nsightflow.workloads.decoder:build", EIGHT_B, warmup=0).windowed(f"{tmp}/plan.json")
-        metrics = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+        metrics = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
         for name in ("normal", "os._exit", "normal", "os._exit"):
             argv = _normal(windowed.argv) if name == "normal" else windowed.argv
             base = Path(tmp, f"n_{len(rows)}")

@@ -20,7 +20,8 @@ from pathlib import Path
 from launch_timing import report_only, timed_launch, timeline_call  # benchmarks/ is on the path of a script run from it
 from window_costs import capture_argv
 
-from nsightflow.capture import ncu, nsys
+from nsightflow import ncu_metrics
+from nsightflow.capture.launch import ncu, nsys
 
 
 def _nsys(nsys_bin: str, tmp: str) -> None:
@@ -54,7 +55,7 @@ def _nsys(nsys_bin: str, tmp: str) -> None:
 
 
 def _ncu_csv(ncu_bin: str, tmp: str) -> None:
-    metrics = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    metrics = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     base = capture_argv(ncu_bin, f"{tmp}/csv", "first", metrics)
     i = base.index("--metrics")
     argv = base[:i] + ["--csv", "--page", "raw", "--print-units", "base", "--print-kernel-base", "mangled"] + base[i:]

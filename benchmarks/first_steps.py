@@ -17,9 +17,9 @@ import tempfile
 from benchmark import EIGHT_B  # benchmarks/ is on the path of a script run from it
 from launch_timing import report_only, timed_launch, timeline_call
 
-from nsightflow.capture import nsys
-from nsightflow.capture.harness import HarnessCall
-from nsightflow.capture.hostfacts import THREAD_VARS
+from nsightflow.capture.inside.harness import HarnessCall
+from nsightflow.capture.launch import nsys
+from nsightflow.capture.launch.hostfacts import THREAD_VARS
 
 SPLIT = re.compile(
     r"warm-up pass 1 by stage: prefill ([0-9.]+) s first step, [0-9.]+ s the rest, decode ([0-9.]+) s "

@@ -21,11 +21,12 @@ from pathlib import Path
 from launch_timing import timed_launch, timeline_call
 from window_costs import capture_argv
 
-from nsightflow.capture import ncu, nsys
+from nsightflow import ncu_metrics
+from nsightflow.capture.launch import ncu, nsys
 
 
 def _ncu_rows(ncu_bin: str, tmp: str) -> None:
-    bf16 = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    bf16 = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     no_caches = [m for m in bf16 if not m.startswith(("lts__", "l1tex__"))]
 
     def argv(name: str, variant: str, metrics: list[str], drop: tuple[str, ...] = (), add: tuple[str, ...] = ()):

@@ -21,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from nsightflow.capture import ncu
+from nsightflow import ncu_metrics
+from nsightflow.capture.read import ncu_csv
 
 LLAMA = {
     "model_type": "llama",
@@ -140,7 +141,7 @@ def run(out: Path, argv: list[str], name: str, timeout: int = 500) -> str:
 
 def export(out: Path, rep: Path, base: str, stem: str) -> None:
     """ncu's raw CSV export of ``rep`` with kernel names printed on ``base``."""
-    argv = ncu.export_argv("ncu", rep) + ["--print-kernel-base", base]
+    argv = ncu_csv.export_argv("ncu", rep) + ["--print-kernel-base", base]
     proc = subprocess.run(argv, capture_output=True, text=True)
     (out / f"{stem}.{base}.raw.csv").write_text(proc.stdout)
     with open(out / "commands.log", "a") as fh:
@@ -166,7 +167,7 @@ def names(out: Path) -> None:
 
 
 def handmade(out: Path) -> None:
-    metrics = ncu.resolve_metrics("default", [], ncu.ALL_PRECISIONS, non_tensor=True)
+    metrics = ncu_metrics.resolve_metrics("default", [], ncu_metrics.ALL_PRECISIONS, non_tensor=True)
     for name, nest, with_ncu in (("train", False, True), ("moe", True, True), ("decoder", True, False)):
         d = out / f"handmade_{name}"
         d.mkdir()
@@ -193,7 +194,7 @@ def handmade(out: Path) -> None:
             + ["--clock-control=none", "--metrics", ",".join(metrics), *prog],
             f"{name}_ncu",
         )
-        proc = subprocess.run(ncu.export_argv("ncu", rep.with_suffix(".ncu-rep")), capture_output=True, text=True)
+        proc = subprocess.run(ncu_csv.export_argv("ncu", rep.with_suffix(".ncu-rep")), capture_output=True, text=True)
         (d / "ncu.raw.csv").write_text(proc.stdout)
         export(out, rep.with_suffix(".ncu-rep"), "mangled", f"handmade_{name}_ncu")
         rep.with_suffix(".ncu-rep").unlink(missing_ok=True)

@@ -17,7 +17,7 @@ import tempfile
 from launch_timing import report_only  # benchmarks/ is on the path of a script run from it
 from ncu_launch_costs import loop_argv, loop_results
 
-from nsightflow.capture import nsys
+from nsightflow.capture.launch import nsys
 
 
 def main() -> None:

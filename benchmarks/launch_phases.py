@@ -19,7 +19,7 @@ import time
 
 from launch_timing import report_only, timed_launch, timeline_call  # benchmarks/ is on the path of a script run from it
 
-from nsightflow.capture import nsys
+from nsightflow.capture.launch import nsys
 
 TINY = (
     "import torch; x = torch.ones(4, device='cuda'); import torch.cuda.profiler as p; p.start(); x.add_(1); "

@@ -8,7 +8,7 @@ import time
 
 from benchmark import EIGHT_B  # benchmarks/ is on the path of a script run from it
 
-from nsightflow.capture.harness import HarnessCall
+from nsightflow.capture.inside.harness import HarnessCall
 
 
 def timeline_call(tmp: str) -> HarnessCall:
@@ -33,6 +33,6 @@ def timed_launch(argv: list[str]) -> tuple[float, float, str]:
 
 
 def report_only(argv: list[str]) -> list[str]:
-    """An ``nsys profile`` command line (nsightflow.capture.nsys.profile_argv) that writes the report without its
+    """An ``nsys profile`` command line (nsightflow.capture.launch.nsys.profile_argv) that writes the report without its
     SQLite export."""
     return [("--export=none" if a == "--export=sqlite" else a) for a in argv]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nsightflow.capture.ncu_csv import parse_nvtx
+from nsightflow.capture.read.ncu_csv import parse_nvtx
 
 
 def _export(path: Path) -> pd.DataFrame:

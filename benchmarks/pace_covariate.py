@@ -79,7 +79,7 @@ def paces() -> dict[str, float]:
 def child(cal_out: str, harness_argv: list[str]) -> None:
     """One launch: the paces, then the harness as the workflow runs it (it ends the process)."""
     Path(cal_out).write_text(json.dumps(paces()))
-    from nsightflow.capture.harness import launch
+    from nsightflow.capture.inside.harness import launch
 
     launch(harness_argv)
 
@@ -102,7 +102,7 @@ def _ratio(alone: list[float], nsys_: list[float]) -> tuple[float, float, float]
 
 
 def main() -> None:
-    from nsightflow.capture import nsys
+    from nsightflow.capture.launch import nsys
 
     per_arm = int(sys.argv[1]) if len(sys.argv) > 1 else 12
     rows: list[dict] = []
@@ -112,7 +112,7 @@ def main() -> None:
             out, cal = f"{tmp}/run{i}.json", f"{tmp}/cal{i}.json"
             harness = ["--args", json.dumps(ARGS), "--out", out, "--timed"]
             argv = [sys.executable, __file__, "--child", cal, *harness]
-            if profiled:  # what the timeline job runs (nsightflow.capture.tools.timeline)
+            if profiled:  # what the timeline job runs (nsightflow.capture.launch.tools.timeline)
                 argv = nsys.profile_argv(shutil.which("nsys") or "nsys", f"{tmp}/t{i}", argv, capture_range=True)
             subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0"})
             got = json.loads(Path(out).read_text())

@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmark import EIGHT_B  # benchmarks/ is on the path of a script run from it
 
-from nsightflow.capture import passes
+from nsightflow.capture.inside import passes
 from nsightflow.workloads import decoder
 
 

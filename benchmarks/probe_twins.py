@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from nsightflow.capture.attribution import read_timeline
+from nsightflow.capture.read.attribution import read_timeline
 
 
 def main(folders: list[str]) -> None:

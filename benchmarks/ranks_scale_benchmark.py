@@ -6,7 +6,7 @@ profiled rank's stage, probe and operator ranges and both ranks' ranks-domain ra
 and in time (timestamps shifted past the previous copy, correlation ids offset, the step payloads of the stage,
 probe and ranks domains offset so every copy's steps are new steps). What is timed, in a fresh process per size,
 is what the workflow's plan and aggregate jobs do with a timeline: the profiled rank's attribution and capture plan
-(nsightflow.capture.attribution, nsightflow.capture.plan) and every rank's table (nsightflow.analysis.ranks).
+(nsightflow.capture.read.attribution, nsightflow.capture.read.plan) and every rank's table (nsightflow.analysis.ranks).
 Usage: python benchmarks/ranks_scale_benchmark.py [launches ...]   (default: 100000 1000000 5000000)
 """
 
@@ -100,8 +100,8 @@ def build(dst: Path, launches: int) -> tuple[int, list[int]]:
 MEASURE = """
 import json, resource, sys, time
 from nsightflow.analysis import ranks
-from nsightflow.capture.attribution import read_timeline
-from nsightflow.capture.plan import plan_capture
+from nsightflow.capture.read.attribution import read_timeline
+from nsightflow.capture.read.plan import plan_capture
 from nsightflow.records import Manifest
 pids = json.loads(sys.argv[2])
 manifest = Manifest(stages=[{"name": "prefill"}, {"name": "decode"}], profiled_rank=0,

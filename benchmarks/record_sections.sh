@@ -8,7 +8,7 @@ mkdir -p "$out"
 ncu --force-overwrite --export "$out/sections" --nvtx --nvtx-include "nsightflow@prefill/" --launch-count 6 \
   --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
   --section LaunchStats --clock-control none \
-  python3 -m nsightflow.capture.harness --args '{"batch": 2, "prompt": 128, "decode_steps": 2, "n_layers": 1}' \
+  python3 -m nsightflow.capture.inside.harness --args '{"batch": 2, "prompt": 128, "decode_steps": 2, "n_layers": 1}' \
   > "$out/capture.log" 2>&1
 ncu --import "$out/sections.ncu-rep" --page raw --csv --print-units base --print-kernel-base mangled > "$out/raw.csv"
 ncu --import "$out/sections.ncu-rep" --page details --print-details all > "$out/details.txt"

@@ -97,8 +97,8 @@ def build(dst: Path, launches: int) -> int:
 
 MEASURE = """
 import json, resource, sys, time
-from nsightflow.capture.attribution import read_timeline
-from nsightflow.capture.plan import plan_capture
+from nsightflow.capture.read.attribution import read_timeline
+from nsightflow.capture.read.plan import plan_capture
 t = time.time()
 tl = read_timeline(sys.argv[1], "nsightflow")
 t_attr = time.time() - t

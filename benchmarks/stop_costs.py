@@ -19,13 +19,13 @@ import tempfile
 from benchmark import EIGHT_B  # benchmarks/ is on the path of a script run from it
 from launch_timing import timed_launch, timeline_call
 
-from nsightflow.capture import nsys
+from nsightflow.capture.launch import nsys
 
 FIRST_PASS_TRACED = r"""
 import json, os, sys, time
 import torch.cuda.profiler as profiler
-from nsightflow.capture import passes
-from nsightflow.capture.progress import phase
+from nsightflow.capture.inside import passes
+from nsightflow.capture.inside.progress import phase
 from nsightflow.workloads import decoder
 with phase("workload built"):
     w = decoder.build(**json.loads(sys.argv[1]))

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from benchmark import EIGHT_B  # benchmarks/ is on the path of a script run from it
 
-from nsightflow.capture import nsys
+from nsightflow.capture.launch import nsys
 
 PROGRAM = r"""
 import json, sys, time
-from nsightflow.capture import passes
+from nsightflow.capture.inside import passes
 from nsightflow.workloads import decoder
 variant, args = sys.argv[1], json.loads(sys.argv[2])
 w = decoder.build(**args)

@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from nsightflow.capture import nsys
+from nsightflow.capture.launch import nsys
 
 ARGS = {"batch": 1, "prompt": 128, "decode_steps": 16, "n_layers": 16}
 
@@ -17,7 +17,7 @@ def launch_argv(tmp: str | Path, i: int, profiled: bool, wrap: list[str] | None 
     """The ``i``-th launch's argv (the program after ``wrap``, e.g. ``taskset``; under nsys when ``profiled``) and the
     path of the harness's record, both under ``tmp``."""
     out = Path(tmp) / f"r{i}.json"
-    argv = [*(wrap or []), sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(ARGS)]
+    argv = [*(wrap or []), sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", json.dumps(ARGS)]
     argv += ["--out", str(out), "--timed"]
     if profiled:
         argv = nsys.profile_argv(shutil.which("nsys"), Path(tmp) / f"t{i}", argv, capture_range=True)

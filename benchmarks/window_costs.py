@@ -22,7 +22,8 @@ import sys
 import tempfile
 import time
 
-from nsightflow.capture import ncu
+from nsightflow import ncu_metrics
+from nsightflow.capture.launch import ncu
 
 PROGRAM = r"""
 import sys, time, torch
@@ -86,7 +87,7 @@ def main() -> None:
     ncu_bin = shutil.which("ncu")
     if ncu_bin is None:
         raise SystemExit("ncu is not on PATH")
-    metrics = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    metrics = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in VARIANTS:

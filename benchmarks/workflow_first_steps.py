@@ -30,7 +30,7 @@ def _phases(log: Path) -> str:
 def main() -> None:
     start = time.time()
     subprocess.run(
-        [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(EIGHT_B)],
+        [sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", json.dumps(EIGHT_B)],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

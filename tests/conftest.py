@@ -13,14 +13,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nsightflow.capture.matching import name_key
+from nsightflow.capture.read.matching import name_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 
 
 def steady_steps(run: Path, stage: str, steps: int) -> int:
-    """The steps of a command's ``stage`` left once the run set its warm-up steps apart (nsightflow.capture.warmup),
+    """The steps of a command's ``stage`` left once the run set its warm-up steps apart
+    (nsightflow.capture.read.warmup),
     checked against its manifest: the timed run had all ``steps``, only leading ones were set apart, at least one
     is left."""
     import json
@@ -235,7 +236,7 @@ def pytest_sessionfinish(session, exitstatus):
     import signal
     import time
 
-    from nsightflow.capture.children import command, descendants
+    from nsightflow.capture.launch.children import command, descendants
 
     folder = session.config.stash.get(SUITE_TMP, "")
 
@@ -339,7 +340,7 @@ except OSError:
     _python = True
 if _python:  # not ncu's embedded interpreter
     sys.path.append({src!r})
-    from nsightflow.capture import hook_tuning
+    from nsightflow.capture.inside import hook_tuning
     hook_tuning.install(json.load(open({record!r})))
 """
 
@@ -447,7 +448,7 @@ def torch_harness_run(tmp_path, spec, args):
     from nsightflow.analysis import torch_backend, torchprof
 
     out = {k: tmp_path / f"{k}.json" for k in ("trace", "flops", "ceilings", "run")}
-    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--mode", "torch", "--args", json.dumps(args)]
+    argv = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--mode", "torch", "--args", json.dumps(args)]
     argv += ["--callable", spec]
     argv += ["--trace", str(out["trace"]), "--flops-out", str(out["flops"]), "--ceilings-out", str(out["ceilings"])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}

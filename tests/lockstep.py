@@ -8,9 +8,9 @@ than the arms; whole passes taking turns (about 1.5 s a round of four) still did
 alternate milliseconds apart share the moment; each arm's step is compared with the reference arm's steps just
 before and after it.
 
-Each participant builds the workload, warms it up (nsightflow.capture.passes.warm_up), opens the profiler's capture
-range if told to (a traced arm), waits until every participant is ready, then runs ``--rounds`` timed passes
-(nsightflow.capture.passes.timed_pass, the harness's ``--timed`` pass), its setup and each step one turn (outside
+Each participant builds the workload, warms it up (nsightflow.capture.inside.passes.warm_up), opens the profiler's
+capture range if told to (a traced arm), waits until every participant is ready, then runs ``--rounds`` timed passes
+(nsightflow.capture.inside.passes.timed_pass, the harness's ``--timed`` pass), its setup and each step one turn (outside
 the step's timing), taken when the token from the one before it in the ring arrives and passed on after.
 Participant 0 takes the first turn. The token travels through named pipes in ``--pipes``: ``i`` reads ``<i>.in`` and
 writes ``<i+1 mod n>.in``. It writes ``--out``: each pass's step walls by stage and when each of its turns began
@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from nsightflow.capture.passes import capture_range, timed_pass, warm_up
+from nsightflow.capture.inside.passes import capture_range, timed_pass, warm_up
 from nsightflow.workloads.api import build_workload
 
 WAIT_S = 300  # a participant that waits longer for the token than this stops (another one died)

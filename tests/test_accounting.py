@@ -15,10 +15,10 @@ import torch
 from conftest import DATA, aggregate_recorded, torch_harness_run
 from workloads import routing
 
+from nsightflow import ncu_metrics
 from nsightflow.analysis.diagnostics import flop_notes
-from nsightflow.capture import ncu
-from nsightflow.capture.flops import Tally
-from nsightflow.capture.probe import op_probe
+from nsightflow.capture.inside.flops import Tally
+from nsightflow.capture.inside.probe import op_probe
 from nsightflow.records import AnalyticCounts
 
 EXPERTS = {"tokens": 256, "hidden": 64, "ffn": 96, "experts": 4, "device": "cpu", "dtype": "float32", "steps": 2}
@@ -185,21 +185,21 @@ def test_precisions_follow_matrix_kernels_of_operators_without_a_formula():
     plan = json.loads((run / "plan.json").read_text())
     analytic = AnalyticCounts.read(run / "analytic_flops.json")
     launches = [(e["stage"], int(e["unit"]), str(e["class_key"]), str(e["kernel"])) for e in plan["expected"]]
-    assert ncu.seen_precisions(analytic, launches)[0] == ["bf16"]
+    assert ncu_metrics.seen_precisions(analytic, launches)[0] == ["bf16"]
     gemm = next(i for i, (_, unit, key, kernel) in enumerate(launches) if key.startswith("mm#") and "nvjet" in kernel)
     stage, unit, key, kernel = launches[gemm]
     renamed = [*launches[:gemm], (stage, unit, "fused_mm" + key[2:], kernel), *launches[gemm + 1 :]]
-    seen, how = ncu.seen_precisions(analytic, renamed)
+    seen, how = ncu_metrics.seen_precisions(analytic, renamed)
     assert seen is None and "fused_mm, which has no formula" in how[0]
-    assert ncu.tensor_precisions("auto", seen) == ncu.ALL_PRECISIONS
+    assert ncu_metrics.tensor_precisions("auto", seen) == ncu_metrics.ALL_PRECISIONS
     # An elementwise kernel of such an operator does no matrix work: the precisions stay those seen.
     elementwise = next(i for i, (_, unit, key, kernel) in enumerate(launches) if "elementwise" in kernel)
     stage, unit, key, kernel = launches[elementwise]
     other = [*launches[:elementwise], (stage, unit, "my_op#0#0|x", kernel), *launches[elementwise + 1 :]]
-    assert ncu.seen_precisions(analytic, other)[0] == ["bf16"]
+    assert ncu_metrics.seen_precisions(analytic, other)[0] == ["bf16"]
     listed = dataclasses.replace(analytic.stages[stage], no_formula={"mylib.fused_mm": 2})
     marked = dataclasses.replace(analytic, stages={**analytic.stages, stage: listed})
-    assert ncu.seen_precisions(marked, launches)[0] is None
+    assert ncu_metrics.seen_precisions(marked, launches)[0] is None
 
 
 def test_a_stage_without_experts_has_no_expert_numbers():

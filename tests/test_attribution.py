@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import DATA
 
-from nsightflow.capture import attribution
+from nsightflow.capture.read import attribution
 from nsightflow.errors import TimelineError
 
 D = DATA / "h200_tinyllm"

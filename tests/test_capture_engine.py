@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from conftest import DATA, aggregate_recorded, sql_launches
 
+from nsightflow import ncu_metrics, precisions
 from nsightflow.analysis import aggregate, diagnostics, metrics
-from nsightflow.capture import attribution, flops, matching, ncu, ncu_csv, plan
+from nsightflow.capture.read import attribution, matching, ncu_csv, plan
 from nsightflow.records import CaptureRecord, Diagnostic, Manifest, Summary
 
 V2 = DATA / "h200_v2"
@@ -21,7 +22,7 @@ V3 = DATA / "h200_v3"  # runs whose captures collected only the FLOP counters th
 def _agg(run, root=V2, **kw):
     d = root / run
     # Captures recorded before manifests named MFU's precision: these workloads declared their dtype.
-    precision = flops.tensor_precision(json.loads((d / "manifest.json").read_text())["dtype"], tf32=False)
+    precision = precisions.tensor_precision(json.loads((d / "manifest.json").read_text())["dtype"], tf32=False)
     return aggregate_recorded(
         d,
         precision,
@@ -32,7 +33,7 @@ def _agg(run, root=V2, **kw):
 def _sums(raw):
     """FLOPs (tensor pipes + SASS, FMA = 2) and DRAM bytes per NVTX range, straight from an export's cells."""
     sass = {"fadd": 1, "fmul": 1, "ffma": 2, "dadd": 1, "dmul": 1, "dfma": 2, "hadd": 2, "hmul": 2, "hfma": 4}
-    flops = sum(raw[m] for m in ncu.TENSOR_FLOP_METRICS.values())
+    flops = sum(raw[m] for m in ncu_metrics.TENSOR_FLOP_METRICS.values())
     flops = flops + sum(k * raw[f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"] for op, k in sass.items())
     dram = raw["dram__bytes_read.sum"] + raw["dram__bytes_write.sum"]
     return pd.DataFrame({"flops": flops, "dram": dram, "stage": raw["nvtx_range"]}).groupby("stage").sum()
@@ -292,7 +293,7 @@ def test_a_capture_without_non_tensor_flops_reports_them_as_not_collected():
     raw, _ = ncu_csv.parse_raw_csv(d / "capture.raw.csv")
     assert not [c for c in raw.columns if "__sass_" in c]
     tensor = {c.rsplit(".", 1)[0] for c in raw.columns if c.startswith("sm__ops_path_tensor_src")}
-    assert tensor == {ncu.TENSOR_FLOP_METRICS["bf16"].removesuffix(".sum")}
+    assert tensor == {ncu_metrics.TENSOR_FLOP_METRICS["bf16"].removesuffix(".sum")}
     agg = _agg("default", V3)
     st = agg.stages.set_index("stage")
     assert st["flops_measured"].isna().all()  # not collected: never a partial sum

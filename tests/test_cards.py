@@ -1,5 +1,5 @@
-"""Cards for the top kernel classes (nsightflow.analysis.cards, nsightflow.capture.deep): ncu's sections recorded on
-an H100 (tests/data/h100_sections) read into cards whose numbers are the export's cells, and the deep-dive plan cut
+"""Cards for the top kernel classes (nsightflow.analysis.cards, nsightflow.capture.read.deep): ncu's sections recorded
+on an H100 (tests/data/h100_sections) read into cards whose numbers are the export's cells, and the deep-dive plan cut
 from the committed H200 plan of the default decoder."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from conftest import DATA
 
 from nsightflow.analysis.cards import cards, detail_rules
-from nsightflow.capture import ncu_csv
-from nsightflow.capture.attribution import read_timeline
-from nsightflow.capture.deep import deep_plan
-from nsightflow.capture.plan import CapturePlan
+from nsightflow.capture.read import ncu_csv
+from nsightflow.capture.read.attribution import read_timeline
+from nsightflow.capture.read.deep import deep_plan
+from nsightflow.capture.read.plan import CapturePlan
 
 SECTIONS = DATA / "h100_sections"
 V3 = DATA / "h200_v3" / "default"

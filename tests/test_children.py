@@ -6,7 +6,7 @@ import sys
 import pytest
 from conftest import process_alive
 
-from nsightflow.capture import children
+from nsightflow.capture.launch import children
 
 
 def test_a_process_in_a_session_of_its_own_dies_with_the_tool_that_started_it(tmp_path):

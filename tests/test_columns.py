@@ -9,8 +9,9 @@ import pytest
 from conftest import DATA, aggregate_recorded, torch_harness_run
 
 from nsightflow import columns
-from nsightflow.analysis import captures, imported
+from nsightflow.analysis import captures
 from nsightflow.analysis.runfiles import in_order
+from nsightflow.capture.launch import imported
 
 TINY = {"batch": 1, "prompt": 16, "decode_steps": 2, "vocab": 256, "d_model": 32, "n_layers": 1, "n_heads": 2}
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from conftest import ROOT, snakemake, steady_steps, torch_workflow
 
-from nsightflow.capture.command import fill
-from nsightflow.capture.discovery import discover
+from nsightflow.capture.launch.command import fill
+from nsightflow.capture.launch.discovery import discover
 from nsightflow.errors import ConfigError, WorkloadError
 from nsightflow.rules.config import check
 
@@ -140,10 +140,10 @@ def test_discovery_picks_the_busiest_program_domain_and_one_step_at_a_time():
 def test_the_hook_follows_the_programs_child_processes(tmp_path):
     """The settings stay in the environment: every Python process the command starts (a rank of torchrun) loads the
     hook and writes its own record; the process that opened the ranges is the one that has them."""
-    from nsightflow.capture.command import CommandCall
-    from nsightflow.capture.discovery import primary
-    from nsightflow.capture.hook import record_path
-    from nsightflow.capture.hook_settings import HookSettings
+    from nsightflow.capture.inside.hook import record_path
+    from nsightflow.capture.inside.hook_settings import HookSettings
+    from nsightflow.capture.launch.command import CommandCall
+    from nsightflow.capture.launch.discovery import primary
 
     child = tmp_path / "child.py"
     child.write_text("import os, nvtx\nwith nvtx.annotate('work', domain='D'):\n    print(os.getpid())\n")
@@ -170,8 +170,8 @@ def test_code_planted_for_the_hook_never_runs(tmp_path):
     import subprocess
     import tempfile
 
-    from nsightflow.capture.command import CommandCall
-    from nsightflow.capture.hook_settings import HookSettings
+    from nsightflow.capture.inside.hook_settings import HookSettings
+    from nsightflow.capture.launch.command import CommandCall
     from nsightflow.errors import CaptureError
 
     planted = []
@@ -218,8 +218,8 @@ def test_code_planted_for_the_hook_never_runs(tmp_path):
 
 @pytest.mark.parametrize("work, warmups", [([], [0, 1]), (["torch.compile made 1 graph(s)"], [1]), (None, [1])])
 def test_ncu_windows_a_callables_first_pass_only_where_the_timeline_saw_no_one_time_work(tmp_path, work, warmups):
-    from nsightflow.capture.command import program_launches
-    from nsightflow.capture.harness import HarnessCall
+    from nsightflow.capture.inside.harness import HarnessCall
+    from nsightflow.capture.launch.command import program_launches
     from nsightflow.records import Manifest
 
     Manifest(callable="workloads:first_use_state", first_pass_work=work).write(tmp_path / "manifest.json")
@@ -241,9 +241,10 @@ def test_ncu_windows_a_callables_first_pass_only_where_the_timeline_saw_no_one_t
 
 
 def test_a_commands_ncu_launch_never_starts_before_its_plan(tmp_path):
-    # Its hook reads the plan as the program starts (nsightflow.capture.hook_actions), so ncu_capture makes a command's
+    # Its hook reads the plan as the program starts (nsightflow.capture.inside.hook_actions), so ncu_capture makes a
+    # command's
     # plan before ncu starts, whatever the rule asks.
-    from nsightflow.capture.command import program_launches
+    from nsightflow.capture.launch.command import program_launches
     from nsightflow.records import Manifest
 
     Manifest(stage_domain="D", stages=[{"name": "work"}]).write(tmp_path / "manifest.json")
@@ -325,7 +326,7 @@ for _ in range(2):
 def test_a_users_inductor_cache_folder_is_kept(tmp_path, monkeypatch):
     """A ``TORCHINDUCTOR_CACHE_DIR`` the user set reaches the program unchanged (only ``TMPDIR`` is the job's);
     without one, the program gets torch's default for the machine's temporary folder, not the job's."""
-    from nsightflow.capture.hook_site import program_tmp
+    from nsightflow.capture.launch.hook_site import program_tmp
 
     (tmp_path / "machine").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "machine"))

@@ -52,9 +52,9 @@ def test_a_compiled_command_is_measured_compiled_and_counted_apart(tmp_path):
 def test_the_profiled_launch_of_a_compiled_command_runs_it_compiled(tmp_path):
     """The launch nsys wraps (here with no profiler: the same hook, the same gate) runs the program compiled once the
     timed run saw it compile: no TorchDispatchMode in its steps, so torch.compile makes its graph as alone."""
-    from nsightflow.capture.command import CommandCall, timed_beside
-    from nsightflow.capture.discovery import primary
-    from nsightflow.capture.hook_settings import HookSettings
+    from nsightflow.capture.inside.hook_settings import HookSettings
+    from nsightflow.capture.launch.command import CommandCall, timed_beside
+    from nsightflow.capture.launch.discovery import primary
 
     call = CommandCall(command=_argv())
     probe = HookSettings("probe", str(tmp_path / "probe.json"), flops_out=str(tmp_path / "flops.json"))

@@ -36,8 +36,9 @@ from conftest import (
     tuned_env,
 )
 
-from nsightflow.capture import ncu, ncu_csv
-from nsightflow.capture.matching import name_key
+from nsightflow.capture.launch import ncu
+from nsightflow.capture.read import ncu_csv
+from nsightflow.capture.read.matching import name_key
 from nsightflow.domains import AUTO_DOMAIN
 
 pytestmark = pytest.mark.corpus
@@ -128,7 +129,7 @@ def test_nanogpt_as_published_under_nsys_and_ncu(tmp_path):
 def test_nanogpt_as_published_under_torchrun_on_two_gpus(tmp_path):
     """nanoGPT's DDP training as its README starts it (torchrun, NCCL, one GPU a rank): each rank's iterations (its
     half of the micro steps) counted as its own estimate_mfu counts them, rank 0's evaluation apart."""
-    from nsightflow.capture.backend import gpus
+    from nsightflow.capture.launch.backend import gpus
 
     if len(gpus()) < 2:
         pytest.skip("needs a host with at least two GPUs")
@@ -276,8 +277,8 @@ def test_gpt_fast_with_its_ranges_under_nsys_and_ncu(tmp_path, compiled):
 def _measured_compiled(run: Path, argv: list[str], folder: Path, tmp_path: Path) -> None:
     """Measured compiled: each steady decode step launches the kernels, by name and count, of a plain `nsys profile`
     of the same command (its CUDA-graph replays and Triton kernels); ncu's capture ran the kernels the timeline saw
-    (the workflow compares its launches with the plan's: nsightflow.capture.hook_tuning keeps autotuning's choices),
-    and its numbers are those of ncu over every launch."""
+    (the workflow compares its launches with the plan's: nsightflow.capture.inside.hook_tuning keeps autotuning's
+    choices), and its numbers are those of ncu over every launch."""
     manifest = json.loads((run / "manifest.json").read_text())
     apart = {w["step"] for w in manifest["warmup_steps"] if w["stage"] == "decode"}
     print(f"set apart: {manifest['warmup_steps']}; autotuning choices taken: {len(manifest['autotuning'])}")

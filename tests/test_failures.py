@@ -13,7 +13,8 @@ import pytest
 import yaml
 from conftest import DATA, ROOT, copy_workflow, foreground_workflow, left_in_tmp, process_alive, snakemake
 
-from nsightflow.capture import ncu, ncu_csv, nsys
+from nsightflow.capture.launch import ncu
+from nsightflow.capture.read import ncu_csv, nsys_stats
 
 TESTS = ROOT / "tests"
 
@@ -64,15 +65,15 @@ def test_names_with_shell_and_nvtx_characters_reach_the_tools_intact(tmp_path):
     assert "say &quot;hi&quot;; $(touch pwned)" in page
     # On the Nsight path no stage name reaches ncu's command line at all: the harness reads the plan's
     # windows (JSON) and opens them itself, so the name round-trips exactly.
-    from nsightflow.capture.harness import read_windows
-    from nsightflow.capture.plan import CapturePlan, Window
+    from nsightflow.capture.inside.harness import read_windows
+    from nsightflow.capture.read.plan import CapturePlan, Window
 
     plan_json = tmp_path / "plan.json"
     CapturePlan("representatives", "nsightflow", [Window(WEIRD, 1, [3, 4], "test")], []).write(plan_json)
     argv = ncu.capture_argv(
         "ncu",
         "o",
-        ["python", "-m", "nsightflow.capture.harness", "--windows", str(plan_json)],
+        ["python", "-m", "nsightflow.capture.inside.harness", "--windows", str(plan_json)],
         replay_mode="kernel",
         clock_control="none",
         cache_control="all",
@@ -113,11 +114,11 @@ def test_bad_files_are_refused_with_the_cause(tmp_path):
     with pytest.raises(ValueError, match="not an ncu raw CSV export"):
         ncu_csv.parse_raw_csv(empty)
     with pytest.raises(ValueError, match="empty file; expected the nvtx_sum CSV"):
-        nsys.stage_table(empty)
+        nsys_stats.stage_table(empty)
     other = tmp_path / "other.csv"
     other.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="nsys stats --report nvtx_kern_sum"):
-        nsys.kernel_table(other)
+        nsys_stats.kernel_table(other)
 
 
 def _digest(path):
@@ -186,7 +187,7 @@ def test_nsight_backend_without_a_gpu_fails_at_preflight_with_the_fixes(tmp_path
 
 
 def test_timeout_stops_the_program_the_tool_launched(tmp_path):
-    from nsightflow.capture.tools import ToolError, run_tool
+    from nsightflow.capture.launch.tools import ToolError, run_tool
 
     # A launcher (as ncu or nsys is) whose child hangs: both must be gone after the timeout.
     pidfile = tmp_path / "child.pid"
@@ -293,7 +294,7 @@ def test_a_commands_daemon_dies_with_a_killed_job(tmp_path, how):
 
 
 def test_a_crash_is_named_and_a_full_disk_does_not_hide_it(tmp_path):
-    from nsightflow.capture.tools import ToolError, run_tool
+    from nsightflow.capture.launch.tools import ToolError, run_tool
 
     crash = [sys.executable, "-c", "import os, signal; print('about to crash'); os.kill(os.getpid(), signal.SIGSEGV)"]
     with pytest.raises(ToolError, match="was killed by SIGSEGV") as err:
@@ -307,7 +308,7 @@ def test_a_crash_is_named_and_a_full_disk_does_not_hide_it(tmp_path):
 
 
 def test_harmless_library_errors_are_explained_in_the_log():
-    from nsightflow.capture.tools import harmless_notes
+    from nsightflow.capture.launch.tools import harmless_notes
 
     # Printed by torch 2.15's CUDA build under torch.profiler on a machine without a GPU (seen here).
     line = "ERROR:2026-11-22 09:51:28 11620:11620 DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35"

@@ -1,4 +1,4 @@
-"""A command's timed run and its profile launch side by side (nsightflow.capture.gate), with real processes: the
+"""A command's timed run and its profile launch side by side (nsightflow.capture.inside.gate), with real processes: the
 profile launch's program runs only once the timed run has ended, with the stages it found; the timed run's steps wait
 until the other launch is idle; a failed or stopped timed run takes the other launch down with it."""
 
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from nsightflow.capture import children, gate
-from nsightflow.capture.command import CommandCall, timed_beside
-from nsightflow.capture.hook_settings import HookSettings
+from nsightflow.capture.inside import gate
+from nsightflow.capture.inside.hook_settings import HookSettings
+from nsightflow.capture.launch import children
+from nsightflow.capture.launch.command import CommandCall, timed_beside
 from nsightflow.errors import ToolError, WorkloadError
 
 # Says its hook's mode and the clock at its first and last line; its ranges in domain T (discovered).
@@ -110,15 +111,15 @@ with nvtx.annotate("prefill", domain="T"):
 
 DRIVER = """
 import sys
-from nsightflow.capture.command import CommandCall, timed_beside
-from nsightflow.capture.hook_settings import HookSettings
+from nsightflow.capture.launch.command import CommandCall, timed_beside
+from nsightflow.capture.inside.hook_settings import HookSettings
 script, work = sys.argv[1], sys.argv[2]
 call = CommandCall(command=[sys.executable, script, work + "/started"])
 probe = HookSettings("probe", work + "/probe.json", None, None)
 try:
     timed_beside(call, work, work + "/job.log", 300, probe, [])
 except BaseException as exc:  # what is left below the job before it exits (its children would die with it)
-    from nsightflow.capture.children import descendants
+    from nsightflow.capture.launch.children import descendants
     print("left", descendants(), type(exc).__name__, flush=True)
 """
 

@@ -41,8 +41,10 @@ from conftest import (
 )
 from workloads import routing
 
+from nsightflow import ncu_metrics
 from nsightflow.analysis import torchprof
-from nsightflow.capture import ncu, ncu_csv
+from nsightflow.capture.launch import ncu
+from nsightflow.capture.read import ncu_csv
 from nsightflow.records import Summary
 
 pytestmark = pytest.mark.gpu
@@ -156,7 +158,7 @@ def _result_places(raw, domain="nsightflow"):
 def _cell_sums(raw, stages):
     """FLOPs (tensor pipes + SASS, FMA = 2) and DRAM bytes per stage, straight from an export's cells."""
     sass = {"fadd": 1, "fmul": 1, "ffma": 2, "dadd": 1, "dmul": 1, "dfma": 2, "hadd": 2, "hmul": 2, "hfma": 4}
-    tensor = sum(raw[m] for m in ncu.TENSOR_FLOP_METRICS.values() if m in raw.columns)
+    tensor = sum(raw[m] for m in ncu_metrics.TENSOR_FLOP_METRICS.values() if m in raw.columns)
     flops = tensor + sum(k * raw[f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"] for op, k in sass.items())
     dram = raw["dram__bytes_read.sum"] + raw["dram__bytes_write.sum"]
     return {
@@ -291,12 +293,12 @@ def test_the_probe_pass_traced_alone_launches_what_the_ranged_pass_does(run_dir,
     here against an nsys trace of the same program's ranged pass (the harness without a count: no probe pass), by
     plain SQL on both exports: the same kernels in the same order in every step, and the stage table's GPU busy time
     within 1% of the ranged pass's."""
-    from nsightflow.capture import nsys
+    from nsightflow.capture.launch import nsys
 
     run = run_dir / "tinyllm"
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["traced_pass"] == "probe" and manifest["first_pass_work"] == [] and manifest["stage_wall_s"] is None
-    program = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", manifest["callable"]]
+    program = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--callable", manifest["callable"]]
     program += ["--args", json.dumps(manifest["args"]), "--timed"]
     argv = nsys.profile_argv(shutil.which("nsys"), tmp_path / "ranged", program, capture_range=True)
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -321,14 +323,16 @@ def test_the_probe_pass_traced_alone_launches_what_the_ranged_pass_does(run_dir,
 def test_representatives_match_a_full_capture_of_the_same_stages(small, tmp_path):
     # The reference: ncu over every launch of both stages (per-thread NVTX is exact here: one thread).
     base = tmp_path / "full"
-    program = [sys.executable, "-m", "nsightflow.capture.harness", "--args", json.dumps(SMALL)]
+    program = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", json.dumps(SMALL)]
     argv = ncu.reference_argv(
-        shutil.which("ncu"), base, "nsightflow", ["prefill", "decode"], ncu.DEFAULT_METRICS, program
+        shutil.which("ncu"), base, "nsightflow", ["prefill", "decode"], ncu_metrics.DEFAULT_METRICS, program
     )
     start = time.time()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     full_s = time.time() - start
-    text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ncu_csv.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True
+    ).stdout
     keep = os.environ.get("NSIGHTFLOW_KEEP_RESULTS")
     if keep:
         open(f"{keep}/small_full.raw.csv", "w").write(text)
@@ -477,7 +481,7 @@ def test_wall_time_is_the_programs_not_the_profilers(tmp_path):
     same 5%) and a pass traced by nsys (its cost must show)."""
     from lockstep import Arm, paired_ratios, run_ring
 
-    from nsightflow.capture import nsys
+    from nsightflow.capture.launch import nsys
 
     args = {"batch": 1, "prompt": 128, "decode_steps": 16, "n_layers": 16}
     nsys_bin = shutil.which("nsys")
@@ -485,7 +489,7 @@ def test_wall_time_is_the_programs_not_the_profilers(tmp_path):
     def alone(program, i):
         return program
 
-    def timeline(program, i):  # the timeline job's command line (nsightflow.capture.tools.timeline)
+    def timeline(program, i):  # the timeline job's command line (nsightflow.capture.launch.tools.timeline)
         return nsys.profile_argv(nsys_bin, tmp_path / f"t{i}", program, capture_range=True)
 
     def traced(program, i):  # no SQLite export of its many kernels: only its passes' walls are wanted
@@ -943,14 +947,16 @@ def test_interrupting_a_profile_stops_the_profiler_and_the_workload(tmp_path, ho
     deadline = time.time() + 30
     while os.path.exists(f"/proc/{workload}") and time.time() < deadline:
         time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", "nsightflow.capture.harness"], capture_output=True, text=True).stdout.split()
+    left = subprocess.run(
+        ["pgrep", "-f", "nsightflow.capture.inside.harness"], capture_output=True, text=True
+    ).stdout.split()
     print(f"{how}: workload {workload} gone: {not os.path.exists(f'/proc/{workload}')}; harness processes left: {left}")
     assert not os.path.exists(f"/proc/{workload}") and not left
     assert not (work / "results" / "w" / "timeline" / "timeline.sqlite").exists()
 
 
 def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):
-    from nsightflow.capture.backend import gpus
+    from nsightflow.capture.launch.backend import gpus
 
     if len(gpus()) < 2:
         pytest.skip("needs a host with at least two GPUs")
@@ -995,10 +1001,17 @@ def test_a_command_with_its_own_nvtx_ranges_matches_a_full_capture_of_them(tmp_p
     run = results / "nvtx_command"
     base = tmp_path / "full"
     argv = ncu.reference_argv(
-        shutil.which("ncu"), base, "LLM", ["prefill", "decode"], ncu.DEFAULT_METRICS, _program_argv(sys.executable)
+        shutil.which("ncu"),
+        base,
+        "LLM",
+        ["prefill", "decode"],
+        ncu_metrics.DEFAULT_METRICS,
+        _program_argv(sys.executable),
     )
     subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ncu_csv.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True
+    ).stdout
     full, _ = ncu_csv.parse_raw_csv(text)
     truth = _cell_sums(full, full["nvtx_range"])
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
@@ -1034,11 +1047,11 @@ def test_a_command_with_its_own_nvtx_ranges_matches_a_full_capture_of_them(tmp_p
 
 def test_a_commands_step_walls_beside_its_nsys_launch_are_the_programs(tmp_path):
     """The command's timeline job runs its timed run beside the nsys launch whose program waits at the hook's gate
-    (nsightflow.capture.gate). A launch-bound decode (16 layers of a 256-wide MLP, batch 1): its decode steps' wall
-    time so, against the same timed run with nothing beside it, six launches of each, alternating, on one of the
+    (nsightflow.capture.inside.gate). A launch-bound decode (16 layers of a 256-wide MLP, batch 1): its decode steps'
+    wall time so, against the same timed run with nothing beside it, six launches of each, alternating, on one of the
     GPU's CPUs; each side its fastest step (see test_wall_time_is_the_programs_not_the_profilers: with four launches a
     side on two CPUs, the arm alone missed the fast state in every launch, 1.35 ms against 0.80 ms)."""
-    from nsightflow.capture import command
+    from nsightflow.capture.launch import command
 
     a = {"batch": 1, "prompt": 16, "hidden": 256, "layers": 16, "steps": 16}
     argv = [sys.executable, "examples/nvtx_program.py"]
@@ -1116,7 +1129,7 @@ RANKS_ARGS = ["--hidden", "1024", "--layers", "2", "--batch", "4", "--tokens", "
 RANK_STAGES = {
     "tensor": ("LLM", ["prefill", "decode"]),
     "data": ("train", ["forward", "backward", "optimizer"]),
-    "callable": ("nsightflow.callable", ["forward"]),  # nsightflow.capture.runner's ranges (config nprocs)
+    "callable": ("nsightflow.callable", ["forward"]),  # nsightflow.capture.inside.runner's ranges (config nprocs)
 }
 
 
@@ -1131,12 +1144,14 @@ def _rank_reference(tmp_path, parallel, stages, model="mlp"):
     domain = RANK_STAGES[parallel][0]
     base = tmp_path / f"full_{parallel}_{model}"
     program = _torchrun(parallel, model=model)
-    argv = ncu.reference_argv(shutil.which("ncu"), base, domain, stages, ncu.DEFAULT_METRICS, program)
+    argv = ncu.reference_argv(shutil.which("ncu"), base, domain, stages, ncu_metrics.DEFAULT_METRICS, program)
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # torchrun's logs (torchelastic_*) stay in the test's folder
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=560, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     ranks = {int(p): int(r) for r, p in re.findall(r"rank (\d+) of \d+ \(pid (\d+)\)", out.stdout + out.stderr)}
-    text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ncu_csv.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True
+    ).stdout
     full, _ = ncu_csv.parse_raw_csv(text)
     full["rank"] = full["Process ID"].astype(int).map(ranks)
     return full
@@ -1200,23 +1215,26 @@ def test_two_ranks_on_one_gpu_report_per_rank_stages(tmp_path):
 
 
 def test_a_callable_as_two_processes_on_one_gpu_matches_a_full_capture(tmp_path):
-    # config nprocs: 2 runs the callable under torchrun (nsightflow.capture.runner), two ranks on one GPU over gloo;
+    # config nprocs: 2 runs the callable under torchrun (nsightflow.capture.inside.runner), two ranks on one GPU over
+    # gloo;
     # rank 1 captured; against ncu over every launch of both ranks' stage ranges, run the same way.
-    from nsightflow.capture.runner import ARGS_ENV, DOMAIN
+    from nsightflow.capture.inside.runner import ARGS_ENV, DOMAIN
 
     args = {"hidden": 1024, "tokens": 128, "steps": 3, "device": "cuda", "dtype": "bfloat16"}
     job = {"name": "np", "callable": "workloads:ranks_matmul", "nprocs": 2, "rank": 1, "args": args}
     results, seconds = _run(tmp_path, "nprocs", workloads=[job])
     print(f"a callable as two processes on one GPU: workflow {seconds:.1f} s")
     program = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    program += ["-m", "nsightflow.capture.runner", "--callable", "workloads:ranks_matmul"]
+    program += ["-m", "nsightflow.capture.inside.runner", "--callable", "workloads:ranks_matmul"]
     base = tmp_path / "full_nprocs"
-    argv = ncu.reference_argv(shutil.which("ncu"), base, DOMAIN, ["forward"], ncu.DEFAULT_METRICS, program)
+    argv = ncu.reference_argv(shutil.which("ncu"), base, DOMAIN, ["forward"], ncu_metrics.DEFAULT_METRICS, program)
     env = {**os.environ, ARGS_ENV: json.dumps(args), "PYTHONPATH": str(ROOT / "tests"), "TMPDIR": str(tmp_path)}
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     ranks = {int(p): int(r) for r, p in re.findall(r"rank (\d+) of \d+ \(pid (\d+)\)", out.stdout + out.stderr)}
-    text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ncu_csv.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True
+    ).stdout
     full, _ = ncu_csv.parse_raw_csv(text)
     full["rank"] = full["Process ID"].astype(int).map(ranks)
     _check_ranks(results / "np", "callable", full, profiled_rank=1)
@@ -1258,7 +1276,7 @@ def test_interrupting_a_job_of_ranks_under_ncu_leaves_none_behind(tmp_path):
 
 
 def test_nccl_ranks_on_two_gpus_report_communication_and_capture_without_deadlock(tmp_path):
-    from nsightflow.capture.backend import gpus
+    from nsightflow.capture.launch.backend import gpus
 
     if len(gpus()) < 2:
         pytest.skip("needs a host with at least two GPUs")
@@ -1332,7 +1350,9 @@ def test_a_compiled_command_runs_its_compiled_kernels_as_a_plain_nsys_run_does(t
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
     argv = ncu.reference_argv(shutil.which("ncu"), base, "LLM", ["decode"], metrics, _compiled_argv(python))
     subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    text = subprocess.run(ncu.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ncu_csv.export_argv("ncu", f"{base}.ncu-rep"), capture_output=True, text=True, check=True
+    ).stdout
     full, _ = ncu_csv.parse_raw_csv(text)
     per_step = len(mine) // steady
     tail = full.iloc[len(full) - per_step * steady :]

@@ -3,7 +3,7 @@
 import multiprocessing as mp
 import time
 
-from nsightflow.capture.gpus import claim
+from nsightflow.capture.launch.gpus import claim
 
 
 def _hold(lock_dir, n, seconds, queue):

@@ -130,7 +130,7 @@ def _stats_only(tmp_path, edit=None):
     import shutil
 
     from nsightflow.analysis.captures import aggregate_captures
-    from nsightflow.analysis.imported import import_captures
+    from nsightflow.capture.launch.imported import import_captures
 
     caps = tmp_path / "caps"
     caps.mkdir()

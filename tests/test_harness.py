@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nsightflow.capture import passes
-from nsightflow.capture.probe import WHOLE, Windows
+from nsightflow.capture.inside import passes
+from nsightflow.capture.inside.probe import WHOLE, Windows
 from nsightflow.workloads import api
 
 SMALL = dict(
@@ -162,7 +162,7 @@ def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
     import torch
     import torch.nn.functional as F
 
-    from nsightflow.capture.flops import tensor_precision
+    from nsightflow.precisions import tensor_precision
 
     a16, b16, f32 = torch.randn(8, 8).to(torch.bfloat16), torch.randn(8, 8).to(torch.float16), torch.randn(8, 8)
     q = torch.randn(1, 2, 4, 8).to(torch.float16)
@@ -190,7 +190,7 @@ def test_the_count_records_the_tensor_precisions_of_gemms_and_attentions():
 def test_mfu_precision_is_the_one_most_gemm_flops_ran_in_else_the_declared_dtype():
     import torch
 
-    from nsightflow.capture.flops import matmul_precision
+    from nsightflow.precisions import matmul_precision
 
     a16, h16, f32 = torch.randn(8, 8).to(torch.bfloat16), torch.randn(4, 4).to(torch.float16), torch.randn(4, 4)
     stages = {
@@ -250,7 +250,7 @@ def test_mfu_precision_is_the_one_most_gemm_flops_ran_in_else_the_declared_dtype
 
 def test_a_workload_without_a_dtype_gets_the_precision_its_matmuls_ran_in(tmp_path):
     out, flops, ceil = tmp_path / "run.json", tmp_path / "flops.json", tmp_path / "ceil.json"
-    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:gpu_matmuls"]
+    argv = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--callable", "workloads:gpu_matmuls"]
     argv += ["--args", json.dumps({"device": "cpu", "n": 32, "repeats": 2}), "--out", str(out)]
     argv += ["--flops-out", str(flops), "--ceilings-out", str(ceil)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
@@ -266,14 +266,14 @@ def test_a_workload_without_a_dtype_gets_the_precision_its_matmuls_ran_in(tmp_pa
 
 _PROBE_WITHOUT_DYNAMO = """
 import json, sys
-from nsightflow.capture import passes
+from nsightflow.capture.inside import passes
 from nsightflow.workloads import api
 w = api.build_workload("nsightflow.workloads.decoder:build", json.loads(sys.argv[1]))
 passes.run_profiled(w)
 plain = passes.probe_pass(w, "nsightflow", count=True).stages
 loaded_by_probe = "torch._dynamo" in sys.modules
 import torch._dynamo  # as a process that compiles has it: the probe keeps torch's dynamo guard there
-from nsightflow.capture.probe import OpProbe, op_probe
+from nsightflow.capture.inside.probe import OpProbe, op_probe
 guarded = op_probe(None, None, None)
 again = passes.probe_pass(w, "nsightflow", count=True).stages
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -407,7 +407,7 @@ def test_ncu_launch_runs_the_warm_up_then_the_windowed_probe_pass_and_no_ranged_
     # ranged pass, counting probe pass).
     log, plan = tmp_path / "passes.txt", tmp_path / "plan.json"
     plan.write_text(json.dumps({"windows": [{"stage": "step", "step": 1, "units": [1]}]}))
-    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:pass_log"]
+    argv = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--callable", "workloads:pass_log"]
     argv += ["--args", json.dumps({"path": str(log)}), "--warmup", str(warmup)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     for extra, runs in (
@@ -426,7 +426,7 @@ def test_harness_cli_profile_mode_writes_manifest_counts_and_ceilings(tmp_path):
         [
             sys.executable,
             "-m",
-            "nsightflow.capture.harness",
+            "nsightflow.capture.inside.harness",
             "--args",
             json.dumps(SMALL),
             "--out",
@@ -470,7 +470,7 @@ def test_bad_callables_are_named(spec, needle):
 
 def test_cli_reports_bad_callable_without_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "no_such_module_xyz:f"],
+        [sys.executable, "-m", "nsightflow.capture.inside.harness", "--callable", "no_such_module_xyz:f"],
         capture_output=True,
         text=True,
     )
@@ -541,7 +541,14 @@ def test_timed_pass_runs_after_the_warm_up_and_before_the_ranged_pass(tmp_path):
     # Each run of the step sleeps for the time its position says: warm-up 0.0 s, timed pass 0.2 s, ranged pass 0.0 s
     # (tests/workloads.py: pass_durations); the record's program times must be the timed pass's.
     out = tmp_path / "run.json"
-    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:pass_durations", "--timed"]
+    argv = [
+        sys.executable,
+        "-m",
+        "nsightflow.capture.inside.harness",
+        "--callable",
+        "workloads:pass_durations",
+        "--timed",
+    ]
     argv += ["--args", json.dumps({"seconds": [0.0, 0.2, 0.0], "repeats": 2}), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -559,7 +566,7 @@ def test_a_profiled_launch_runs_the_exit_handlers_and_skips_the_interpreters_tea
     marks = tmp_path / "marks"
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"windows": []}))
-    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:exit_marks"]
+    argv = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--callable", "workloads:exit_marks"]
     argv += ["--args", json.dumps({"path": str(marks)}), "--out", str(tmp_path / "run.json")]
     argv += [str(plan) if a == "PLAN" else a for a in profiled]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
@@ -571,7 +578,14 @@ def test_a_profiled_launch_runs_the_exit_handlers_and_skips_the_interpreters_tea
 
 
 def test_a_profiled_launch_that_fails_exits_with_the_harness_status(tmp_path):
-    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:stage_raises", "--timed"]
+    argv = [
+        sys.executable,
+        "-m",
+        "nsightflow.capture.inside.harness",
+        "--callable",
+        "workloads:stage_raises",
+        "--timed",
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)
     assert proc.returncode == 2
@@ -583,7 +597,7 @@ def test_a_grouped_gemm_call_is_never_the_same_as_another(monkeypatch):
     # mixture of experts' tokens per expert) set its groups' sizes, so each of its calls is its own class.
     import torch
 
-    from nsightflow.capture import probe
+    from nsightflow.capture.inside import probe
 
     seen = []
 
@@ -619,10 +633,18 @@ def test_a_grouped_gemm_call_is_never_the_same_as_another(monkeypatch):
     [({}, []), ({"cudnn_benchmark": True}, ["torch.backends.cudnn.benchmark is on"])],
 )
 def test_the_timeline_launch_records_what_the_first_pass_did_once(tmp_path, args, work):
-    # What lets ncu's launch window the program's first pass (nsightflow.capture.command.program_launches): on the
+    # What lets ncu's launch window the program's first pass (nsightflow.capture.launch.command.program_launches): on
+    # the
     # CPU no device memory is counted, so only torch's own switches speak.
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", "workloads:first_use_state", "--timed"]
+    argv = [
+        sys.executable,
+        "-m",
+        "nsightflow.capture.inside.harness",
+        "--callable",
+        "workloads:first_use_state",
+        "--timed",
+    ]
     argv += ["--args", json.dumps(args), "--out", str(tmp_path / "run.json")]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -660,7 +682,7 @@ def test_a_timed_launch_traces_the_probe_pass_alone_where_it_launches_what_the_p
     out, flops, log = tmp_path / "run.json", tmp_path / "flops.json", tmp_path / "passes.log"
     if spec == "workloads:pass_log":
         args = {"path": str(log), "repeats": 1}
-    argv = [sys.executable, "-m", "nsightflow.capture.harness", "--callable", spec, "--args", json.dumps(args)]
+    argv = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--callable", spec, "--args", json.dumps(args)]
     argv += ["--timed", "--out", str(out), "--flops-out", str(flops)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)

@@ -3,7 +3,7 @@
 import json
 import platform
 
-from nsightflow.capture import hostfacts
+from nsightflow.capture.launch import hostfacts
 
 
 def _config(**over):

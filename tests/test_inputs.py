@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from conftest import DATA, copy_workflow, snakemake
 
-from nsightflow.analysis import captures, diagnostics, imported
+from nsightflow.analysis import captures, diagnostics
+from nsightflow.capture.launch import imported
 
 F = DATA / "h200_tinyllm_filtered"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nsightflow.capture.matching import MatchError, kernel_agrees, match_to_plan, name_key
+from nsightflow.capture.read.matching import MatchError, kernel_agrees, match_to_plan, name_key
 
 DATA = Path(__file__).parent / "data" / "kernel_names"
 

@@ -47,6 +47,43 @@ def test_no_module_imports_a_layer_above_its_own():
     assert not upward, upward
 
 
+def _role(module: str) -> str | None:
+    """A capture module's role (nsightflow.capture.inside, .launch or .read), None for any other module."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "capture" else None
+
+
+def test_analysis_and_report_import_only_readers_and_vocabulary_from_capture():
+    """What analysis and the report import of capture reads exports: nothing that launches a process or runs inside
+    the profiled program (the vocabulary they share with those, precisions, metric names, formulas and domains, lies
+    below capture)."""
+    edges = _imports(_modules())
+    wrong = sorted(
+        f"{m} -> {d}"
+        for m, ds in edges.items()
+        if _layer(m) in ("analysis", "report")
+        for d in ds
+        if _layer(d) == "capture" and _role(d) != "read"
+    )
+    assert not wrong, wrong
+
+
+def test_readers_launch_nothing_and_run_nothing_inside_the_program():
+    edges = _imports(_modules())
+    wrong = sorted(
+        f"{m} -> {d}" for m, ds in edges.items() if _role(m) == "read" for d in ds if _role(d) in ("inside", "launch")
+    )
+    assert not wrong, wrong
+
+
+def test_every_capture_module_has_a_role():
+    roles = {"inside", "launch", "read"}
+    loose = sorted(
+        m for m in _modules() if _layer(m) == "capture" and m.count(".") == 2 and m.split(".")[2] not in roles
+    )
+    assert not loose, loose
+
+
 def test_no_import_cycle():
     edges = _imports(_modules())
     state: dict[str, int] = {}

@@ -9,7 +9,7 @@ import pytest
 from conftest import DATA, aggregate_recorded
 
 from nsightflow.analysis import aggregate, diagnostics, metrics, peaks
-from nsightflow.capture import attribution, matching, ncu_csv, plan
+from nsightflow.capture.read import attribution, matching, ncu_csv, plan
 
 D = DATA / "h200_tinyllm"
 

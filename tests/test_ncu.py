@@ -7,8 +7,10 @@ import re
 import pytest
 from conftest import DATA
 
-from nsightflow.capture import ncu, ncu_csv
-from nsightflow.capture.progress import LaunchProgress
+from nsightflow import ncu_metrics
+from nsightflow.capture.inside.progress import LaunchProgress
+from nsightflow.capture.launch import ncu
+from nsightflow.capture.read import ncu_csv
 from nsightflow.records import AnalyticCounts
 
 D = DATA / "h200_tinyllm"
@@ -122,11 +124,11 @@ def test_capture_argv_windows_the_whole_program():
     # Range replay refuses --profile-from-start and SASS instruction counts.
     ranges = ncu.capture_argv("ncu", "o", ["p"], replay_mode="app-range", **settings)
     assert "--profile-from-start" not in ranges and "--replay-mode=app-range" in ranges
-    every = ncu.ALL_PRECISIONS
-    metrics = ncu.resolve_metrics("default", ["x.sum"], every, ranges=True)
+    every = ncu_metrics.ALL_PRECISIONS
+    metrics = ncu_metrics.resolve_metrics("default", ["x.sum"], every, ranges=True)
     assert metrics[-1] == "x.sum" and not any("__sass_" in m for m in metrics)
-    assert set(ncu.resolve_metrics("default", [], every)) == set(ncu.DEFAULT_METRICS)
-    assert ncu.resolve_metrics(["a.sum", "a.sum"], ["b.sum"], ["bf16"]) == ["a.sum", "b.sum"]
+    assert set(ncu_metrics.resolve_metrics("default", [], every)) == set(ncu_metrics.DEFAULT_METRICS)
+    assert ncu_metrics.resolve_metrics(["a.sum", "a.sum"], ["b.sum"], ["bf16"]) == ["a.sum", "b.sum"]
 
 
 def test_flop_counters_follow_the_operators_the_probe_saw():
@@ -148,55 +150,60 @@ def test_flop_counters_follow_the_operators_the_probe_saw():
     )
 
     def seen(*launches):
-        return ncu.seen_precisions(analytic, [(*launch, "", "") for launch in launches])[0]
+        return ncu_metrics.seen_precisions(analytic, [(*launch, "", "") for launch in launches])[0]
 
     assert seen(("prefill", 1), ("prefill", 3)) == ["bf16"]
     assert seen(("prefill", 1), ("decode", 1)) == ["bf16", "tf32"]
     # A whole-step window (compiled code runs eagerly in the counting pass): the stage's count.
     assert seen(("prefill", -1)) == ["bf16"]
     # A replayed CUDA graph: what the operators run eagerly ran in (every counted stage's).
-    got, how = ncu.seen_precisions(analytic, [("prefill", 1, "", ""), ("graph", 0, "", "")])
+    got, how = ncu_metrics.seen_precisions(analytic, [("prefill", 1, "", ""), ("graph", 0, "", "")])
     assert got == ["bf16", "fp32", "int8", "tf32"] and any("replays CUDA graphs" in h for h in how)
     # A launch between operators of an eagerly run stage (an extension's kernel), a failed count: nobody can tell.
     assert seen(("prefill", 1), ("prefill", 4)) is None
     assert seen(("failed", -1)) is None and seen(("failed", 1)) is None and seen(("missing", 1)) is None
     # Tensor precisions: those seen; every one where unknown or where ncu has no counter for one seen (int8).
-    assert ncu.tensor_precisions("auto", ["bf16"]) == ["bf16"]
-    assert ncu.tensor_precisions("auto", ["bf16", "fp32"]) == ["bf16"]
+    assert ncu_metrics.tensor_precisions("auto", ["bf16"]) == ["bf16"]
+    assert ncu_metrics.tensor_precisions("auto", ["bf16", "fp32"]) == ["bf16"]
     # none seen (float32 on the FMA units, or no GEMM): TF32's counter, so tensor FLOPs are measured, not unknown
-    assert ncu.tensor_precisions("auto", ["fp32"]) == ncu.tensor_precisions("auto", []) == ["tf32"]
+    assert ncu_metrics.tensor_precisions("auto", ["fp32"]) == ncu_metrics.tensor_precisions("auto", []) == ["tf32"]
     for unknown in (None, ["int8"]):
-        assert ncu.tensor_precisions("auto", unknown) == ncu.ALL_PRECISIONS
-    assert ncu.tensor_precisions("all", ["bf16"]) == ncu.ALL_PRECISIONS
-    assert ncu.tensor_precisions(["fp16", "bf16"], None) == ["bf16", "fp16"]
+        assert ncu_metrics.tensor_precisions("auto", unknown) == ncu_metrics.ALL_PRECISIONS
+    assert ncu_metrics.tensor_precisions("all", ["bf16"]) == ncu_metrics.ALL_PRECISIONS
+    assert ncu_metrics.tensor_precisions(["fp16", "bf16"], None) == ["bf16", "fp16"]
     with pytest.raises(ValueError, match="fp4"):
-        ncu.tensor_precisions(["fp4"], None)
+        ncu_metrics.tensor_precisions(["fp4"], None)
     # Non-tensor FLOPs (SASS counts): where a GEMM runs on the FMA units, or nothing is known.
-    assert ncu.non_tensor_flops("auto", ["bf16"]) is False
-    assert ncu.non_tensor_flops("auto", ["bf16", "fp32"]) is True
-    assert ncu.non_tensor_flops("auto", None) is True and ncu.non_tensor_flops("auto", ["int8"]) is True
-    assert ncu.non_tensor_flops(True, ["bf16"]) is True and ncu.non_tensor_flops(False, None) is False
+    assert ncu_metrics.non_tensor_flops("auto", ["bf16"]) is False
+    assert ncu_metrics.non_tensor_flops("auto", ["bf16", "fp32"]) is True
+    assert ncu_metrics.non_tensor_flops("auto", None) is True and ncu_metrics.non_tensor_flops("auto", ["int8"]) is True
+    assert ncu_metrics.non_tensor_flops(True, ["bf16"]) is True and ncu_metrics.non_tensor_flops(False, None) is False
     # ... for a material share of a stage's FLOPs: a Llama's float32 rotary matmul (16,384 of 1.15e11) is not
     llama = {"stages": {"prefill": {"flops": 1.15e11, "by_precision": {"bf16": 1.15e11 - 16384, "fp32": 16384}}}}
-    share = ncu.simt_share(AnalyticCounts.from_dict(llama), ["prefill"])
+    share = ncu_metrics.simt_share(AnalyticCounts.from_dict(llama), ["prefill"])
     assert share == pytest.approx(16384 / 1.15e11)
-    assert ncu.non_tensor_flops("auto", ["bf16", "fp32"], share) is False
+    assert ncu_metrics.non_tensor_flops("auto", ["bf16", "fp32"], share) is False
     head = {"stages": {"a": {"flops": 1e9, "by_precision": {"fp32": 1e7}}, "b": {"flops": 1e9, "by_precision": {}}}}
-    assert ncu.simt_share(AnalyticCounts.from_dict(head), ["a", "b"]) == pytest.approx(
+    assert ncu_metrics.simt_share(AnalyticCounts.from_dict(head), ["a", "b"]) == pytest.approx(
         0.01
     )  # the largest stage share decides
-    assert ncu.non_tensor_flops("auto", ["bf16", "fp32"], 0.01) is True
+    assert ncu_metrics.non_tensor_flops("auto", ["bf16", "fp32"], 0.01) is True
     assert (
-        ncu.simt_share(AnalyticCounts.from_dict({"stages": {"a": {"flops": 1e9}}}), ["a"]) is None
+        ncu_metrics.simt_share(AnalyticCounts.from_dict({"stages": {"a": {"flops": 1e9}}}), ["a"]) is None
     )  # not said: counts as material
     # A stage without analytic FLOPs (an optimizer step: elementwise work only) runs no FMA-unit GEMM.
     train = {"stages": {**llama["stages"], "optimizer": {"flops": 0, "by_precision": {}}}}
-    assert ncu.simt_share(AnalyticCounts.from_dict(train), ["prefill", "optimizer"]) == pytest.approx(16384 / 1.15e11)
-    bf16 = ncu.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    assert ncu_metrics.simt_share(AnalyticCounts.from_dict(train), ["prefill", "optimizer"]) == pytest.approx(
+        16384 / 1.15e11
+    )
+    bf16 = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     assert [m for m in bf16 if m.startswith("sm__ops_path_tensor_src")] == ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
-    others = {ncu.TENSOR_FLOP_METRICS[p] for p in ncu.ALL_PRECISIONS if p != "bf16"}
-    assert set(bf16) == {m for m in ncu.DEFAULT_METRICS if "__sass_" not in m} - others
-    assert set(ncu.resolve_metrics("default", [], ["bf16"], non_tensor=True)) == set(ncu.DEFAULT_METRICS) - others
+    others = {ncu_metrics.TENSOR_FLOP_METRICS[p] for p in ncu_metrics.ALL_PRECISIONS if p != "bf16"}
+    assert set(bf16) == {m for m in ncu_metrics.DEFAULT_METRICS if "__sass_" not in m} - others
+    assert (
+        set(ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=True))
+        == set(ncu_metrics.DEFAULT_METRICS) - others
+    )
 
 
 def test_reference_capture_profiles_every_launch_of_the_named_stages():
@@ -242,7 +249,7 @@ def _awaiting_launch(tmp_path):
     import os
     from pathlib import Path
 
-    from nsightflow.capture.harness import HarnessCall
+    from nsightflow.capture.inside.harness import HarnessCall
 
     passes, plan = tmp_path / "passes.txt", tmp_path / "plan.json"
     call = HarnessCall("workloads:pass_log", {"path": str(passes)}, warmup=1)
@@ -256,7 +263,7 @@ def _passes(path):
 
 
 def _plan(path):
-    from nsightflow.capture.plan import CapturePlan, Window
+    from nsightflow.capture.read.plan import CapturePlan, Window
 
     window = Window("step", 1, [1], "the step's only operator")
     plan = CapturePlan("representatives", "nsightflow", [window], [], {"step": {"comm_launches": 0}})
@@ -273,8 +280,8 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
     import os
     import time
 
-    from nsightflow.capture.ncu_capture import Counters, _Planner, _Replan
-    from nsightflow.capture.tools import run_tool
+    from nsightflow.capture.launch.ncu_capture import Counters, _Planner, _Replan
+    from nsightflow.capture.launch.tools import run_tool
     from nsightflow.errors import InputError
 
     launch, env, passes, plan = _awaiting_launch(tmp_path)
@@ -320,7 +327,7 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
     if outcome == "other counters":
         assert planner.wanted == launch.argv + ["--metrics", "more"]
         planner.publish()  # for the launch that replaces it
-        from nsightflow.capture.plan import CapturePlan
+        from nsightflow.capture.read.plan import CapturePlan
 
         assert [w.step for w in CapturePlan.read(plan).windows] == [1]
 
@@ -333,7 +340,7 @@ def test_counters_before_the_plan_are_those_the_plan_then_asks_for(tmp_path):
     import dataclasses
     import json
 
-    from nsightflow.capture.ncu_capture import capture_counters, counters_before_plan
+    from nsightflow.capture.launch.ncu_capture import capture_counters, counters_before_plan
 
     run = DATA / "h100_probe"
     units = {int(e["unit"]) % 2 for e in json.loads((run / "plan.json").read_text())["expected"]}
@@ -358,7 +365,7 @@ def test_a_capture_rules_ncu_settings_are_one_param_that_follows_the_config():
 
     import yaml
 
-    from nsightflow.capture.ncu_settings import NcuSettings
+    from nsightflow.capture.launch.ncu_settings import NcuSettings
 
     config = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
     made = NcuSettings.of(config)

@@ -1,5 +1,5 @@
 """A command that opens no NVTX range: its stages are its training iterations (between optimizer steps) and its
-top-level model calls outside them, by gradient mode and input shape (nsightflow.capture.hook_auto). CPU tier."""
+top-level model calls outside them, by gradient mode and input shape (nsightflow.capture.inside.hook_auto). CPU tier."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT, snakemake, steady_steps, torch_workflow
 
-from nsightflow.capture.discovery import MAX_SHAPES, discover
+from nsightflow.capture.launch.discovery import MAX_SHAPES, discover
 from nsightflow.domains import AUTO_DOMAIN
 from nsightflow.errors import WorkloadError
 

@@ -4,7 +4,8 @@ import csv
 
 from conftest import DATA
 
-from nsightflow.capture import nsys
+from nsightflow.capture.launch import nsys
+from nsightflow.capture.read import nsys_stats
 
 D = DATA / "h200_tinyllm"
 
@@ -14,7 +15,7 @@ def _kern_rows():
 
 
 def test_kernel_table_totals_match_csv():
-    table = nsys.kernel_table(D / "stats" / "nvtx_kern_sum.csv")
+    table = nsys_stats.kernel_table(D / "stats" / "nvtx_kern_sum.csv")
     for label, stage in (("nsightflow:prefill", "prefill"), ("nsightflow:decode", "decode")):
         rows = [r for r in _kern_rows() if r["NVTX Range"] == label]
         got = table[table.stage == stage]
@@ -27,14 +28,14 @@ def test_kernel_table_totals_match_csv():
 
 
 def test_launches_per_step_is_instances_over_ranges():
-    table = nsys.kernel_table(D / "stats" / "nvtx_kern_sum.csv")
+    table = nsys_stats.kernel_table(D / "stats" / "nvtx_kern_sum.csv")
     dec = table[table.stage == "decode"]
     assert (dec["range_instances"] == 8).all()
     assert (dec["launches_per_range"] == dec["instances"] / 8).all()
 
 
 def test_stage_table_reads_wall_time():
-    stages = nsys.stage_table(D / "stats" / "nvtx_sum.csv").set_index("stage")
+    stages = nsys_stats.stage_table(D / "stats" / "nvtx_sum.csv").set_index("stage")
     rows = {r["Range"]: r for r in csv.DictReader((D / "stats" / "nvtx_sum.csv").open())}
     assert stages.loc["decode", "wall_ns"] == float(rows["nsightflow:decode"]["Total Time (ns)"])
     assert stages.loc["decode", "range_instances"] == 8
@@ -42,7 +43,7 @@ def test_stage_table_reads_wall_time():
 
 
 def test_gpu_name_and_commands():
-    assert nsys.gpu_name(D / "timeline.sqlite") == "NVIDIA H200"
+    assert nsys_stats.gpu_name(D / "timeline.sqlite") == "NVIDIA H200"
     argv = nsys.stats_argv("nsys", "t.nsys-rep", "out/stats")
     assert argv[:2] == ["nsys", "stats"] and argv[-1] == "t.nsys-rep"
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--report"] == list(nsys.STATS_REPORTS)
@@ -53,5 +54,5 @@ def test_gpu_name_and_commands():
 
 
 def test_split_range():
-    assert nsys.split_range("LLM:LLM@prefill") == ("LLM", "LLM@prefill")
-    assert nsys.split_range("prefill") == ("", "prefill")
+    assert nsys_stats.split_range("LLM:LLM@prefill") == ("LLM", "LLM@prefill")
+    assert nsys_stats.split_range("prefill") == ("", "prefill")

@@ -5,8 +5,8 @@ import json
 import pytest
 from conftest import DATA
 
-from nsightflow.capture import attribution, plan
-from nsightflow.capture.plan import make_plan
+from nsightflow.capture.read import attribution, plan
+from nsightflow.capture.read.plan import make_plan
 
 D = DATA / "h200_tinyllm"
 
@@ -65,7 +65,7 @@ def test_every_launch_mode_and_bad_modes():
 
 
 def test_ncu_tests_launches_against_its_nccl_filter_only_where_the_stages_communicate(tmp_path):
-    from nsightflow.capture import ncu
+    from nsightflow.capture.launch import ncu
 
     def argv(p: plan.CapturePlan) -> list[str]:
         settings = {"replay_mode": "kernel", "clock_control": "none", "cache_control": "all"}

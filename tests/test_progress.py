@@ -5,9 +5,9 @@ import sys
 
 from conftest import DATA
 
-from nsightflow.capture import children
-from nsightflow.capture.plan import CapturePlan
-from nsightflow.capture.progress import LaunchProgress
+from nsightflow.capture.inside.progress import LaunchProgress
+from nsightflow.capture.launch import children
+from nsightflow.capture.read.plan import CapturePlan
 
 
 def test_progress_follows_the_plan_while_the_child_runs():

@@ -1,6 +1,6 @@
 """A job of several processes (torchrun) on the CPU: the ranks' own NVTX ranges give per-rank stage rows, every
 rank is timed, the profiled rank is counted, and interrupting the workflow leaves no rank behind. Communication
-arithmetic (nsightflow.capture.comm) against intervals worked out by hand; NCCL names from a real H200 timeline."""
+arithmetic (nsightflow.capture.read.comm) against intervals worked out by hand; NCCL names from a real H200 timeline."""
 
 import json
 import os
@@ -25,7 +25,7 @@ from conftest import (
     wait_gone,
 )
 
-from nsightflow.capture.comm import is_comm, overlapped
+from nsightflow.capture.read.comm import is_comm, overlapped
 
 STEPS, HIDDEN, LAYERS, BATCH, TOKENS = 2, 64, 2, 2, 16
 
@@ -125,7 +125,8 @@ def test_a_stage_that_one_rank_alone_runs_is_that_ranks(tmp_path):
 
 
 def test_a_callable_launched_as_two_processes_reports_each_rank(tmp_path):
-    # config nprocs: the callable runs as two torchrun processes (nsightflow.capture.runner), a job of ranks like a
+    # config nprocs: the callable runs as two torchrun processes (nsightflow.capture.inside.runner), a job of ranks
+    # like a
     # command's: each rank's own rows, the profiled rank counted. Expected FLOPs from the shapes: 2·tokens·hidden²
     # per step (the all-reduce's additions are communication, not operator FLOPs).
     hidden, tokens, steps = 32, 8, 3
@@ -176,7 +177,7 @@ TP = ROOT / "tests" / "data" / "h200x2_tp_ranks"
 
 def test_a_real_two_rank_timeline_gives_each_rank_its_own_kernels():
     from nsightflow.analysis import ranks
-    from nsightflow.capture.attribution import read_timeline
+    from nsightflow.capture.read.attribution import read_timeline
     from nsightflow.records import Manifest
 
     manifest = Manifest.read(TP / "manifest.json")

@@ -63,7 +63,7 @@ def test_a_capture_record_without_its_command_is_refused(tmp_path):
 def test_a_capture_plan_missing_a_key_is_named_with_the_fix(tmp_path):
     import json
 
-    from nsightflow.capture.plan import CapturePlan
+    from nsightflow.capture.read.plan import CapturePlan
     from nsightflow.errors import RecordError
 
     src = json.loads((DATA / "h200_v3" / "default" / "plan.json").read_text())

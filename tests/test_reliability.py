@@ -369,7 +369,7 @@ def test_integer_matmuls_get_no_float_peak(tmp_path):
     argv = [
         sys.executable,
         "-m",
-        "nsightflow.capture.harness",
+        "nsightflow.capture.inside.harness",
         "--callable",
         "workloads:int_matmuls",
         "--mode",
@@ -540,7 +540,7 @@ def test_an_analytic_count_among_captures_must_agree_with_their_counters(tmp_pat
     """A captures folder (no plan, no probe): with every tensor precision and the FLOPs outside the tensor pipes
     collected, GEMMs that executed half the model's FLOPs mean the count is of another configuration."""
     from nsightflow.analysis.captures import aggregate_captures
-    from nsightflow.analysis.imported import import_captures
+    from nsightflow.capture.launch.imported import import_captures
 
     caps = tmp_path / "caps"
     caps.mkdir()

@@ -144,7 +144,7 @@ def test_the_diff_page_renders(pages, browser, tmp_path):
 def test_the_kernel_cards_render(browser, tmp_path):
     """The deep-dive cards of the H100 sections recorded in tests/data/h100_sections, on a page of their own."""
     from nsightflow.analysis.cards import cards
-    from nsightflow.capture import ncu_csv
+    from nsightflow.capture.read import ncu_csv
     from nsightflow.report.cards_html import cards_html
     from nsightflow.report.pages import page as html_page
     from nsightflow.report.pages import write_html

@@ -185,7 +185,7 @@ def test_the_same_python_under_another_name_reruns_nothing(swept):
     import sys
     from pathlib import Path
 
-    from nsightflow.capture.harness import canonical_python
+    from nsightflow.capture.inside.harness import canonical_python
 
     exe = Path(sys.executable)
     aliases = [

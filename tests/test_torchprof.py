@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from nsightflow.analysis import torchprof
-from nsightflow.capture import backend
+from nsightflow.capture.launch import backend
 
 SMALL = dict(
     batch=2,
@@ -30,7 +30,7 @@ def trace(tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "nsightflow.capture.harness",
+            "nsightflow.capture.inside.harness",
             "--mode",
             "torch",
             "--trace",
@@ -45,7 +45,7 @@ def trace(tmp_path_factory):
     return json.loads((d / "trace.json").read_text())
 
 
-# The harness labels each stage's range by its index and name (nsightflow.capture.passes.trace_label).
+# The harness labels each stage's range by its index and name (nsightflow.capture.inside.passes.trace_label).
 LABELS = {"0 prefill": "prefill", "1 decode": "decode"}
 
 

@@ -1,4 +1,5 @@
-"""A compiled program's autotuning is decided once, by its run without a profiler (nsightflow.capture.hook_tuning).
+"""A compiled program's autotuning is decided once, by its run without a profiler
+(nsightflow.capture.inside.hook_tuning).
 
 Inductor's real autotuners (``CoordescTuner.autotune``, ``CachingAutotuner.benchmark_all_configs``) run on the CPU
 in tests/programs/autotuners.py, each candidate timed by a rule its command line sets: the timed run's rule, and
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from nsightflow.capture.command import CommandCall
-from nsightflow.capture.hook_settings import HookSettings
+from nsightflow.capture.inside.hook_settings import HookSettings
+from nsightflow.capture.launch.command import CommandCall
 
 PROGRAM = Path(__file__).parent / "programs" / "autotuners.py"
 pytest.importorskip("triton", reason="inductor's autotuners build triton.Config objects")

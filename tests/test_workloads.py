@@ -347,7 +347,7 @@ def test_a_failed_count_never_removes_a_measured_number(runs):
 def test_a_checkpoint_directory_is_a_workload(tmp_path):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from nsightflow.capture import passes
+    from nsightflow.capture.inside import passes
     from nsightflow.workloads import api
 
     cfg = dict(LLAMA)
@@ -369,7 +369,7 @@ def test_the_readmes_own_workload_example_runs(tmp_path):
 
     from conftest import ROOT
 
-    from nsightflow.capture import passes
+    from nsightflow.capture.inside import passes
     from nsightflow.workloads import api
 
     text = (ROOT / "README.md").read_text()

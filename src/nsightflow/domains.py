@@ -5,7 +5,8 @@ from __future__ import annotations
 
 DEFAULT_DOMAIN = "nsightflow"
 
-# The automatic stages of a command that opens no NVTX range (nsightflow.capture.hook_auto): followed by the hook,
+# The automatic stages of a command that opens no NVTX range (nsightflow.capture.inside.hook_auto): followed by the
+# hook,
 # never emitted to NVTX.
 AUTO_DOMAIN = "nsightflow.auto"
 

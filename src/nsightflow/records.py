@@ -9,7 +9,7 @@ the fix, never met later as a quiet ``.get`` default).
 | ``imported/index.json`` | :class:`CapturesIndex` | import_captures | analysis (the user's files in errors) |
 | ``manifest.json`` | :class:`Manifest` | the profiling rules | analysis, the pages |
 | ``ncu/capture.cmd.json`` | :class:`CaptureRecord` | ncu_capture | analysis, diagnostics |
-| ``plan.json`` | nsightflow.capture.plan.CapturePlan | plan | ncu_capture, analysis, the harness (windows) |
+| ``plan.json`` | nsightflow.capture.read.plan.CapturePlan | plan | ncu_capture, analysis, the harness (windows) |
 | ``summary.json`` | :class:`Summary` (:class:`Peaks`, :class:`Diagnostic`) | the aggregate rules | the pages |
 """
 
@@ -98,7 +98,7 @@ class StageCount:
     by_precision: dict[str, float] | None = None  # their FLOPs, by the precision of the first input
     graph_replays: int = 0
     not_counted: list[str] = field(default_factory=list)
-    # operators named like matrix work (nsightflow.capture.formulas.matrix_like) with no FLOP formula: calls each;
+    # operators named like matrix work (nsightflow.formulas.matrix_like) with no FLOP formula: calls each;
     # their FLOPs are missing from ``flops``, which counts the rest
     no_formula: dict[str, int] = field(default_factory=dict)
     # GEMMs and attentions with dimensions not multiples of the largest tensor-core tiles (formulas.padding): calls,
@@ -181,7 +181,7 @@ class Ceilings(_Record):
 @dataclass(frozen=True)
 class CapturesIndex(_Record):
     """``imported/index.json``: what an import of captures made elsewhere recognised in the user's folder, by kind
-    (nsightflow.analysis.imported), what it ignored, and the ncu exports in the order they were numbered."""
+    (nsightflow.capture.launch.imported), what it ignored, and the ncu exports in the order they were numbered."""
 
     directory: str
     recognised: dict[str, list[str]] = field(default_factory=dict)  # kind -> the user's files of that kind
@@ -237,7 +237,8 @@ class Manifest(_Record):
     environment: dict[str, Any] = field(default_factory=dict)
     stage_wall_s: dict[str, list[float]] | None = None  # the ranged (profiled) pass's steps
     program_wall_s: dict[str, list[float]] | None = None  # the timed pass's: the program's own
-    # the timed pass's peak memory per stage (nsightflow.capture.memory): allocated, reserved (device), rss (host)
+    # the timed pass's peak memory per stage (nsightflow.capture.inside.memory): allocated, reserved (device), rss
+    # (host)
     program_memory: dict[str, dict[str, float]] | None = None
     analytic: dict[str, Any] | None = None
     versions: dict[str, Any] = field(default_factory=dict)
@@ -251,12 +252,13 @@ class Manifest(_Record):
     ranks: list[dict[str, Any]] = field(default_factory=list)
     profiled_rank: int | None = None  # the rank whose stages ncu captures (None: one process)
     # what the harness's first warm-up pass did once that launches kernels (compilation, state made on first use):
-    # none ([]) lets ncu's launch window the first pass (nsightflow.capture.command.program_launches); None: unknown
+    # none ([]) lets ncu's launch window the first pass (nsightflow.capture.launch.command.program_launches); None:
+    # unknown
     first_pass_work: list[str] | None = None
     # the pass whose steps the timeline's stage ranges are: "ranged", or "probe" where the probe pass alone was traced
-    # (nsightflow.capture.passes.probe_stands_in; stage_wall_s is then None); "" where no harness said
+    # (nsightflow.capture.inside.passes.probe_stands_in; stage_wall_s is then None); "" where no harness said
     traced_pass: str = ""
-    # a command's warm-up steps, set apart from its stages (nsightflow.capture.warmup): stage, step, wall_s, why
+    # a command's warm-up steps, set apart from its stages (nsightflow.capture.read.warmup): stage, step, wall_s, why
     warmup_steps: list[dict[str, Any]] = field(default_factory=list)
     every_wall_s: dict[str, list[float]] | None = None  # the timed run's every step, warm-up included (a command's)
     analytic_how: str = ""  # how the analytic count was made (which run, with or without compilation)

@@ -1,5 +1,5 @@
 """Inductor's two Triton autotuners run on the CPU, with a timing the command line sets: what a profiled run's
-slowed timing does to a compiled program's kernel choices (nsightflow.capture.hook_tuning), without a GPU.
+slowed timing does to a compiled program's kernel choices (nsightflow.capture.inside.hook_tuning), without a GPU.
 
 ``python autotuners.py BEST`` times each candidate as its distance from block size BEST (and 8 warps), runs
 ``CoordescTuner.autotune`` (coordinate descent from 128 blocks, 4 warps) and ``CachingAutotuner.benchmark_all_configs``

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from nsightflow.capture import hostfacts
-from nsightflow.capture.ncu_settings import NcuSettings
+from nsightflow.capture.launch import hostfacts
+from nsightflow.capture.launch.ncu_settings import NcuSettings
 from nsightflow.rules.config import ConfigError, check, normalize
 from nsightflow.rules.sweep import expand as expand_sweep
 from nsightflow.rules.sweep import size_warning
@@ -19,7 +19,7 @@ except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 validate(config, schema="../schemas/config.schema.yaml")  # fills in the defaults
 
-# Decided once per invocation and shared with every job, wherever a scheduler runs it (nsightflow.capture.hostfacts).
+# Decided once per invocation and shared with every job, wherever a scheduler runs it (nsightflow.capture.launch.hostfacts).
 FACTS = hostfacts.shared(config)
 BACKEND, BACKEND_REASON, DEVICE = FACTS.backend, FACTS.reason, FACTS.device
 # Versions of what produces the numbers: as params of the rules they shape, an upgrade reruns them.
@@ -27,7 +27,7 @@ TOOL_VERSIONS = FACTS.versions
 # What profiling jobs ask a scheduler for (a GPU only where the profile needs one).
 GPU_JOBS = int(FACTS.gpu_jobs)
 if BACKEND == "captures":
-    from nsightflow.analysis.imported import captures_run_id
+    from nsightflow.capture.launch.imported import captures_run_id
 
     RUNS = {captures_run_id(config["captures"]): {"name": "captures", "args": {}, "point": {}}}
 else:
@@ -62,11 +62,11 @@ def profile_threads(wildcards):
 
 
 def harness_call(wildcards):
-    """The workload's launch (nsightflow.capture.harness.HarnessCall's fields, or a command's:
-    nsightflow.capture.command.CommandCall's, also for a callable run as several processes: nsightflow.capture.runner):
+    """The workload's launch (nsightflow.capture.inside.harness.HarnessCall's fields, or a command's:
+    nsightflow.capture.launch.command.CommandCall's, also for a callable run as several processes: nsightflow.capture.inside.runner):
     what the profilers run; the interpreter's path canonical, so that
     the same Python under another name reruns nothing."""
-    from nsightflow.capture.harness import canonical_python
+    from nsightflow.capture.inside.harness import canonical_python
 
     spec = run_spec(wildcards)
     if "command" in spec:
@@ -87,7 +87,7 @@ def harness_call(wildcards):
         )
     python = canonical_python(config["tools"]["python"] or sys.executable)
     if (spec.get("nprocs") or 1) > 1:
-        from nsightflow.capture.runner import command_fields
+        from nsightflow.capture.inside.runner import command_fields
 
         return _canonical(
             command_fields(
@@ -222,7 +222,7 @@ def run_settings(wildcards):
 
 
 def ncu_settings(**fixed):
-    """A capture rule's ncu settings (nsightflow.capture.ncu_settings), with the keys its kind of capture fixes."""
+    """A capture rule's ncu settings (nsightflow.capture.launch.ncu_settings), with the keys its kind of capture fixes."""
     return NcuSettings.of(config, **fixed).params()
 
 

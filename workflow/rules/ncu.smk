@@ -5,7 +5,7 @@ localrules:
     cards,
 
 
-# The plan (one launch per class, the windows: nsightflow.capture.plan) is made in the capture's own job, from the
+# The plan (one launch per class, the windows: nsightflow.capture.read.plan) is made in the capture's own job, from the
 # timeline, while ncu starts the program: every change to it reruns the capture anyway, and a job of its own cost about
 # 1 s of interpreter and imports on the GPU host.
 rule ncu_capture:

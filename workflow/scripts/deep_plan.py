@@ -1,6 +1,6 @@
 """Rule deep_plan: the capture plan cut down to the windows of each stage's top kernel classes."""
 
-from nsightflow.capture.deep import deep_plan
+from nsightflow.capture.read.deep import deep_plan
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821

@@ -2,7 +2,7 @@
 
 import json
 
-from nsightflow.analysis.imported import import_captures
+from nsightflow.capture.launch.imported import import_captures
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821

@@ -1,9 +1,9 @@
 """Rules ncu_capture, ncu_ranges, ncu_deep: one Nsight Compute run of the whole program, windowed by its plan,
 exported. ncu_capture makes its plan from the timeline while ncu starts the program; the others are given theirs."""
 
-from nsightflow.capture.command import program_launches
-from nsightflow.capture.ncu_capture import capture_counters, counters_before_plan, ncu_capture, plan_maker
-from nsightflow.capture.ncu_settings import NcuSettings
+from nsightflow.capture.launch.command import program_launches
+from nsightflow.capture.launch.ncu_capture import capture_counters, counters_before_plan, ncu_capture, plan_maker
+from nsightflow.capture.launch.ncu_settings import NcuSettings
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821

@@ -3,7 +3,7 @@ any ncu capture; each once per host."""
 
 import json
 
-from nsightflow.capture.preflight import PreflightError, counter_preflight, preflight
+from nsightflow.capture.launch.preflight import PreflightError, counter_preflight, preflight
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821

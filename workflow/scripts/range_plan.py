@@ -1,6 +1,6 @@
 """Rule range_plan: one whole-step window per sampled step, for a range-replay capture."""
 
-from nsightflow.capture.plan import range_plan
+from nsightflow.capture.read.plan import range_plan
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821

@@ -1,7 +1,7 @@
 """Rule timeline: nsys profile of the workload (with its SQLite export), the wall times, the analytic FLOP count and
 the measured ceilings from the same program launch, and the run's manifest."""
 
-from nsightflow.capture.command import profile_timeline
+from nsightflow.capture.launch.command import profile_timeline
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821

@@ -1,7 +1,7 @@
 """Rule torch_profile: the workload under torch.profiler → Chrome trace; analytic count and ceilings in the same
 launch; the run's manifest."""
 
-from nsightflow.capture.command import profile_torch
+from nsightflow.capture.launch.command import profile_torch
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821

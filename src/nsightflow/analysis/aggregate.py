@@ -19,7 +19,7 @@ from nsightflow.analysis import bounds, metrics
 from nsightflow.analysis.peaks import peaks as device_peaks
 from nsightflow.analysis.peaks import with_ceiling
 from nsightflow.analysis.selection import select_kernels
-from nsightflow.capture import attribution, ncu_csv
+from nsightflow.capture.read import attribution, ncu_csv
 from nsightflow.errors import InputError
 from nsightflow.records import AnalyticCounts, Ceilings, Diagnostic, Manifest, Peaks, StageCount
 
@@ -116,8 +116,8 @@ MEMORY = {"allocated": "memory_allocated_peak", "reserved": "memory_reserved_pea
 
 
 def with_memory(stages: pd.DataFrame, manifest_json: str | Path | None) -> pd.DataFrame:
-    """Each stage's peak memory in the timed pass (manifest ``program_memory``: nsightflow.capture.memory), NaN where
-    it was not measured (no CUDA allocator, no Linux high-water mark, a command, an older run)."""
+    """Each stage's peak memory in the timed pass (manifest ``program_memory``: nsightflow.capture.inside.memory), NaN
+    where it was not measured (no CUDA allocator, no Linux high-water mark, a command, an older run)."""
     measured = Manifest.read(manifest_json).program_memory if manifest_json else None
     out = stages.copy()
     for key, col in MEMORY.items():

@@ -1,4 +1,4 @@
-"""Captures made elsewhere (nsightflow.analysis.imported): the nsys timeline's ranges as stages (nested, a guessed
+"""Captures made elsewhere (nsightflow.capture.launch.imported): the nsys timeline's ranges as stages (nested, a guessed
 domain), ncu results joined by search, or nsys stats CSVs alone (times only)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from nsightflow import ncu_metrics
 from nsightflow.analysis import metrics, peaks
 from nsightflow.analysis.aggregate import (
     FULL_COVERAGE,
@@ -30,10 +31,10 @@ from nsightflow.analysis.checks import (
 )
 from nsightflow.analysis.diagnostics import note, stage_notes
 from nsightflow.analysis.experts import routing_table
-from nsightflow.capture import attribution, ncu, ncu_csv, nsys
-from nsightflow.capture.flops import SIMT, matmul_precision
-from nsightflow.capture.matching import search_timeline
+from nsightflow.capture.read import attribution, ncu_csv, nsys_stats
+from nsightflow.capture.read.matching import search_timeline
 from nsightflow.errors import InputError
+from nsightflow.precisions import SIMT, matmul_precision
 from nsightflow.records import CapturesIndex, StageCount
 
 
@@ -44,8 +45,8 @@ def aggregate_captures(
     coverage: float | None = None,
     domain: str | None = None,
 ) -> RunTables:
-    """Tables for captures made elsewhere (see nsightflow.analysis.imported): ncu results joined to the timeline without
-    a plan; MFU's precision is the one that did most of the tensor work. ``domain``: the stages' NVTX domain
+    """Tables for captures made elsewhere (see nsightflow.capture.launch.imported): ncu results joined to the timeline
+    without a plan; MFU's precision is the one that did most of the tensor work. ``domain``: the stages' NVTX domain
     (config ``nvtx_domain``); where the timeline has no range in it, the domain is guessed (never a library's)."""
     imported = Path(imported)
     flops = imported / "analytic_flops.json"
@@ -56,7 +57,7 @@ def aggregate_captures(
     tl = attribution.read_timeline(imported / "timeline.sqlite", domain, nested=True)
     if (imported / "stats" / "nvtx_sum.csv").exists():
         check_range_counts(
-            nsys.stage_table(imported / "stats" / "nvtx_sum.csv", _user_file(imported, "nvtx_sum.csv")), tl
+            nsys_stats.stage_table(imported / "stats" / "nvtx_sum.csv", _user_file(imported, "nvtx_sum.csv")), tl
         )
     check_streams(tl.launches[tl.launches["pass_"] == "ranged"], _user_file(imported, "timeline.sqlite"))
     check_kernel_records(tl.launches[tl.launches["pass_"] == "ranged"], _user_file(imported, "timeline.sqlite"))
@@ -93,7 +94,7 @@ def aggregate_captures(
             + metrics.COUNTERS
         )
     )
-    tensor = {p: results[f"flops_tensor_{p}"].sum() for p in ncu.TENSOR_FLOP_METRICS} if matched else {}
+    tensor = {p: results[f"flops_tensor_{p}"].sum() for p in ncu_metrics.TENSOR_FLOP_METRICS} if matched else {}
     if tensor and max(tensor.values()) > 0:
         precision, why = max(tensor, key=lambda p: tensor[p]), "most tensor-pipe FLOPs"
     elif matched:
@@ -120,7 +121,7 @@ def aggregate_captures(
     # Every tensor precision's counter and the FLOPs outside the tensor pipes in every result: then GEMM FLOPs under
     # the model's cannot be a counter left out, and an analytic count among the captures must agree with them.
     every = bool(len(results)) and all(
-        results[c].notna().all() for c in ["flops", *(f"flops_tensor_{p}" for p in ncu.TENSOR_FLOP_METRICS)]
+        results[c].notna().all() for c in ["flops", *(f"flops_tensor_{p}" for p in ncu_metrics.TENSOR_FLOP_METRICS)]
     )
     check_gemm_floor(stages, _user_file(imported, "analytic_flops.json"), every and bool(analytic))
     if not exports:
@@ -211,9 +212,11 @@ def _times_only(
     imported: Path, analytic: dict[str, StageCount], divergence: float, top_n: int | None, coverage: float | None
 ) -> RunTables:
     """Only nsys stats CSVs: per-thread kernel tables and wall times, no counters."""
-    kernels = nsys.kernel_table(imported / "stats" / "nvtx_kern_sum.csv", _user_file(imported, "nvtx_kern_sum.csv"))
-    stages = nsys.stage_table(imported / "stats" / "nvtx_sum.csv", _user_file(imported, "nvtx_sum.csv"))
-    held = nsys.containers(kernels, stages)  # as the SQLite path resolves nested ranges
+    kernels = nsys_stats.kernel_table(
+        imported / "stats" / "nvtx_kern_sum.csv", _user_file(imported, "nvtx_kern_sum.csv")
+    )
+    stages = nsys_stats.stage_table(imported / "stats" / "nvtx_sum.csv", _user_file(imported, "nvtx_sum.csv"))
+    held = nsys_stats.containers(kernels, stages)  # as the SQLite path resolves nested ranges
     kernels, stages = kernels[~kernels["stage"].isin(held)], stages[~stages["stage"].isin(held)].reset_index(drop=True)
     if analytic:  # the stats' ranges of other domains (libraries') are not the count's stages
         mine = stages[stages["stage"].isin(set(analytic))]

@@ -1,6 +1,6 @@
 """A card per top kernel class: what limits the kernel and by how much, from ncu's own sections (speed of light,
 occupancy, warp states, memory workload, launch statistics) collected for those classes only (the deep-dive
-capture: nsightflow.capture.deep), with ncu's own rule messages."""
+capture: nsightflow.capture.read.deep), with ncu's own rule messages."""
 
 from __future__ import annotations
 
@@ -127,9 +127,9 @@ def read_cards(path: str | Path) -> list[Card]:
 def plan_cards(csv_path: str | Path, plan_json: str | Path, details_path: str | Path) -> list[Card]:
     """The cards of a deep-dive capture: its raw export joined to its plan (every result checked against the
     planned launch), the top classes' own launches carded, with their rule messages from the details page."""
-    from nsightflow.capture import ncu_csv
-    from nsightflow.capture.matching import match_to_plan
-    from nsightflow.capture.plan import CapturePlan, expected_frame
+    from nsightflow.capture.read import ncu_csv
+    from nsightflow.capture.read.matching import match_to_plan
+    from nsightflow.capture.read.plan import CapturePlan, expected_frame
 
     raw, _ = ncu_csv.parse_raw_csv(Path(csv_path).read_text(), str(csv_path))
     plan = CapturePlan.read(plan_json)

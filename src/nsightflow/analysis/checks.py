@@ -3,8 +3,8 @@ analytic count of another configuration, an edited timeline), so they are checke
 
 A check that fails raises :class:`InconsistentInputs`, naming the file, the row or stage, and the fix: a number
 built on inconsistent inputs is never published, and never silently adjusted. Checks of a single file's own
-content (units, signs, duplicates, parse errors) live with their readers (nsightflow.capture.ncu_csv,
-nsightflow.capture.nsys).
+content (units, signs, duplicates, parse errors) live with their readers (nsightflow.capture.read.ncu_csv,
+nsightflow.capture.launch.nsys).
 """
 
 from __future__ import annotations

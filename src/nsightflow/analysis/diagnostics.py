@@ -10,13 +10,13 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from nsightflow import units
+from nsightflow import ncu_metrics, units
 from nsightflow.analysis.aggregate import FULL_COVERAGE, RunTables
 from nsightflow.analysis.metrics import MIN_COVERAGE
-from nsightflow.capture import ncu
-from nsightflow.capture.flops import SIMT
-from nsightflow.capture.formulas import TILE
+from nsightflow.capture.read import ncu_csv
 from nsightflow.domains import AUTO_DOMAIN
+from nsightflow.formulas import TILE
+from nsightflow.precisions import SIMT
 from nsightflow.records import CaptureRecord, Diagnostic, Manifest, StageCount
 
 MODE_TEXT = {
@@ -274,7 +274,7 @@ def command_records(records: list[CaptureRecord], ncu_bin: str) -> list[dict[str
     out = []
     for rec in sorted(records, key=lambda r: r.report):
         out.append({"what": f"ncu capture ({rec.what}, replay mode {rec.replay_mode})", "argv": rec.argv})
-        out.append({"what": "export", "argv": ncu.export_argv(ncu_bin, rec.report)})
+        out.append({"what": "export", "argv": ncu_csv.export_argv(ncu_bin, rec.report)})
     return out
 
 
@@ -293,7 +293,7 @@ def diagnose(agg: RunTables, records: list[CaptureRecord], manifest: Manifest | 
     for rec in records:
         src = f"ncu capture ({rec.what})"
         out += [Diagnostic("warning", src, w) for w in rec.warnings]
-        if rec.tensor_precisions and set(rec.tensor_precisions) != set(ncu.ALL_PRECISIONS):
+        if rec.tensor_precisions and set(rec.tensor_precisions) != set(ncu_metrics.ALL_PRECISIONS):
             out.append(
                 Diagnostic(
                     "info",

@@ -20,15 +20,15 @@ import numpy as np
 import pandas as pd
 
 from nsightflow.analysis import experts, uncounted
-from nsightflow.capture.attribution import call_classes
-from nsightflow.capture.comm import is_comm
-from nsightflow.capture.formulas import CLASSES, GROUPED_GEMMS, op_class
+from nsightflow.capture.read.attribution import call_classes
+from nsightflow.capture.read.comm import is_comm
 from nsightflow.errors import InputError
+from nsightflow.formulas import CLASSES, GROUPED_GEMMS, op_class
 from nsightflow.records import Peaks, StageCount
 
 COUNTERS = ["flops", "flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes"]
 # What a launch needs to count as measured (coverage): all FLOPs ('flops') include the SASS counts of non-tensor
-# FLOPs, which a capture may leave out (nsightflow.capture.ncu.non_tensor_flops); then their totals are NaN.
+# FLOPs, which a capture may leave out (nsightflow.ncu_metrics.non_tensor_flops); then their totals are NaN.
 COVERED = ["flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes"]
 
 
@@ -51,9 +51,9 @@ def launch_values(
     """Counters of every launch of the ranged pass, measured or scaled.
 
     A launch takes, in order: the mean of its class's profiled launches in its own step (all of them are
-    identical; see nsightflow.capture.plan); with ``by_call``, where its class is an operator call
-    (nsightflow.capture.attribution.call_classes), the mean of that call's profiled launches in any step of its stage
-    (the same call does the same work in every step: a training loop's iterations, a decode step's GEMMs);
+    identical; see nsightflow.capture.read.plan); with ``by_call``, where its class is an operator call
+    (nsightflow.capture.read.attribution.call_classes), the mean of that call's profiled launches in any step of its
+    stage (the same call does the same work in every step: a training loop's iterations, a decode step's GEMMs);
     outside the ``chosen`` steps, the mean, over the chosen steps with the same structure (launch sequence), of
     the launch at its position: decode steps repeat their kernels while the work of some (attention over a
     growing cache, a replayed CUDA graph) changes. NaN where nothing measured stands for it: never a zero.
@@ -153,7 +153,7 @@ OP_CLASSES = [*CLASSES, "unattributed"]
 
 def launch_ops(class_keys: pd.Series) -> pd.Series:
     """The name of the operator that launched each kernel (``mm``), read from its class key
-    ('mm#<digest>#<ordinal>|<kernel key>', see nsightflow.capture.attribution); '' where no operator is known:
+    ('mm#<digest>#<ordinal>|<kernel key>', see nsightflow.capture.read.attribution); '' where no operator is known:
     launched between operators (CUDA-graph replays, compiled graphs' own kernels, extensions that bypass the
     dispatcher) or in a step the probe pass has no twin of."""
     head = class_keys.astype(str).str.split("|", n=1).str[0]
@@ -163,7 +163,7 @@ def launch_ops(class_keys: pd.Series) -> pd.Series:
 
 
 def launch_op_classes(class_keys: pd.Series) -> pd.Series:
-    """The class (nsightflow.capture.formulas.op_class) of the operator that launched each kernel (launch_ops);
+    """The class (nsightflow.formulas.op_class) of the operator that launched each kernel (launch_ops);
     'unattributed' where no operator is known."""
     ops = launch_ops(class_keys)
     return pd.Series(np.where(ops != "", ops.map(op_class), "unattributed"), index=class_keys.index)
@@ -206,7 +206,7 @@ def stage_measured(values: pd.DataFrame) -> pd.DataFrame:
 
 
 def expert_time(launches: pd.DataFrame, ok: pd.DataFrame) -> dict[str, float]:
-    """A stage's grouped GEMM launches (an MoE's experts, nsightflow.capture.formulas.GROUPED_GEMMS): their time
+    """A stage's grouped GEMM launches (an MoE's experts, nsightflow.formulas.GROUPED_GEMMS): their time
     (``expert_ns``) and tensor FLOPs (``expert_flops``, NaN unless every one has counters); NaN where it has none."""
     experts = launch_ops(launches["class_key"]).isin(GROUPED_GEMMS)
     if not experts.any():
@@ -240,7 +240,7 @@ def with_program_wall(stages: pd.DataFrame, program_wall_s: dict[str, list[float
     out["wall_profiled_ns"] = out["wall_ns"]
     out["wall_ns"] = [float(sum(program_wall_s[s])) * 1e9 for s in out["stage"]]
     # The program's order (its stages as first run), not the profiled ranges': a stage whose first steps were warm-up
-    # (set apart, not profiled: nsightflow.capture.warmup) starts later in the timeline than in the program.
+    # (set apart, not profiled: nsightflow.capture.read.warmup) starts later in the timeline than in the program.
     order = {stage: i for i, stage in enumerate(program_wall_s)}
     return out.sort_values("stage", key=lambda s: s.map(order), kind="stable", ignore_index=True)
 
@@ -270,7 +270,7 @@ def stage_summary(
 ) -> pd.DataFrame:
     """Per stage: wall and GPU busy time (timeline), FLOPs and bytes (ncu, scaled), utilisation on each time.
 
-    MFU divides the model's FLOPs (nsightflow.capture.flops, causal-adjusted) by time × peak; HFU divides
+    MFU divides the model's FLOPs (nsightflow.capture.inside.flops, causal-adjusted) by time × peak; HFU divides
     the FLOPs the hardware executed (ncu counters), which include tile padding and recomputation.
     Both use measured times; their ratio (``executed_over_model``) shows wasted tensor work.
 

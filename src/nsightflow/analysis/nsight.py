@@ -31,11 +31,11 @@ from nsightflow.analysis.checks import (
 )
 from nsightflow.analysis.diagnostics import MODE_TEXT, note, stage_notes, wall_note
 from nsightflow.analysis.experts import routing_table
-from nsightflow.capture import attribution, ncu_csv
-from nsightflow.capture.flops import SIMT
-from nsightflow.capture.matching import match_to_plan
-from nsightflow.capture.plan import CapturePlan, chosen_pairs, expected_frame
+from nsightflow.capture.read import attribution, ncu_csv
+from nsightflow.capture.read.matching import match_to_plan
+from nsightflow.capture.read.plan import CapturePlan, chosen_pairs, expected_frame
 from nsightflow.errors import InputError
+from nsightflow.precisions import SIMT
 from nsightflow.records import CaptureRecord, Ceilings, Diagnostic, Manifest
 
 

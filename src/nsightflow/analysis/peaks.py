@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsightflow.capture.flops import UNKNOWN
-from nsightflow.capture.ncu import PEAK_METRICS
+from nsightflow.ncu_metrics import PEAK_METRICS
+from nsightflow.precisions import UNKNOWN
 from nsightflow.records import Ceilings, Peaks
 
 # Datasheet peaks (dense, no sparsity), FLOP/s and bytes/s, matched by substring of the device name.
@@ -78,7 +78,7 @@ DATASHEET = {
 
 
 def peaks(results: pd.DataFrame, device_name: str | None, precision: str) -> Peaks:
-    """Compute peak in ``precision`` (nsightflow.capture.flops.matmul_precision) and memory peak, each with its
+    """Compute peak in ``precision`` (nsightflow.precisions.matmul_precision) and memory peak, each with its
     source."""
     sm_hz = results["sm_hz"].replace(0, np.nan).median() if len(results) else np.nan
     dram_hz = results["dram_hz"].replace(0, np.nan).median() if len(results) else np.nan

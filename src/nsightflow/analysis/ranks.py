@@ -3,8 +3,8 @@ wall time as the program runs it, its kernels' busy time split into compute and 
 communication ran while the rank's compute did (overlapped) and how much did not (exposed), and the slowest rank.
 
 The timeline (nsys, following the process tree) holds every rank's stage steps in nsightflow's ranks domain
-(nsightflow.capture.hook); a kernel belongs to the step of its own process whose range holds its launch call, from
-any thread of that process. The wall times come from the timed run in the manifest (the program unslowed).
+(nsightflow.capture.inside.hook); a kernel belongs to the step of its own process whose range holds its launch call,
+from any thread of that process. The wall times come from the timed run in the manifest (the program unslowed).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pandas as pd
 
 from nsightflow import columns
 from nsightflow.analysis.diagnostics import note
-from nsightflow.capture import nsys_sqlite
-from nsightflow.capture.attribution import top_level, window_of
-from nsightflow.capture.comm import is_comm, overlapped
-from nsightflow.capture.nsys_sqlite import PUSH_POP
+from nsightflow.capture.read import nsys_sqlite
+from nsightflow.capture.read.attribution import top_level, window_of
+from nsightflow.capture.read.comm import is_comm, overlapped
+from nsightflow.capture.read.nsys_sqlite import PUSH_POP
 from nsightflow.domains import ranks_domain
 from nsightflow.records import Diagnostic, Manifest
 

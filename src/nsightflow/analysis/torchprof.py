@@ -2,8 +2,8 @@
 
 The harness's ``--mode torch`` runs each stage step inside ``record_function('domain:stage')``
 and exports a Chrome/Perfetto JSON trace. From it:
-- ``stage_table``: wall time and instances per annotated range (as ``nsys.stage_table``);
-- ``kernel_table``: time and instances per (stage, kernel) as ``nsys.kernel_table``. On a GPU the
+- ``stage_table``: wall time and instances per annotated range (as ``nsys_stats.stage_table``);
+- ``kernel_table``: time and instances per (stage, kernel) as ``nsys_stats.kernel_table``. On a GPU the
   rows are CUDA kernels (CUPTI), attributed to the range whose CPU interval holds their launch on
   the same thread; on a CPU they are operators, timed by self time (an operator's time minus its
   children's), so nested operators are not counted twice.
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsightflow.capture.nsys import split_range
+from nsightflow.capture.read.nsys_stats import split_range
 from nsightflow.errors import InputError
 
 KERNEL_CATEGORIES = ("kernel",)
@@ -60,7 +60,7 @@ def _complete_events(trace: dict[str, Any]) -> pd.DataFrame:
 def ranges(trace: dict[str, Any], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Annotated ranges (``record_function``), in start order: domain, stage, ts, end, tid, range_index.
 
-    ``labels`` maps trace labels back to stage names (see nsightflow.capture.harness.trace_label); when given,
+    ``labels`` maps trace labels back to stage names (see nsightflow.capture.inside.harness.trace_label); when given,
     annotations that are not the harness's are left out.
     """
     ev = _complete_events(trace)
@@ -151,7 +151,7 @@ def device_kind(trace: dict[str, Any]) -> str:
 
 
 def kernel_table(trace: dict[str, Any], labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """Time per (stage, kernel or operator), columns as ``nsys.kernel_table``."""
+    """Time per (stage, kernel or operator), columns as ``nsys_stats.kernel_table``."""
     act = activity(trace, labels)
     n_ranges = ranges(trace, labels).groupby(["domain", "stage"]).size().rename("range_instances").reset_index()
     out = act.groupby(["domain", "stage", "kernel"], as_index=False).agg(
@@ -163,7 +163,7 @@ def kernel_table(trace: dict[str, Any], labels: dict[str, str] | None = None) ->
 
 
 def stage_table(trace: dict[str, Any], labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """Wall time per annotated range, in the order the stages first ran; columns as ``nsys.stage_table``."""
+    """Wall time per annotated range, in the order the stages first ran; columns as ``nsys_stats.stage_table``."""
     rng = ranges(trace, labels)
     out = rng.groupby(["domain", "stage"], as_index=False, sort=False).agg(
         range_instances=("dur", "size"), wall_us=("dur", "sum")

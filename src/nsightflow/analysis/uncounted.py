@@ -1,5 +1,5 @@
 """What a stage's model count leaves out: operators with no FLOP formula, found two ways. The counting pass lists
-those named like matrix work (nsightflow.capture.formulas.matrix_like: a custom ``fused_mm``); ncu's counters find
+those named like matrix work (nsightflow.formulas.matrix_like: a custom ``fused_mm``); ncu's counters find
 the rest, whatever their names: an operator the count gave no FLOPs whose kernels executed tensor-core FLOPs. MFU
 keeps the counted part; these columns and the stage's note say what it leaves out and its share of the executed
 tensor FLOPs, so a 10x gap is never explained as padding."""

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from nsightflow.capture import children
+from nsightflow.capture.launch import children
 
 
 def _note(log_path: str | Path, text: str) -> None:

@@ -3,7 +3,7 @@
 
 A ``Workload`` has a ``setup`` that resets state (KV caches) and ordered stages, each a function of its step index run
 ``repeats`` times per iteration, for ``iterations`` iterations (a training loop: forward, backward, optimizer,
-again). A stage's step index counts every time it runs. nsightflow's harness (nsightflow.capture.harness) runs it
+again). A stage's step index counts every time it runs. nsightflow's harness (nsightflow.capture.inside.harness) runs it
 under the profilers; nothing here imports torch.
 """
 
@@ -34,7 +34,7 @@ class Workload:
     stages: list[Stage]
     device: str = "cpu"
     # The dtype of the model's matrix work, where the probe pass cannot tell: MFU divides by the peak of the
-    # precision most GEMM and attention FLOPs ran in (nsightflow.capture.flops.matmul_precision).
+    # precision most GEMM and attention FLOPs ran in (nsightflow.precisions.matmul_precision).
     dtype: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     iterations: int = 1

@@ -5,7 +5,7 @@ causal LM from a local checkpoint (``model``) or a config (``config``), as in ns
 
 On a GPU, autograd runs the backward operators on its own device thread, not on the thread that
 opened the backward stage's range: nsightflow attributes kernels by the range's time window, so they
-are counted in backward all the same (see nsightflow.capture.attribution).
+are counted in backward all the same (see nsightflow.capture.read.attribution).
 """
 
 from __future__ import annotations

@@ -1,0 +1,399 @@
+"""Inside a command's own program: its NVTX ranges followed, its stage steps run as the harness runs a callable's.
+
+A command workload (``command:`` in the config) is a program nsightflow did not write: its stages are its own
+NVTX ranges. nsightflow puts a ``sitecustomize`` on the program's ``PYTHONPATH`` (in a private folder of the run:
+nsightflow.capture.launch.hook_site) that calls :func:`install` at interpreter start when ``NSIGHTFLOW_HOOK`` holds
+:class:`HookSettings`. The hook wraps the NVTX
+calls a Python program makes (``nvtx.annotate``/``push_range``/``pop_range``, ``torch.cuda.nvtx.range``/
+``range_push``/``range_pop``) and, around each *stage step* (a push/pop range of the stages' domain, top level or
+named in the config), does what the harness does around a callable's step:
+
+- ``timed``: nothing but a clock (every range of every domain recorded: the stages are discovered from them; run
+  beside the nsys launch, whose program the hook holds until this run has ended: nsightflow.capture.inside.gate);
+- ``probe`` (under nsys): the step mirrored into nsightflow's own domain (the ranged pass) and its probe domain,
+  its operators numbered, marked and counted (nsightflow.capture.inside.probe): the timeline reads as a callable's does;
+- ``ranged`` (under nsys, where the timed run saw ``torch.compile`` make graphs): the step mirrored only. A
+  ``TorchDispatchMode`` such as the probe makes torch.compile skip every frame ("non-infra torch dispatch mode
+  present"), so a compiled program is never probed where it is measured: it is counted in a ``count`` run of its
+  own, with compilation off;
+- ``ncu``: the capture plan's profiler windows opened around the planned operators of the planned steps;
+- ``torch``: the step inside ``record_function`` under a torch.profiler started at interpreter start;
+- ``count``: the operators counted (analytic FLOPs and bytes) with nothing else.
+
+A program that opens no NVTX range of its own has automatic stages (nsightflow.capture.inside.hook_auto): its training
+iterations and top-level model calls, followed as ranges of ``AUTO_DOMAIN`` by the same step logic.
+
+Steps the timed run found to be warm-up (nsightflow.capture.read.warmup: compilation, CUDA-graph recording, cold caches)
+are followed in every later run, synchronized at their end as in the timed run, and nothing else: no profiler window,
+mirror or count (``HookSettings.skip``).
+
+The GPU is synchronized before each step's range ends (the NVTX guide's rule, kept for programs that forget it), so
+a step's window holds its kernels. Each process writes its record (rank, steps' wall times, environment, the ranges
+seen) at exit, beside ``out`` (:func:`record_path`).
+
+A job of several processes (torchrun, ``torch.multiprocessing``): the settings stay in the environment, so every
+Python process the command starts loads the hook. A process that runs stage steps is a *rank* (``RANK``, else its
+``torch.distributed`` rank at its first step). Under nsys every rank mirrors its steps into nsightflow's ranks
+domain (nsightflow.domains.ranks_domain) so the timeline gives each rank its stages, and every rank runs the probe
+(so that none waits in a collective on another's probing); only the profiled rank (``HookSettings.rank``) has its
+steps in nsightflow's own domains, is counted, captured by ncu and measures the ceilings; under torch.profiler each
+rank writes its own trace (nsightflow.records.trace_path).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
+from nsightflow.capture.launch.children import die_with
+from nsightflow.domains import AUTO_DOMAIN
+
+
+def _sync() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def _idle() -> bool:
+    """Whether the GPU's current stream has no work left (a program that synchronized its step itself): the step
+    ended when its range did, and the hook's own synchronization is not part of its wall."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return True
+    return bool(torch.cuda.current_stream().query())
+
+
+def _closing() -> int:
+    """Synchronize the GPU at a range's end; when the range ended (ns): at once where the program had waited for its
+    work itself, else once the synchronization returned (the hook's own wait is never part of a step's wall)."""
+    ended, done = time.perf_counter_ns(), _idle()
+    _sync()
+    return ended if done else time.perf_counter_ns()
+
+
+class Tracker:
+    """Follows the program's push/pop ranges per thread and acts at stage step boundaries (see the module's doc)."""
+
+    def __init__(self, settings: HookSettings) -> None:
+        self.s = settings
+        self.lock = threading.RLock()
+        self.stacks: dict[int, list[tuple[str, str, int, int]]] = {}  # thread -> (domain, name, start ns, graphs)
+        # domain, name, depth, thread, start, end, graphs torch.compile made while the range was open
+        self.ranges: list[tuple[str, str, int, int, int, int, int]] = []
+        self.step: tuple[str, int, int, int, bool] | None = None  # stage, step, thread, depth of its range, set apart
+        self.counts: dict[str, int] = {}
+        self.walls: dict[str, list[float]] = {}
+        self.started = time.perf_counter()
+        self.inside = False  # the hook's own NVTX calls are not the program's
+        self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
+        self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
+        self.gated = settings.gate is not None and settings.mode in ("probe", "timed")  # not yet past the gate
+        self.own = False  # whether the program has opened an NVTX range of its own
+        self.auto: Any = None  # the automatic stages' hooks (nsightflow.capture.inside.hook_auto), while followed
+        self.tuning: Any = None  # autotuning choices recorded or taken (nsightflow.capture.inside.hook_tuning)
+
+    def follows_auto(self) -> bool:
+        """Whether the automatic stages (nsightflow.capture.inside.hook_auto) are followed: they are the stages, or the
+        stages are not known yet and the program has opened no range of its own."""
+        return self.s.domain == AUTO_DOMAIN or (self.s.domain is None and not self.own)
+
+    def pass_gate(self) -> None:
+        """A launch beside another (nsightflow.capture.inside.gate): the probe waits for the stages the timed run
+        found; the timed run waits until the probe launch is ready (so that none of its steps shares the machine)."""
+        if not self.gated:
+            return
+        with self.lock:
+            if not self.gated:
+                return
+            from nsightflow.capture.inside import gate
+
+            assert self.s.gate is not None
+            if self.s.mode == "timed":
+                if self.s.gate_pid is not None:
+                    gate.wait_ready(self.s.gate, self.s.gate_pid)
+            else:
+                found = gate.wait_open(self.s.gate)
+                skip, tuning = found.get("skip") or {}, found.get("tuning") or None
+                self.s = replace(self.s, domain=found["domain"], stages=found["stages"], skip=skip, tuning=tuning)
+                if not found.get("probe", True):  # the program compiles: its steps run as they are, unprobed
+                    self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
+            self.gated = False
+
+    def _is_step(self, domain: str, name: str, depth: int) -> bool:
+        if self.s.domain is None or self.step is not None or domain != self.s.domain:
+            return False
+        return name in self.s.stages if self.s.stages is not None else depth == 0
+
+    def push(self, domain: str | None, name: str | None, payload: Any = None) -> None:
+        if self.inside:
+            return
+        domain, name = domain or "", name or ""
+        tid = threading.get_ident()
+        with self.lock:
+            if self.rank is None:
+                self.rank = rank_of()
+            if domain != AUTO_DOMAIN and not self.own:
+                self.own = True
+                if self.auto is not None and self.s.domain is None:  # its own ranges are its stages
+                    self.auto.remove()
+            stack = self.stacks.setdefault(tid, [])
+            depth = sum(1 for d, _, _, _ in stack if d == domain)
+            stack.append((domain, name, time.perf_counter_ns(), compiled_graphs()))
+            if self._is_step(domain, name, depth):
+                ordinal = self.counts.get(name, 0)
+                step = payload if isinstance(payload, int) and not isinstance(payload, bool) else ordinal
+                self.counts[name] = ordinal + 1
+                apart = ordinal in self.s.skip.get(name, ())  # warm-up (nsightflow.capture.read.warmup): followed only
+                self.step = (name, step, tid, len(stack) - 1, apart)
+                if not apart:
+                    self._begin(name, step)
+            # every range starts once the hook's own work is done: none of it is part of the program's time
+            stack[-1] = (domain, name, time.perf_counter_ns(), stack[-1][3])
+
+    def pop(self, domain: str | None) -> None:
+        if self.inside:
+            return
+        domain = domain or ""
+        tid = threading.get_ident()
+        with self.lock:
+            stack = self.stacks.get(tid, [])
+            at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == domain), None)
+            if at is None:
+                return
+            end = None
+            if self.step is not None and self.step[2] == tid and self.step[3] == at:
+                end = self._end()
+            elif self.s.domain is None and not any(d == domain for d, _, _, _ in stack[:at]):
+                if domain != AUTO_DOMAIN or not self.own:
+                    end = _closing()  # stages not yet known: every top-level range ends synchronized
+            d, name, t0, graphs = stack.pop(at)
+            if self.s.mode == "timed":
+                depth = sum(1 for x, _, _, _ in stack[:at] if x == d)
+                end = end if end is not None else time.perf_counter_ns()
+                self.ranges.append((d, name, depth, tid, t0, end, compiled_graphs() - graphs))
+
+    def _begin(self, stage: str, step: int) -> None:
+        if DEBUG:
+            # One write, the line and its end: print() writes them apart, and another rank's line came between.
+            sys.stderr.write(f"[nsightflow hook] pid {os.getpid()} {self.s.mode}: step {stage!r} {step}\n")
+        self.t0 = time.perf_counter_ns()
+        if self.actions is None:  # the first step: the rank is known by now (torch.distributed initialised)
+            from nsightflow.capture.inside import hook_actions
+
+            self.rank = self.rank if self.rank is not None else rank_of()
+            self.actions = self._own(hook_actions.for_mode, self.s, self.rank)
+        self._own(self.actions.begin, stage, step)
+
+    def _end(self) -> int:
+        """End the step: synchronized, its actions ended, its wall kept; returns when it ended (ns)."""
+        assert self.step is not None
+        stage = self.step[0]
+        ended = _closing()
+        if self.step[4]:  # a warm-up step: synchronized as in the timed run, nothing else
+            self.step = None
+            return ended
+        if self.actions is not None:
+            self._own(self.actions.end)
+        self.walls.setdefault(stage, []).append((ended - self.t0) / 1e9)
+        self.step = None
+        if self.s.steps and all(self.counts.get(k, 0) >= n for k, n in self.s.steps.items()):
+            self._own(self.actions.last_step)  # torch.profiler stops on the thread that started it
+        return ended
+
+    def _own(self, fn: Any, *args: Any) -> Any:
+        self.inside = True
+        try:
+            return fn(*args)
+        finally:
+            self.inside = False
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "mode": self.s.mode,
+            "pid": os.getpid(),
+            "program_wall_s": time.perf_counter() - self.started,
+            "steps": {k: list(v) for k, v in self.walls.items()},
+            "stage_order": list(self.walls),
+            "ranges": [list(r) for r in self.ranges],
+            "main_thread": threading.main_thread().ident,
+            "compiled_graphs": compiled_graphs(),
+            "rank": self.rank if self.rank is not None else rank_of(),
+            "device": device_of(),
+            "autotuning": self.tuning.record() if self.tuning is not None and not self.tuning.replay else {},
+        }
+
+
+_COUNTERS: Any = None
+
+
+def compiled_graphs() -> int:
+    """How many graphs ``torch.compile`` has made in this process so far (dynamo's own counter; 0 before dynamo is
+    loaded): read at every range's push and pop, so a dictionary look-up once dynamo is there."""
+    global _COUNTERS
+    if _COUNTERS is None:
+        if "torch._dynamo" not in sys.modules:
+            return 0
+        try:
+            from torch._dynamo.utils import counters
+
+            _COUNTERS = counters
+        except Exception:  # a torch without that counter: no compilation is seen, none is invented
+            return 0
+    return int(_COUNTERS["stats"]["unique_graphs"])
+
+
+def rank_of() -> int | None:
+    """This process's rank: ``RANK`` (torchrun), else its initialised ``torch.distributed`` rank, else None."""
+    if os.environ.get("RANK", "").isdigit():
+        return int(os.environ["RANK"])
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except (RuntimeError, ValueError):
+        pass
+    return None
+
+
+def device_of() -> str:
+    """The device this process computed on: ``cuda:N`` (its current CUDA device) or ``cpu``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cpu"
+
+
+def record_path(out: str | Path, pid: int) -> Path:
+    """Where process ``pid`` writes its record of a run whose settings name ``out``."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.{pid}{out.suffix}")
+
+
+TRACKER: Tracker | None = None
+DEBUG = bool(os.environ.get("NSIGHTFLOW_HOOK_DEBUG"))  # say each step the hook sees, on stderr
+
+
+def install(settings: HookSettings | None = None) -> Tracker | None:
+    """Install the hook for this process (from ``NSIGHTFLOW_HOOK`` unless given); its record is written at exit."""
+    global TRACKER
+    if settings is None:
+        text = os.environ.get(HOOK_ENV)
+        if not text:
+            return None
+        settings = HookSettings.from_env(text)
+    TRACKER = tracker = Tracker(settings)  # the settings stay in the environment: ranks are child processes
+    die_with(os.environ.get(JOB_ENV, ""))  # a daemon the program starts, or an orphaned rank, ends with the job
+    _wrap_nvtx(tracker)
+    if settings.mode == "probe":
+        tracker.pass_gate()  # beside a timed run: before the program's first line, torch imported, no GPU touched
+    if settings.mode == "timed" or tracker.s.tuning is not None:  # the timed run's choices, taken when profiled
+        from nsightflow.capture.inside import hook_tuning
+
+        tracker.tuning = hook_tuning.install(tracker.s.tuning if settings.mode != "timed" else None)
+    if tracker.follows_auto():
+        from nsightflow.capture.inside import hook_auto
+
+        tracker.auto = hook_auto.install(tracker)  # stages for a program that opens no range of its own
+    atexit.register(_finish, tracker)
+    return tracker
+
+
+def _finish(tracker: Tracker) -> None:
+    from nsightflow import files
+
+    record = tracker.record()
+    if tracker.actions is not None:
+        tracker.inside = True
+        record.update(tracker.actions.finish())
+    if tracker.s.out:
+        files.write_json(record_path(tracker.s.out, os.getpid()), record)
+
+
+def _wrap_nvtx(tracker: Tracker) -> None:
+    """Follow the nvtx package's and torch.cuda.nvtx's push/pop ranges (both imported lazily by the program)."""
+    try:
+        import nvtx
+        import nvtx.nvtx as impl
+    except ImportError:
+        nvtx = None
+    if nvtx is not None:
+        base = impl.annotate
+
+        class annotate(base):  # type: ignore[misc,valid-type]
+            def __init__(self, message: Any = None, color: Any = None, domain: Any = None, *a: Any, **k: Any):
+                super().__init__(message, color, domain, *a, **k)
+                self._nf = (domain, message, k.get("payload", a[1] if len(a) > 1 else None))
+
+            def __enter__(self) -> Any:
+                tracker.pass_gate()
+                out = super().__enter__()
+                tracker.push(*self._nf)
+                return out
+
+            def __exit__(self, *exc: Any) -> Any:
+                tracker.pop(self._nf[0])
+                return super().__exit__(*exc)
+
+            def __call__(self, func: Any) -> Any:
+                import functools
+
+                if self._nf[1] is None:
+                    self._nf = (self._nf[0], func.__name__, self._nf[2])
+
+                @functools.wraps(func)
+                def inner(*args: Any, **kwargs: Any) -> Any:
+                    with self:
+                        return func(*args, **kwargs)
+
+                return inner
+
+        push0, pop0 = impl.push_range, impl.pop_range
+
+        def push_range(message: Any = None, color: Any = None, domain: Any = None, *a: Any, **k: Any) -> Any:
+            tracker.pass_gate()
+            out = push0(message, color, domain, *a, **k)
+            tracker.push(domain, message, k.get("payload", a[1] if len(a) > 1 else None))
+            return out
+
+        def pop_range(domain: Any = None) -> Any:
+            tracker.pop(domain)
+            return pop0(domain)
+
+        for mod in (nvtx, impl):
+            mod.annotate, mod.push_range, mod.pop_range = annotate, push_range, pop_range
+    _wrap_torch_nvtx(tracker)
+
+
+def _wrap_torch_nvtx(tracker: Tracker) -> None:
+    """torch.cuda.nvtx's ranges (the default domain); on a machine without CUDA they only follow, never raise."""
+    try:
+        import torch.cuda.nvtx as tn
+    except ImportError:
+        return
+    push0, pop0 = tn.range_push, tn.range_pop
+
+    def quiet(fn: Any, *a: Any) -> Any:
+        try:
+            return fn(*a)
+        except (RuntimeError, AttributeError):  # a CPU-only build's NVTX stub: the range is followed all the same
+            return 0
+
+    def range_push(msg: str) -> Any:
+        tracker.pass_gate()
+        out = quiet(push0, msg)
+        tracker.push("", msg)
+        return out
+
+    def range_pop() -> Any:
+        tracker.pop("")
+        return quiet(pop0)
+
+    tn.range_push, tn.range_pop = range_push, range_pop

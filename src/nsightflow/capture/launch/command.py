@@ -1,0 +1,400 @@
+"""A command workload: a program nsightflow did not write, run as its user runs it, its stages its own NVTX ranges.
+
+Each profiling rule runs the command with the hook (nsightflow.capture.inside.hook) loaded at interpreter start:
+
+1. a *timed* run, nothing collecting: every range the program opens, its wall time, and from them the stages
+   (:func:`discover`: the configured domain and names, else the top-level ranges of the busiest domain that is not a
+   library's own);
+2. the profile run: under nsys (the hook mirrors each stage step into nsightflow's domain and runs the probe inside
+   it, so the timeline reads as a callable's does, and counts FLOPs; started beside the timed run, its program waits
+   until the timed run has ended: nsightflow.capture.inside.gate), or under torch.profiler (then a *count* run);
+3. under ncu: the hook opens the capture plan's windows (:meth:`CommandCall.launch` with the plan).
+
+The rest of the engine (plan, match, aggregation, report) is the callables' own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nsightflow import files
+from nsightflow.capture.inside.gate import open_gate
+from nsightflow.capture.inside.harness import HarnessCall, Launch
+from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
+from nsightflow.capture.inside.passes import safe_label
+from nsightflow.capture.launch import nsys
+from nsightflow.capture.launch.children import identity
+from nsightflow.capture.launch.hook_site import program_tmp, site_dir
+from nsightflow.capture.launch.tools import publish_nsys, run_tool, tool_warnings, write_manifest
+from nsightflow.domains import DEFAULT_DOMAIN
+from nsightflow.errors import CaptureError, ConfigError
+from nsightflow.records import Manifest
+
+if TYPE_CHECKING:
+    from nsightflow.capture.launch.discovery import Discovery
+
+# The discovery (pandas) is imported where a command's runs are read: a callable's timeline job never reads one, and
+# importing pandas before nsys starts cost that job about 0.9 s on the GPU host (1.10 s before nsys, 0.22 s without).
+
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def fill(argv: list[str], args: dict[str, Any]) -> list[str]:
+    """The command's argv with each ``{name}`` replaced by the run's value of ``name`` (its args and sweep point)."""
+
+    def value(m: re.Match[str]) -> str:
+        if m.group(1) not in args:
+            raise ConfigError(
+                f"command argument {m.string!r}: placeholder {{{m.group(1)}}} has no value; give it under the "
+                f"workload's args: or sweep: (known: {sorted(args) or 'none'})"
+            )
+        return str(args[m.group(1)])
+
+    return [PLACEHOLDER.sub(value, a) for a in argv]
+
+
+@dataclass(frozen=True)
+class CommandCall:
+    """One command workload as the config gives it (fields of ``command_call`` in common.smk)."""
+
+    command: list[str]
+    args: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    cwd: str | None = None
+    domain: str | None = None  # the program's NVTX domain of its stages; None: discovered
+    stages: list[str] | None = None  # its stage range names; None: the domain's top-level ranges
+    mirror: str = DEFAULT_DOMAIN  # nsightflow's own domain (config nvtx_domain)
+    dtype: str | None = None
+    rank: int = 0  # a job of several processes: the rank that is probed and captured
+    gpus: int = 1  # the devices its processes use (one per rank for NCCL): claimed together
+    warmup_steps: int | str = "auto"  # "auto" (nsightflow.capture.read.warmup), or the first N steps of each stage
+
+    def argv(self) -> list[str]:
+        return fill(self.command, self.args)
+
+    def launch(self, settings: HookSettings, private: str | Path) -> Launch:
+        """The command with the hook: its site folder (made in ``private``, a folder of this run only) first on
+        ``PYTHONPATH``, the settings in the environment."""
+        env = {k: str(v) for k, v in self.env.items()}
+        path = [str(site_dir(private)), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+        env[HOOK_ENV] = settings.to_env()
+        env[JOB_ENV] = identity()  # every Python process of the program ends when this job does, however it ends
+        for key, value in program_tmp(private).items():
+            env.setdefault(key, value)  # the workload's own env: wins
+        cwd = str(Path(self.cwd).resolve()) if self.cwd else None  # every path a tool is given is absolute
+        return Launch(self.argv(), env, cwd, self.gpus)
+
+    def windowed(self, plan_json: str | Path, manifest: Manifest) -> Launch:
+        """The launch ncu runs: the hook opens the plan's windows in the stages the timeline found, never in their
+        warm-up steps (its site folder beside the plan, in the run's own results)."""
+        skip: dict[str, list[int]] = {}
+        for w in manifest.warmup_steps:
+            skip.setdefault(str(w["stage"]), []).append(int(w["step"]))
+        settings = HookSettings(
+            mode="ncu",
+            out=None,
+            domain=manifest.stage_domain,
+            stages=[s["name"] for s in manifest.stages],
+            mirror=self.mirror,
+            windows=str(Path(plan_json).resolve()),
+            rank=self.rank,
+            skip=skip,
+            tuning=manifest.autotuning or None,  # the timed run's choices: ncu's slowed timing picks none
+        )
+        return self.launch(settings, Path(plan_json).resolve().parent)
+
+
+def program_call(fields: dict[str, Any]) -> HarnessCall | CommandCall:
+    """The call a rule's ``harness`` params describe: a command workload's or a callable's."""
+    return CommandCall(**fields) if "command" in fields else HarnessCall(**fields)
+
+
+def program_launches(
+    fields: dict[str, Any], plan_json: str | Path, manifest: str | Path, await_plan: bool = False
+) -> list[Launch]:
+    """What ncu runs for the plan ``plan_json``, in the order to try: a callable whose first pass did no one-time
+    work that launches kernels (the timeline's harness looked: nsightflow.capture.inside.passes.first_pass_work) first
+    without its warm-up pass, the windows in the program's first pass (under ncu a pass of an 8B-shaped decoder costs
+    about 4 s more than alone); then, should that capture differ from the plan, after its warm-up passes.
+    ``await_plan``: a callable's launches may start before the plan is made (they wait for it: ``Launch.awaits_plan``);
+    a command's hook reads its plan as the program starts, so its launch never does."""
+    call = program_call(fields)
+    record = Manifest.read(manifest)
+    if isinstance(call, CommandCall):
+        return [call.windowed(plan_json, record)]
+    warmed = call.windowed(plan_json, await_plan)
+    if call.warmup > 0 and record.first_pass_work == []:
+        return [replace(call, warmup=0).windowed(plan_json, await_plan), warmed]
+    return [warmed]
+
+
+def _run(
+    call: CommandCall,
+    settings: HookSettings,
+    log: str | Path,
+    timeout_s: float | None,
+    wrap: list[str],
+    beside: Callable[[dict[str, str], int], None] | None = None,
+    devices: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One run of the command with the hook (under ``wrap``, a profiler's argv prefix): the record of every Python
+    process it started (nsightflow.capture.inside.hook.record_path), each with the run's output. ``beside``: another run
+    while this one runs (nsightflow.capture.inside.gate); ``devices``: the environment of the run this one is beside
+    (its claimed devices: this one runs on them too); ``extra_env``: set for this run only (over the workload's)."""
+    assert settings.out is not None
+    launch = call.launch(settings, Path(settings.out).parent)
+    env = {**launch.env, **(extra_env or {})}
+    if devices is not None and "CUDA_VISIBLE_DEVICES" in devices:  # the workload's own env: wins, as in run_tool
+        env.setdefault("CUDA_VISIBLE_DEVICES", devices["CUDA_VISIBLE_DEVICES"])
+    argv, nested = wrap + launch.argv, devices is not None
+    out, _ = run_tool(
+        argv, log, timeout_s, gpu=not nested, env=env, cwd=launch.cwd, gpus=launch.gpus, beside=beside, nested=nested
+    )
+    base = Path(settings.out)
+    records = []
+    for path in sorted(base.parent.glob(f"{base.stem}.*{base.suffix}")):
+        try:
+            records.append({**json.loads(path.read_text()), "output": out})
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CaptureError(f"{path}: the hook's record of a process is unreadable ({exc}); log: {log}") from exc
+    if not records:
+        raise CaptureError(
+            f"the command {launch.argv} exited without the hook's record: it must be a Python program that "
+            f"ends normally (not os._exit), run by an interpreter that can import nsightflow; log: {log}"
+        )
+    return records
+
+
+def _record(
+    call: CommandCall, found: Discovery, profiled: dict[str, Any], extra: dict[str, Any], ranks: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The harness-shaped record of a command's runs (nsightflow.records.Manifest's fields)."""
+    return {
+        "callable": "",
+        "command": call.argv(),
+        "args": call.args,
+        "domain": call.mirror,
+        "stage_domain": found.domain,
+        "stage_domain_how": found.how,
+        "params": {},
+        "iterations": 1,
+        "stage_wall_s": profiled.get("steps") or {},
+        "program_wall_s": found.walls,
+        "every_wall_s": found.every_wall,
+        "warmup_steps": [asdict(w) for w in found.warmup],
+        "autotuning": found.tuning,
+        "stages": [{"name": s, "repeats": len(found.walls[s]), "steps": len(found.walls[s])} for s in found.stages],
+        "ranks": ranks,
+        "profiled_rank": call.rank if ranks else None,
+        **extra,
+    }
+
+
+# The count run of a command: compilation off, so that torch.compile (fullgraph=True included) runs the program's
+# Python as written, each operator seen by the counting TorchDispatchMode (under such a mode torch.compile skips every
+# frame, or raises with fullgraph=True). The model's FLOPs are the same; the measured runs stay compiled.
+EAGER = {"TORCHDYNAMO_DISABLE": "1", "TORCH_COMPILE_DISABLE": "1"}
+
+
+def _count(
+    call: CommandCall,
+    found: Discovery,
+    tmp: str,
+    flops: str | Path,
+    ceilings: str | Path,
+    log: str | Path,
+    timeout_s: float | None,
+) -> dict[str, Any]:
+    """The count run (analytic FLOPs and bytes of the steady steps, the measured ceilings): the counted record."""
+    from nsightflow.capture.launch.discovery import primary, same_steps
+
+    settings = HookSettings("count", f"{tmp}/count.json", found.domain, found.stages, call.mirror, dtype=call.dtype)
+    settings = replace(
+        settings,
+        rank=call.rank,
+        skip=found.skip,
+        flops_out=str(Path(flops).resolve()),
+        ceilings_out=str(Path(ceilings).resolve()),
+    )
+    counted = primary(_run(call, settings, log, timeout_s, [], extra_env=EAGER), call.rank)
+    same_steps(found, counted, "counting")
+    return counted
+
+
+def count_how(found: Discovery, separate: bool) -> str:
+    """How a command's analytic count was made, for the report."""
+    if not separate:
+        return "operators counted in the measured nsys run (the program does not compile)"
+    if not found.compiles:
+        return "operators counted in a run of its own (the program does not compile)"
+    return (
+        "operators counted in a run of its own with compilation off (TORCHDYNAMO_DISABLE=1), since the program "
+        "compiles (torch.compile made graphs in its timed run) and a counting TorchDispatchMode would make "
+        "torch.compile skip its frames; the measured runs ran it compiled, its kernels as it launches them"
+    )
+
+
+def _timed(
+    call: CommandCall,
+    tmp: str,
+    log: str | Path,
+    timeout_s: float | None,
+    beside: tuple[str, int] | None = None,
+    devices: dict[str, str] | None = None,
+) -> tuple[Discovery, list[dict[str, Any]]]:
+    """The timed run (nothing collecting), the stages found in the profiled rank's ranges, and every process's
+    record. ``beside``: (gate, pid) of a launch gated until this run has ended (nsightflow.capture.inside.gate); its
+    first range waits until that launch is ready."""
+    from nsightflow.capture.launch.discovery import discover, primary
+
+    gate, pid = beside or (None, None)
+    settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
+    settings = replace(settings, gate=gate, gate_pid=pid)
+    timed = _run(call, settings, log, timeout_s, [], devices=devices)
+    mine = primary(timed, call.rank)
+    found = discover(mine, call.domain, call.stages, call.warmup_steps)
+    tuning = mine.get("autotuning") or {}
+    return replace(found, compiles=any(r.get("compiled_graphs") for r in timed), tuning=tuning), timed
+
+
+def timed_beside(
+    call: CommandCall, tmp: str, log: str | Path, timeout_s: float | None, profile: HookSettings, wrap: list[str]
+) -> tuple[Discovery, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The timed run, and the ``profile`` run (under ``wrap``) beside it, gated until the timed run has found the
+    stages (nsightflow.capture.inside.gate): (the stages, the timed and the profile run's records)."""
+    gate = f"{tmp}/stages.json"
+    timed_run: list[tuple[Discovery, list[dict[str, Any]]]] = []
+
+    def timed_first(devices: dict[str, str], pid: int) -> None:
+        timed_run.append(_timed(call, tmp, log, timeout_s, (gate, pid), devices))
+        found = timed_run[0][0]
+        opened = {"domain": found.domain, "stages": found.stages, "skip": found.skip, "probe": not found.compiles}
+        opened["tuning"] = found.tuning
+        open_gate(gate, opened)
+
+    runs = _run(call, replace(profile, gate=gate), log, timeout_s, wrap, beside=timed_first)
+    return timed_run[0][0], timed_run[0][1], runs
+
+
+def timeline(
+    nsys_bin: str,
+    call: CommandCall,
+    rep: str | Path,
+    sqlite_out: str | Path,
+    manifest: str | Path,
+    flops: str | Path,
+    ceilings: str | Path,
+    log: str | Path,
+    versions: dict[str, Any],
+    settings: dict[str, Any],
+    timeout_s: float | None,
+) -> None:
+    """The timed run, and nsys over the probe run started beside it (its program gated until the timed run has
+    found the stages: nsightflow.capture.inside.gate): the timeline, analytic count, ceilings and manifest."""
+    from nsightflow.capture.launch.discovery import primary, rank_rows, same_steps
+
+    with files.scratch(Path(manifest).parent, "nsightflow-command") as tmp:
+        probe = HookSettings(
+            "probe",
+            f"{tmp}/probe.json",
+            call.domain,
+            call.stages,
+            call.mirror,
+            dtype=call.dtype,
+            flops_out=str(Path(flops).resolve()),
+            ceilings_out=str(Path(ceilings).resolve()),
+            rank=call.rank,
+        )
+        rep = Path(rep)
+        tmp_base = rep.with_name(rep.stem + ".tmp")
+        wrap = nsys.profile_argv(nsys_bin, tmp_base, [])
+        found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap)
+        profiled = primary(runs, call.rank)
+        same_steps(found, profiled, "nsys")
+        publish_nsys(tmp_base, rep, sqlite_out, log)
+        # A program that compiles ran unprobed under nsys (the gate said so): it is counted in a run of its own.
+        counted = _count(call, found, tmp, flops, ceilings, log, timeout_s) if found.compiles else profiled
+        harness_json = Path(tmp) / "harness.json"
+        extra = {k: counted[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
+        extra.update(environment=counted["environment"], analytic_how=count_how(found, found.compiles))
+        files.write_json(harness_json, _record(call, found, profiled, extra, rank_rows(timed, runs, found)))
+        commands = [
+            {"what": "the command, timed (no profiler; the one under nsys waits for it)", "argv": call.argv()},
+            {
+                "what": "Timeline (nsys) of the command"
+                + (" as it runs (compiled)" if found.compiles else " with the probe, analytic count and ceilings"),
+                "argv": wrap + call.argv(),
+            },
+        ]
+        if found.compiles:
+            commands.append({"what": "the command with the operator count (compilation off)", "argv": call.argv()})
+        write_manifest(harness_json, manifest, versions, commands, settings, tool_warnings(profiled["output"]))
+
+
+def torch_profile(
+    call: CommandCall,
+    trace: str | Path,
+    manifest: str | Path,
+    flops: str | Path,
+    ceilings: str | Path,
+    log: str | Path,
+    versions: dict[str, Any],
+    settings: dict[str, Any],
+    timeout_s: float | None = None,
+) -> None:
+    """The timed run, the command under torch.profiler (its steps as ``record_function`` ranges), then a count run
+    (analytic FLOPs and the measured ceilings), and the run's manifest."""
+    from nsightflow.capture.launch.discovery import primary, rank_rows, same_steps
+
+    with files.scratch(Path(manifest).parent, "nsightflow-command") as tmp:
+        found, timed = _timed(call, tmp, log, timeout_s)
+        labels = {s: safe_label(i, s) for i, s in enumerate(found.stages)}
+
+        hook = HookSettings("torch", f"{tmp}/torch.json", found.domain, found.stages, call.mirror, labels)
+        hook = replace(hook, dtype=call.dtype, rank=call.rank, trace=str(Path(trace).resolve()), skip=found.skip)
+        hook = replace(hook, steps={k: len(v) for k, v in found.every_wall.items()}, tuning=found.tuning or None)
+        runs = _run(call, hook, log, timeout_s, [])
+        profiled = primary(runs, call.rank)
+        same_steps(found, profiled, "torch.profiler")
+        counted = _count(call, found, tmp, flops, ceilings, log, timeout_s)
+        extra = {k: counted[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
+        extra.update(
+            environment=counted["environment"],
+            trace_labels=profiled["trace_labels"],
+            analytic_how=count_how(found, True),
+        )
+        harness_json = Path(tmp) / "harness.json"
+        files.write_json(harness_json, _record(call, found, profiled, extra, rank_rows(timed, runs, found)))
+        commands = [
+            {"what": "the command, timed (no profiler)", "argv": call.argv()},
+            {"what": "the command under torch.profiler", "argv": call.argv()},
+            {"what": "the command with the operator count and ceilings (compilation off)", "argv": call.argv()},
+        ]
+        write_manifest(harness_json, manifest, versions, commands, settings, tool_warnings(profiled["output"]))
+
+
+def profile_timeline(nsys_bin: str, fields: dict[str, Any], *rest: object, **kw: object) -> None:
+    """Rule timeline for either kind of workload (see nsightflow.capture.launch.tools.timeline, :func:`timeline`)."""
+    from nsightflow.capture.launch import tools
+
+    call = program_call(fields)
+    run = timeline if isinstance(call, CommandCall) else tools.timeline
+    run(nsys_bin, call, *rest, **kw)  # type: ignore[arg-type]
+
+
+def profile_torch(fields: dict[str, Any], *rest: object, **kw: object) -> None:
+    """Rule torch_profile for either kind of workload (see nsightflow.capture.launch.tools.torch_profile,
+    :func:`torch_profile`)."""
+    from nsightflow.capture.launch import tools
+
+    call = program_call(fields)
+    run = torch_profile if isinstance(call, CommandCall) else tools.torch_profile
+    run(call, *rest, **kw)  # type: ignore[arg-type]

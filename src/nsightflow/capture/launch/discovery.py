@@ -1,0 +1,180 @@
+"""Which of a command's NVTX ranges are its stages, and which of its processes is profiled: from the hook's records
+of its runs (nsightflow.capture.inside.hook), the timed run's first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from nsightflow.capture.read.attribution import top_level
+from nsightflow.capture.read.warmup import WarmupStep, warmup_steps
+from nsightflow.domains import AUTO_DOMAIN, LIBRARY_DOMAINS, is_nsightflows_own
+from nsightflow.errors import CaptureError, WorkloadError
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The stages a timed run of a command found: their domain, names (first seen first), their steady steps' wall
+    times (``walls``), every step's (``every_wall``), the warm-up steps set apart (nsightflow.capture.read.warmup), and
+    whether the program compiled (``torch.compile`` made graphs in any of its processes)."""
+
+    domain: str
+    stages: list[str]
+    walls: dict[str, list[float]]
+    how: str
+    every_wall: dict[str, list[float]] = field(default_factory=dict)
+    warmup: list[WarmupStep] = field(default_factory=list)
+    compiles: bool = False
+    tuning: dict[str, list[str]] = field(default_factory=dict)  # its autotuning choices (capture.hook_tuning)
+
+    @property
+    def skip(self) -> dict[str, list[int]]:
+        """Per stage, the ordinals of its warm-up steps (what every later run of the program only follows)."""
+        out: dict[str, list[int]] = {}
+        for w in self.warmup:
+            out.setdefault(w.stage, []).append(w.step)
+        return out
+
+    def steady(self, every: dict[str, list[float]]) -> dict[str, list[float]]:
+        """``every`` (stage → each step's value) without the warm-up steps."""
+        skip = self.skip
+        return {k: [x for i, x in enumerate(v) if i not in skip.get(k, ())] for k, v in every.items()}
+
+
+RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end", "graphs"]
+MAX_SHAPES = 4  # automatic stages: a kind of call with more input shapes than this is one stage, not one per shape
+AUTO_HOW = (
+    "Automatic stages (the program opened no NVTX range): training iterations between optimizer steps and top-level "
+    "module calls outside them, by gradient mode and input shape"
+)
+
+
+def auto_names(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The automatic stages' ranges (nsightflow.capture.inside.hook_auto) with a kind of top-level call that came with
+    more than MAX_SHAPES input shapes named by its kind alone (``inference 1x7`` → ``inference``)."""
+    auto = ranges["domain"] == AUTO_DOMAIN
+    kind = ranges["name"].str.split(" ").str[0]
+    shapes = ranges[auto].groupby(kind[auto])["name"].nunique()
+    many = auto & kind.map(lambda k: shapes.get(k, 0) > MAX_SHAPES)
+    return ranges.assign(name=ranges["name"].where(~many, kind))
+
+
+def discover(
+    record: dict[str, Any],
+    domain: str | None,
+    stages: list[str] | None,
+    warmup: int | str = "auto",
+    partial: bool = False,
+) -> Discovery:
+    """The stage steps of a command's timed run (its hook record): the ranges of ``domain`` named ``stages`` (else
+    its top-level ones), one at a time (a stage range inside another step is part of that step). Without a domain,
+    the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time. ``warmup``: the
+    steps set apart (nsightflow.capture.read.warmup): "auto", or the first N of each stage. ``partial``: a stage this
+    process never ran is left out, not an error (a rank of a job that does not evaluate, as nanoGPT's rank 1)."""
+    rows = [list(r) + [0] * (len(RANGE_COLUMNS) - len(r)) for r in record.get("ranges") or []]
+    ranges = auto_names(pd.DataFrame(rows, columns=RANGE_COLUMNS))
+    how = AUTO_HOW if domain == AUTO_DOMAIN else f"the configured domain {domain!r}"
+    own = ranges[ranges["domain"] != AUTO_DOMAIN]
+    if domain is None:
+        cand = own[
+            ~own["domain"].str.lower().isin(LIBRARY_DOMAINS)
+            & ~own["domain"].map(is_nsightflows_own).astype(bool)
+            & (own["depth"] == 0)
+        ]
+        if not cand.empty:
+            time_in = (cand["end"] - cand["start"]).groupby(cand["domain"]).sum()
+            domain = str(time_in.idxmax())
+            how = f"the domain whose top-level ranges hold the most time ({time_in[domain] / 1e9:.3f} s)"
+        elif (ranges["domain"] == AUTO_DOMAIN).any():
+            domain, how = AUTO_DOMAIN, AUTO_HOW
+        else:
+            raise WorkloadError(
+                "the command opened no NVTX range, called no torch.nn.Module and stepped no torch.optim optimizer in "
+                "a Python process nsightflow could follow: check that the command runs the program (a Python "
+                "program started by python, torchrun or a script), or put its steps inside "
+                "nvtx.annotate('name', domain='...') or torch.cuda.nvtx.range('name')"
+            )
+    elif own.empty and domain != AUTO_DOMAIN:
+        raise WorkloadError(
+            f"the workload names the NVTX domain {domain!r}{f' and stages {stages}' if stages else ''}, but the "
+            "command opened no NVTX range: remove domain: and stages: from the workload to profile its automatic "
+            "stages (training iterations and model calls), or add those ranges to the program"
+        )
+    warmup_n = None if warmup == "auto" else int(warmup)
+    mine = ranges[ranges["domain"] == domain]
+    if stages is not None:
+        mine = mine[mine["name"].isin(stages)]
+    else:
+        mine = mine[mine["depth"] == 0]
+    # one step at a time: a stage range inside another step (an enclosing range first) is part of that step
+    mine = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))
+    seen = sorted(set(ranges.loc[ranges["domain"] == domain, "name"]))
+    missing = [s for s in stages or [] if s not in set(mine["name"])]
+    if not partial and (mine.empty or missing):
+        raise WorkloadError(
+            f"the command's NVTX domain {domain!r} has no range named {missing or stages}: it has "
+            f"{seen[:20] or 'none'}; fix the workload's stages: (or domain:, '' for the default domain)"
+        )
+    walls: dict[str, list[float]] = {}
+    graphs: dict[str, list[int]] = {}
+    for name, start, end, made in zip(mine["name"], mine["start"], mine["end"], mine["graphs"], strict=True):
+        walls.setdefault(str(name), []).append((end - start) / 1e9)
+        graphs.setdefault(str(name), []).append(int(made))
+    apart = [w for stage, v in walls.items() for w in warmup_steps(stage, v, graphs[stage], warmup_n)]
+    found = Discovery(domain, list(walls), walls, how, walls, apart, bool(record.get("compiled_graphs")))
+    return Discovery(domain, list(walls), found.steady(walls), how, walls, apart, found.compiles)
+
+
+def _active(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of processes that ran stage steps (or, timed, opened ranges): a job's ranks."""
+    return [r for r in records if r.get("steps") or r.get("ranges")]
+
+
+def primary(records: list[dict[str, Any]], rank: int) -> dict[str, Any]:
+    """The record of the process whose stages are profiled: the only one that opened ranges, else rank ``rank``."""
+    active = _active(records)
+    if len(active) <= 1:
+        return active[0] if active else records[0]  # none: discovery says the program opened no range
+    mine = [r for r in active if r.get("rank") == rank]
+    if len(mine) != 1:
+        ranks = sorted(str(r.get("rank")) for r in active)
+        raise WorkloadError(
+            f"the command ran {len(active)} processes with NVTX ranges (ranks {', '.join(ranks) or 'none'}), and "
+            f"{'none' if not mine else 'several'} of rank {rank}: set the workload's rank: to one of them (a "
+            "process's rank is its RANK variable, or its torch.distributed rank at its first stage step)"
+        )
+    return mine[0]
+
+
+def rank_rows(timed: list[dict[str, Any]], profiled: list[dict[str, Any]], found: Discovery) -> list[dict[str, Any]]:
+    """Per rank of a job of several processes: rank, pid and device in the profiled run, and each stage's step
+    times in the timed run (the program's own) and in the profiled one; [] for a single process."""
+    active = _active(profiled)
+    if len(active) < 2:
+        return []
+    walls = {
+        r.get("rank"): found.steady(discover(r, found.domain, found.stages, partial=True).every_wall)
+        for r in _active(timed)
+    }
+    return [
+        {
+            "rank": r.get("rank"),
+            "pid": r["pid"],
+            "device": r.get("device"),
+            "program_wall_s": walls.get(r.get("rank"), {}),
+            "stage_wall_s": r.get("steps") or {},
+        }
+        for r in sorted(active, key=lambda r: (r.get("rank") is None, r.get("rank"), r["pid"]))
+    ]
+
+
+def same_steps(timed: Discovery, other: dict[str, Any], what: str) -> None:
+    got = {k: len(v) for k, v in (other.get("steps") or {}).items()}
+    want = {k: len(v) for k, v in timed.walls.items()}
+    if got != want:
+        raise CaptureError(
+            f"the command ran other stage steps in its {what} run {got} than in its timed run {want}: a program "
+            "whose ranges change from run to run cannot be sampled (seed it, or fix its step count)"
+        )

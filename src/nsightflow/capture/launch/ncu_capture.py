@@ -1,0 +1,346 @@
+"""Rule ncu_capture (and ncu_ranges, cards): one Nsight Compute run of the whole program, windowed by its plan,
+retried after the program's warm-up should its first pass differ from the plan, exported to raw CSV and checked
+against the plan before anything is published.
+
+A plan made in the capture's own job is made while ncu starts the program (a callable's launch waits for it before
+its windowed pass: ``Launch.awaits_plan``): on the 8B-shaped decoder the job's imports and its plan took about 2 to 4 s
+before ncu could start, and ncu's start and the program's build 5 to 8 s. The launch starts with the FLOP counters a
+plan of every counted stage's operators needs; should the plan made meanwhile need others, that launch is stopped
+before its first window and ncu starts again with them: the capture is always the one its plan asks for.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nsightflow import files, ncu_metrics
+from nsightflow.capture.inside.harness import Launch
+from nsightflow.capture.inside.progress import LaunchProgress
+from nsightflow.capture.launch import ncu
+from nsightflow.capture.launch.ncu_settings import NcuSettings
+from nsightflow.capture.launch.tools import append_log, require, run_tool
+from nsightflow.errors import CaptureError, MatchError, ToolError
+from nsightflow.records import AnalyticCounts, CaptureRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from nsightflow.capture.read.plan import CaptureMode, CapturePlan
+
+# The plan, the export's parser and the match (pandas) are imported once ncu has started: importing them first cost
+# the job about 0.8 to 1.2 s on the GPU host before the profiler could start.
+
+
+@dataclass
+class Counters:
+    """Which FLOP counters a capture collects, and why (each tensor precision costs a replay pass; the SASS
+    counts of non-tensor FLOPs an instrumented run of every profiled launch)."""
+
+    precisions: list[str]
+    non_tensor: bool
+    seen: list[str] | None  # the GEMM and attention precisions the probe pass saw; None: it could not tell
+    simt_share: float | None = None  # largest share of a stage's analytic FLOPs in FMA-unit GEMMs and attentions
+    seen_how: list[str] = field(default_factory=list)  # per stage, where its precisions came from
+
+
+def capture_counters(
+    precisions: ncu_metrics.TensorPrecisions,
+    non_tensor: ncu_metrics.NonTensorFlops,
+    flops_json: str | Path,
+    plan: str | Path | CapturePlan,
+) -> Counters:
+    """The FLOP counters of a run's capture (config ``ncu.tensor_precisions``, ``ncu.non_tensor_flops``), from
+    the GEMM and attention operators the probe pass saw in the planned stages
+    (nsightflow.ncu_metrics.seen_precisions). ``plan``: the capture plan, or its file."""
+    if isinstance(plan, (str, Path)):
+        plan = _read_plan(plan)
+    launches = [(e["stage"], int(e["unit"]), str(e["class_key"]), str(e["kernel"])) for e in plan.expected]
+    return _counters(precisions, non_tensor, AnalyticCounts.read(flops_json), launches, list(plan.stages))
+
+
+def counters_before_plan(
+    precisions: ncu_metrics.TensorPrecisions, non_tensor: ncu_metrics.NonTensorFlops, flops_json: str | Path
+) -> Counters | None:
+    """The counters ``capture_counters`` gives a plan that profiles operators of every stage the count saw, what a
+    capture starts with while its plan is made; None where the count cannot tell what the plan will need (a stage
+    not counted, or replaying CUDA graphs, whose launches fall between operators): that plan is made first."""
+    analytic = AnalyticCounts.read(flops_json)
+    if not analytic.stages or any(not e.counted or e.graph_replays for e in analytic.stages.values()):
+        return None
+    stages = list(analytic.stages)
+    # (the planned launches' kernels are not known yet: one an operator without a formula launched asks for a replan)
+    return _counters(precisions, non_tensor, analytic, [(stage, 1, "", "") for stage in stages], stages)
+
+
+def _counters(
+    precisions: ncu_metrics.TensorPrecisions,
+    non_tensor: ncu_metrics.NonTensorFlops,
+    analytic: AnalyticCounts,
+    launches: list[tuple[str, int, str, str]],
+    stages: list[str],
+) -> Counters:
+    seen, how = ncu_metrics.seen_precisions(analytic, launches)
+    share = ncu_metrics.simt_share(analytic, stages)
+    return Counters(
+        ncu_metrics.tensor_precisions(precisions, seen),
+        ncu_metrics.non_tensor_flops(non_tensor, seen, share),
+        seen,
+        share,
+        how,
+    )
+
+
+def plan_maker(
+    sqlite: str | Path,
+    domain: str,
+    sample_steps: list[Any],
+    mode: CaptureMode,
+    log: str | Path,
+    precisions: ncu_metrics.TensorPrecisions,
+    non_tensor: ncu_metrics.NonTensorFlops,
+    flops_json: str | Path,
+) -> Callable[[Path], tuple[CapturePlan, Counters]]:
+    """What ``ncu_capture`` calls to make the capture's plan from the timeline (nsightflow.capture.read.plan.make_plan),
+    written where it says, and learn the FLOP counters it needs."""
+
+    def make(plan_json: Path) -> tuple[CapturePlan, Counters]:
+        from nsightflow.capture.read.plan import make_plan
+
+        plan = make_plan(sqlite, domain, sample_steps, mode, plan_json, log)
+        return plan, capture_counters(precisions, non_tensor, flops_json, plan)
+
+    return make
+
+
+class _Replan(Exception):
+    """The plan made while ncu started needs other counters or another kernel filter than the launch started with."""
+
+
+class _Planner:
+    """``beside`` of a capture's first launch (nsightflow.capture.launch.tools.run_tool): makes the plan while ncu
+    starts the
+    program, beside its final place (``staged``), and publishes it there only once the launch's command line is the
+    one the plan asks for; otherwise it raises _Replan, and the launch, which never saw the plan, has opened no
+    window when it is killed."""
+
+    def __init__(
+        self,
+        make: Callable[[Path], tuple[CapturePlan, Counters]],
+        plan_json: str | Path,
+        progress: LaunchProgress | None,
+        argv_for: Callable[[Counters, bool], list[str]],
+        started: list[str],
+    ) -> None:
+        self.make, self.plan_json, self.progress = make, Path(plan_json), progress
+        self.staged = files.staging(plan_json)
+        self.argv_for, self.started = argv_for, started
+        self.plan: CapturePlan | None = None
+        self.counters: Counters | None = None
+        self.wanted: list[str] = started
+
+    def __call__(self, env: dict[str, str], pid: int) -> None:
+        self.plan, self.counters = self.make(self.staged)
+        if self.progress is not None:
+            self.progress.expected = self.plan.expected
+        self.wanted = self.argv_for(self.counters, self.plan.communicates())
+        if self.wanted != self.started:
+            raise _Replan("the capture plan, made while ncu started, asks for other FLOP counters or kernel filter")
+        self.publish()
+
+    def publish(self) -> None:
+        """Put the plan where the program waits for it."""
+        files.publish(self.staged, self.plan_json)
+
+
+def _read_plan(plan_json: str | Path) -> CapturePlan:
+    from nsightflow.capture.read.plan import CapturePlan
+
+    return CapturePlan.read(plan_json)
+
+
+def _note(log: str | Path, text: str) -> None:
+    """A line for the terminal and the job's log."""
+    print(f"[nsightflow] {text}", file=sys.stderr, flush=True)
+    with open(log, "a") as fh:
+        fh.write(f"\n[nsightflow] {text}\n")
+
+
+def ncu_capture(
+    settings: NcuSettings,
+    plan_json: str | Path,
+    programs: list[Launch],
+    rep: str | Path,
+    csv_out: str | Path,
+    cmd_json: str | Path,
+    log: str | Path,
+    *,
+    counters: Counters | None,
+    details_out: str | Path | None = None,
+    make_plan: Callable[[Path], tuple[CapturePlan, Counters]] | None = None,
+) -> None:
+    """One ncu run of the whole program (``--profile-from-start off``; the program, the harness or a command's hook,
+    opens the plan's windows), exported to raw CSV and checked against the plan before anything is published: every
+    planned launch profiled, nothing else, in order, with matching grid, block and name (ranges: one result per
+    window). ``programs``: launches to try in order (nsightflow.capture.launch.command.program_launches): a capture that
+    differs from the plan is made again with the next one; the last one's difference is the error. The default
+    metrics collect the FLOP counters ``counters`` names.
+
+    ``make_plan``: writes the plan where it is told (``plan_json``) and returns it with the counters it needs. Where the
+    first launch awaits its plan and ``counters`` are given (``counters_before_plan``), it starts with them and no
+    NCCL filter while the plan is made beside ``plan_json`` and put there once the launch is found to be the one the
+    plan asks for (see the module's docstring); otherwise the plan is made before ncu starts."""
+    s, ncu_bin, ranges = settings, settings.ncu, settings.ranges
+    rep = Path(rep)
+    tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
+    produced = Path(str(tmp_base) + ".ncu-rep")
+    tries = programs[-1:] if ranges else programs
+    plan: CapturePlan | None = None
+    if make_plan is not None:
+        Path(plan_json).unlink(missing_ok=True)  # a launch that awaits its plan must never read an older one
+        if counters is None or not tries[0].awaits_plan:
+            (plan, counters), make_plan = make_plan(Path(plan_json)), None
+    else:
+        plan = _read_plan(plan_json)
+    assert counters is not None, "a plan given needs its counters"
+
+    def argv_for(program: Launch, chosen: Counters, comm_filter: bool) -> list[str]:
+        return ncu.capture_argv(
+            ncu_bin,
+            tmp_base,
+            program.argv,
+            metrics=ncu_metrics.resolve_metrics(
+                s.metrics, s.extra_metrics, chosen.precisions, non_tensor=chosen.non_tensor, ranges=ranges
+            ),
+            sections=s.sections,
+            replay_mode=s.replay_mode,
+            clock_control=s.clock_control,
+            cache_control=s.cache_control,
+            comm_filter=comm_filter,
+        )
+
+    def launch(
+        argv: list[str], program: Launch, progress: LaunchProgress | None, beside: _Planner | None = None
+    ) -> tuple[str, int]:
+        return run_tool(
+            argv,
+            log,
+            s.timeout_s,
+            check=False,
+            gpu=True,
+            on_line=progress,
+            env=program.env,
+            cwd=program.cwd,
+            gpus=program.gpus,
+            beside=beside,
+        )
+
+    set_aside = None
+    for i, program in enumerate(tries):
+        progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", plan.expected if plan else [])
+        if plan is None:  # this launch starts now, and its plan is made meanwhile
+            assert make_plan is not None
+            argv = argv_for(program, counters, False)
+            planner = _Planner(make_plan, plan_json, progress, partial(argv_for, program), argv)
+            try:
+                out, rc = launch(argv, program, progress, planner)
+            except _Replan as exc:
+                _note(log, f"{exc}: ncu started again with them")
+                planner.publish()
+                argv = planner.wanted
+                out, rc = launch(argv, program, progress)
+            assert planner.plan is not None and planner.counters is not None  # made before the launch could end
+            plan, counters = planner.plan, planner.counters
+        else:
+            argv = argv_for(program, counters, plan.communicates())
+            out, rc = launch(argv, program, progress)
+        expected = len(plan.windows) if ranges else len(plan.expected)
+        what = (
+            f"{len(plan.windows)} range windows"
+            if ranges
+            else f"{expected} planned launches in {len(plan.windows)} windows ({plan.mode})"
+        )
+        try:
+            text, raw = _checked_capture(ncu_bin, out, rc, produced, log, what, expected, plan, rep.name, ranges)
+            break
+        except (CaptureError, MatchError) as exc:
+            if i == len(tries) - 1 or not (isinstance(exc, MatchError) or ncu.differs_from_plan(out, rc, expected)):
+                raise
+            set_aside = str(exc).splitlines()[0][:500]
+            _note(
+                log,
+                f"the capture of the program's first pass differs from the plan ({set_aside}): that pass is not the "
+                "program's steady state; capturing again after its warm-up passes",
+            )
+    assert plan is not None
+    record = CaptureRecord(
+        argv=argv,
+        what="ranges" if ranges else plan.mode,
+        replay_mode=s.replay_mode,
+        report=rep.name,
+        results=len(raw),
+        warnings=ncu.warnings(out),
+        clock_control=s.clock_control,
+        tensor_precisions=counters.precisions if s.metrics == "default" else None,
+        non_tensor_flops=counters.non_tensor if s.metrics == "default" else None,
+        precisions_seen=counters.seen,
+        precisions_how=counters.seen_how,
+        simt_share=counters.simt_share,
+        set_aside=set_aside,
+    )
+    files.write_text(Path(csv_out), text)
+    if details_out is not None:  # the sections as ncu prints them, with its rule messages
+        files.write_text(Path(details_out), export(ncu_bin, produced, log, page="details"))
+    record.write(cmd_json)
+    files.publish(produced, rep)
+
+
+def _checked_capture(
+    ncu_bin: str,
+    out: str,
+    rc: int,
+    produced: Path,
+    log: str | Path,
+    what: str,
+    expected: int,
+    plan: CapturePlan,
+    name: str,
+    ranges: bool,
+) -> tuple[str, pd.DataFrame]:
+    """The raw CSV export of a capture and its parsed table, once the capture is checked against its plan."""
+    from nsightflow.capture.read import ncu_csv
+    from nsightflow.capture.read.matching import match_to_plan
+    from nsightflow.capture.read.plan import expected_frame
+
+    ncu.check_capture(out, rc, what=what, expected=expected)
+    if not produced.exists():
+        raise ToolError(f"ncu wrote no report for {what}; log: {log}")
+    text = export(ncu_bin, produced, log)
+    raw, _ = ncu_csv.parse_raw_csv(text, f"the raw export of {name}")
+    if ranges:
+        if len(raw) != expected:
+            raise ToolError(f"range capture: {len(raw)} results for {expected} windows; log: {log}")
+    else:
+        match_to_plan(ncu_csv.result_metrics(raw), expected_frame(plan), name)  # raises on any disagreement
+    return text, raw
+
+
+def export(ncu_bin: str, rep: str | Path, log: str | Path, page: str = "raw") -> str:
+    """``ncu --import --page raw --csv --print-units base`` of a report: the CSV text (checked to parse); with
+    ``page='details'`` the details page as ncu prints it, rule messages included."""
+    from nsightflow.capture.read import ncu_csv
+
+    argv = ncu_csv.export_argv(ncu_bin, rep) if page == "raw" else ncu_csv.details_argv(ncu_bin, rep)
+    require(ncu_bin)
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    append_log(log, argv, proc.stderr + f"\n[nsightflow] exit code {proc.returncode}\n")
+    if proc.returncode != 0:
+        raise ToolError(f"ncu --import failed with {proc.returncode}; log: {log}")
+    if page == "raw":
+        ncu_csv.parse_raw_csv(proc.stdout, f"the raw export of {Path(rep).name}")  # raises on a malformed export
+    return proc.stdout

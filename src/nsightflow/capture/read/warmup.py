@@ -1,0 +1,62 @@
+"""Which of a program's own timed steps are warm-up, not its steady state: set apart before anything is measured.
+
+A program run as it is (a command workload) has no warm-up pass of nsightflow's: its first steps compile
+(``torch.compile``: tens of seconds), record CUDA graphs, autotune, fill cold caches or initialise lazily, and a stage's
+wall averaged over them says nothing of the program's steady state (gpt-fast ``--compile``: decode steps of 38,207 ms,
+19 ms, then 0.4 to 0.7 ms). The timed run (nothing collecting) tells them apart, from two kinds of evidence:
+
+- the step compiled: ``torch.compile`` made a graph while the step's range was open (dynamo's own counter);
+- the step is one of the stage's *leading* steps and took more than ``FACTOR`` times the steady median (the median of
+  the stage's later half of steps).
+
+Only a leading run of steps is set apart (a slow step between steady ones is the program's, not its warm-up), and
+never every step: a stage whose only step compiled keeps it, and says so. The steps set apart are followed but not
+profiled, counted or sampled in every later run of the program (nsightflow.capture.inside.hook); the report names them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+FACTOR = 2.0  # a leading step this many times the steady median is warm-up (a cold first step: 2.3x)
+
+
+@dataclass(frozen=True)
+class WarmupStep:
+    """One step set apart: its stage, its index among the stage's steps, its wall time in the timed run, and why."""
+
+    stage: str
+    step: int
+    wall_s: float
+    why: str
+
+
+def warmup_steps(stage: str, walls: list[float], graphs: list[int], first: int | None = None) -> list[WarmupStep]:
+    """The leading steps of ``stage`` that are warm-up: ``walls`` each step's wall time (s) in the timed run,
+    ``graphs`` how many graphs ``torch.compile`` made while each step ran; ``first``: the first N steps instead (the
+    workload's ``warmup_steps: N``), never every one."""
+    n = len(walls)
+    if first is not None:
+        said = f"the workload's warmup_steps: {first}"
+        return [WarmupStep(stage, i, walls[i], said) for i in range(min(first, n - 1))]
+    if n < 2:
+        return []
+    tail = walls[n // 2 :]
+    steady = statistics.median(tail)
+    apart: list[WarmupStep] = []
+    for i in range(n - 1):  # never the last step: a stage keeps at least one
+        why = []
+        if i < len(graphs) and graphs[i]:
+            why.append(f"torch.compile made {graphs[i]} graph(s) in it")
+        if i < n // 2 and steady > 0 and walls[i] > FACTOR * steady:
+            why.append(f"{walls[i] / steady:.1f}x the steady median step ({steady * 1e3:.3g} ms)")
+        if not why:
+            break
+        apart.append(WarmupStep(stage, i, walls[i], "; ".join(why)))
+    return apart
+
+
+def only_step_compiled(walls: list[float], graphs: list[int]) -> bool:
+    """A stage of one step, which compiled: it stays (it is the stage), and its wall includes the compilation."""
+    return len(walls) == 1 and bool(graphs and graphs[0])
