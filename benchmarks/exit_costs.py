@@ -26,8 +26,8 @@ from nsightflow.capture.read.ncu_csv import parse_raw_csv
 from nsightflow.capture.read.plan import make_plan
 
 # The harness's exit as before its profiled launches ended with os._exit: main() returned, then the interpreter's
-# teardown (the harness's own entry point, nsightflow.capture.inside.harness.launch, ends a timed or windowed launch at
-# once).
+# teardown (the harness's own entry point, nsightflow.capture.inside.harness.launch, ends a timed or windowed
+# launch at once).
 NORMAL = "import sys; from nsightflow.capture.inside.harness import main; sys.exit(main(sys.argv[1:]))"
 
 

@@ -219,37 +219,36 @@ def test_code_planted_for_the_hook_never_runs(tmp_path):
 @pytest.mark.parametrize("work, warmups", [([], [0, 1]), (["torch.compile made 1 graph(s)"], [1]), (None, [1])])
 def test_ncu_windows_a_callables_first_pass_only_where_the_timeline_saw_no_one_time_work(tmp_path, work, warmups):
     from nsightflow.capture.inside.harness import HarnessCall
-    from nsightflow.capture.launch.command import program_launches
+    from nsightflow.capture.launch.program import ncu_launches
     from nsightflow.records import Manifest
 
     Manifest(callable="workloads:first_use_state", first_pass_work=work).write(tmp_path / "manifest.json")
     fields = {"spec": "workloads:first_use_state", "args": {}, "warmup": 1}
-    got = program_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json")
+    got = ncu_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json", False)
     calls = [HarnessCall.parse(launch.argv[3:]) for launch in got]
     assert [c.warmup for c in calls] == warmups  # the last one always warms up as configured
     assert all(c.windows == str((tmp_path / "plan.json").resolve()) for c in calls)
     assert not any(launch.awaits_plan or c.await_windows for launch, c in zip(got, calls, strict=True))
     # its plan made while ncu starts: each launch waits for it (the harness's --await-windows)
-    got = program_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json", await_plan=True)
+    got = ncu_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json", True)
     calls = [HarnessCall.parse(launch.argv[3:]) for launch in got]
     assert all(launch.awaits_plan and c.await_windows for launch, c in zip(got, calls, strict=True))
     assert [c.warmup for c in calls] == warmups
     # warm-up 0 configured: the timeline's launch had none either, so neither has ncu's
     Manifest(first_pass_work=None).write(tmp_path / "manifest.json")
-    got = program_launches({**fields, "warmup": 0}, tmp_path / "plan.json", tmp_path / "manifest.json")
+    got = ncu_launches({**fields, "warmup": 0}, tmp_path / "plan.json", tmp_path / "manifest.json", False)
     assert [HarnessCall.parse(launch.argv[3:]).warmup for launch in got] == [0]
 
 
 def test_a_commands_ncu_launch_never_starts_before_its_plan(tmp_path):
     # Its hook reads the plan as the program starts (nsightflow.capture.inside.hook_actions), so ncu_capture makes a
-    # command's
-    # plan before ncu starts, whatever the rule asks.
-    from nsightflow.capture.launch.command import program_launches
+    # command's plan before ncu starts, whatever the rule asks.
+    from nsightflow.capture.launch.program import ncu_launches
     from nsightflow.records import Manifest
 
     Manifest(stage_domain="D", stages=[{"name": "work"}]).write(tmp_path / "manifest.json")
     fields = {"command": [sys.executable, "program.py"]}
-    got = program_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json", await_plan=True)
+    got = ncu_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json", True)
     assert [launch.awaits_plan for launch in got] == [False]
 
 

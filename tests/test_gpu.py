@@ -1052,6 +1052,7 @@ def test_a_commands_step_walls_beside_its_nsys_launch_are_the_programs(tmp_path)
     GPU's CPUs; each side its fastest step (see test_wall_time_is_the_programs_not_the_profilers: with four launches a
     side on two CPUs, the arm alone missed the fast state in every launch, 1.35 ms against 0.80 ms)."""
     from nsightflow.capture.launch import command
+    from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 
     a = {"batch": 1, "prompt": 16, "hidden": 256, "layers": 16, "steps": 16}
     argv = [sys.executable, "examples/nvtx_program.py"]
@@ -1070,8 +1071,10 @@ def test_a_commands_step_walls_beside_its_nsys_launch_are_the_programs(tmp_path)
                 found, _ = command._timed(call, str(out), out / "log", 300)
                 alone += found.walls["decode"]
             else:
-                files = [out / f for f in ("t.nsys-rep", "t.sqlite", "m.json", "f.json", "c.json", "log")]
-                command.timeline(shutil.which("nsys"), call, *files, {}, {}, 300)
+                outputs = ProfileOutputs.of(out / "m.json", out / "f.json", out / "c.json", out / "log")
+                nsys_bin = shutil.which("nsys") or "nsys"
+                run = RunSettings({}, {}, 300)
+                command.timeline(nsys_bin, call, out / "t.nsys-rep", out / "t.sqlite", outputs, run)
                 beside += json.loads((out / "m.json").read_text())["program_wall_s"]["decode"]
             spans.append(time.monotonic() - t0)
     finally:

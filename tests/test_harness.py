@@ -633,7 +633,7 @@ def test_a_grouped_gemm_call_is_never_the_same_as_another(monkeypatch):
     [({}, []), ({"cudnn_benchmark": True}, ["torch.backends.cudnn.benchmark is on"])],
 )
 def test_the_timeline_launch_records_what_the_first_pass_did_once(tmp_path, args, work):
-    # What lets ncu's launch window the program's first pass (nsightflow.capture.launch.command.program_launches): on
+    # What lets ncu's launch window the program's first pass (nsightflow.capture.launch.program.ncu_launches): on
     # the
     # CPU no device memory is counted, so only torch's own switches speak.
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 DEFAULT_DOMAIN = "nsightflow"
 
-# The automatic stages of a command that opens no NVTX range (nsightflow.capture.inside.hook_auto): followed by the
-# hook,
-# never emitted to NVTX.
+# The automatic stages of a command that opens no NVTX range (nsightflow.capture.inside.hook_auto): followed by
+# the hook, never emitted to NVTX.
 AUTO_DOMAIN = "nsightflow.auto"
 
 # NVTX domains that libraries open for their own calls (CUB/Thrust, NCCL, cuDNN, cuBLAS): never a program's stages.

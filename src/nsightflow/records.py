@@ -252,7 +252,7 @@ class Manifest(_Record):
     ranks: list[dict[str, Any]] = field(default_factory=list)
     profiled_rank: int | None = None  # the rank whose stages ncu captures (None: one process)
     # what the harness's first warm-up pass did once that launches kernels (compilation, state made on first use):
-    # none ([]) lets ncu's launch window the first pass (nsightflow.capture.launch.command.program_launches); None:
+    # none ([]) lets ncu's launch window the first pass (nsightflow.capture.launch.program.ncu_launches); None:
     # unknown
     first_pass_work: list[str] | None = None
     # the pass whose steps the timeline's stage ranges are: "ranged", or "probe" where the probe pass alone was traced

@@ -1,9 +1,9 @@
 """Rules ncu_capture, ncu_ranges, ncu_deep: one Nsight Compute run of the whole program, windowed by its plan,
 exported. ncu_capture makes its plan from the timeline while ncu starts the program; the others are given theirs."""
 
-from nsightflow.capture.launch.command import program_launches
 from nsightflow.capture.launch.ncu_capture import capture_counters, counters_before_plan, ncu_capture, plan_maker
 from nsightflow.capture.launch.ncu_settings import NcuSettings
+from nsightflow.capture.launch.program import ncu_launches
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
@@ -15,7 +15,7 @@ with rule_job(sm.log[0], sm.output):
     ncu_capture(
         settings,
         plan,
-        program_launches(dict(sm.params.harness), plan, sm.input.manifest, await_plan=making),
+        ncu_launches(dict(sm.params.harness), plan, sm.input.manifest, making),
         sm.output.rep,
         sm.output.csv,
         sm.output.cmd,

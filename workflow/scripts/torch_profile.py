@@ -1,19 +1,16 @@
 """Rule torch_profile: the workload under torch.profiler → Chrome trace; analytic count and ceilings in the same
 launch; the run's manifest."""
 
-from nsightflow.capture.launch.command import profile_torch
+from pathlib import Path
+
+from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
+from nsightflow.capture.launch.program import program
 from nsightflow.rules.rulejob import rule_job
 
 sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
-    profile_torch(
-        dict(sm.params.harness),
-        sm.output.trace,
-        sm.output.manifest,
-        sm.output.flops,
-        sm.output.ceilings,
-        sm.log[0],
-        dict(sm.params.versions),
-        dict(sm.params.settings),
-        sm.params.timeout_s,
+    program(dict(sm.params.harness)).torch_profile(
+        Path(sm.output.trace),
+        ProfileOutputs.of(sm.output.manifest, sm.output.flops, sm.output.ceilings, sm.log[0]),
+        RunSettings(dict(sm.params.versions), dict(sm.params.settings), sm.params.timeout_s),
     )

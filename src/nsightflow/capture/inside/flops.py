@@ -202,8 +202,8 @@ class Tally:
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, key: Hashable | None = None
     ) -> None:
         """Count one operator call; ``key`` (nsightflow.capture.inside.callkey's, where the caller has it) lets equal
-        calls
-        reuse the first one's FLOPs: the formulas read shapes only, and a decode step repeats its layers' calls."""
+        calls reuse the first one's FLOPs: the formulas read shapes only, and a decode step repeats its layers'
+        calls."""
         s = self.current
         if s is None:
             return

@@ -1,5 +1,5 @@
-"""Stages of a command that opens no NVTX range: what the hook (nsightflow.capture.inside.hook) sees without the user's
-help.
+"""Stages of a command that opens no NVTX range: what the hook (nsightflow.capture.inside.hook) sees without the
+user's help.
 
 Inside the program, three kinds of step are followed as synthetic ranges of :data:`nsightflow.domains.AUTO_DOMAIN`
 (never emitted to NVTX; the hook treats them as the program's own push/pop ranges):

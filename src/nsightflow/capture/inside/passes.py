@@ -227,7 +227,7 @@ def first_pass_work(before: int | None, after: int | None) -> list[str]:
     compilation (with its autotuning), cuDNN's benchmarking, Triton in use (its autotuner times kernels on their first
     call), state made on first use and kept (an optimizer's moments: device allocations that outlive the pass,
     beyond the math libraries' workspaces). Empty: ncu's launch may window the program's first pass
-    (nsightflow.capture.launch.command.program_launches)."""
+    (nsightflow.capture.launch.program.ncu_launches)."""
     import torch
 
     work = []

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from nsightflow import files
 from nsightflow.capture.inside.gate import open_gate
-from nsightflow.capture.inside.harness import HarnessCall, Launch
+from nsightflow.capture.inside.harness import Launch
 from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
 from nsightflow.capture.inside.passes import safe_label
 from nsightflow.capture.launch import nsys
 from nsightflow.capture.launch.children import identity
 from nsightflow.capture.launch.hook_site import program_tmp, site_dir
+from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 from nsightflow.capture.launch.tools import publish_nsys, run_tool, tool_warnings, write_manifest
 from nsightflow.domains import DEFAULT_DOMAIN
 from nsightflow.errors import CaptureError, ConfigError
@@ -109,30 +110,6 @@ class CommandCall:
             tuning=manifest.autotuning or None,  # the timed run's choices: ncu's slowed timing picks none
         )
         return self.launch(settings, Path(plan_json).resolve().parent)
-
-
-def program_call(fields: dict[str, Any]) -> HarnessCall | CommandCall:
-    """The call a rule's ``harness`` params describe: a command workload's or a callable's."""
-    return CommandCall(**fields) if "command" in fields else HarnessCall(**fields)
-
-
-def program_launches(
-    fields: dict[str, Any], plan_json: str | Path, manifest: str | Path, await_plan: bool = False
-) -> list[Launch]:
-    """What ncu runs for the plan ``plan_json``, in the order to try: a callable whose first pass did no one-time
-    work that launches kernels (the timeline's harness looked: nsightflow.capture.inside.passes.first_pass_work) first
-    without its warm-up pass, the windows in the program's first pass (under ncu a pass of an 8B-shaped decoder costs
-    about 4 s more than alone); then, should that capture differ from the plan, after its warm-up passes.
-    ``await_plan``: a callable's launches may start before the plan is made (they wait for it: ``Launch.awaits_plan``);
-    a command's hook reads its plan as the program starts, so its launch never does."""
-    call = program_call(fields)
-    record = Manifest.read(manifest)
-    if isinstance(call, CommandCall):
-        return [call.windowed(plan_json, record)]
-    warmed = call.windowed(plan_json, await_plan)
-    if call.warmup > 0 and record.first_pass_work == []:
-        return [replace(call, warmup=0).windowed(plan_json, await_plan), warmed]
-    return [warmed]
 
 
 def _run(
@@ -285,22 +262,13 @@ def timed_beside(
 
 
 def timeline(
-    nsys_bin: str,
-    call: CommandCall,
-    rep: str | Path,
-    sqlite_out: str | Path,
-    manifest: str | Path,
-    flops: str | Path,
-    ceilings: str | Path,
-    log: str | Path,
-    versions: dict[str, Any],
-    settings: dict[str, Any],
-    timeout_s: float | None,
+    nsys_bin: str, call: CommandCall, rep: str | Path, sqlite_out: str | Path, out: ProfileOutputs, run: RunSettings
 ) -> None:
     """The timed run, and nsys over the probe run started beside it (its program gated until the timed run has
     found the stages: nsightflow.capture.inside.gate): the timeline, analytic count, ceilings and manifest."""
     from nsightflow.capture.launch.discovery import primary, rank_rows, same_steps
 
+    manifest, flops, ceilings, log, timeout_s = out.manifest, out.flops, out.ceilings, out.log, run.timeout_s
     with files.scratch(Path(manifest).parent, "nsightflow-command") as tmp:
         probe = HookSettings(
             "probe",
@@ -336,24 +304,15 @@ def timeline(
         ]
         if found.compiles:
             commands.append({"what": "the command with the operator count (compilation off)", "argv": call.argv()})
-        write_manifest(harness_json, manifest, versions, commands, settings, tool_warnings(profiled["output"]))
+        write_manifest(harness_json, manifest, run.versions, commands, run.settings, tool_warnings(profiled["output"]))
 
 
-def torch_profile(
-    call: CommandCall,
-    trace: str | Path,
-    manifest: str | Path,
-    flops: str | Path,
-    ceilings: str | Path,
-    log: str | Path,
-    versions: dict[str, Any],
-    settings: dict[str, Any],
-    timeout_s: float | None = None,
-) -> None:
+def torch_profile(call: CommandCall, trace: str | Path, out: ProfileOutputs, run: RunSettings) -> None:
     """The timed run, the command under torch.profiler (its steps as ``record_function`` ranges), then a count run
     (analytic FLOPs and the measured ceilings), and the run's manifest."""
     from nsightflow.capture.launch.discovery import primary, rank_rows, same_steps
 
+    manifest, flops, ceilings, log, timeout_s = out.manifest, out.flops, out.ceilings, out.log, run.timeout_s
     with files.scratch(Path(manifest).parent, "nsightflow-command") as tmp:
         found, timed = _timed(call, tmp, log, timeout_s)
         labels = {s: safe_label(i, s) for i, s in enumerate(found.stages)}
@@ -378,23 +337,4 @@ def torch_profile(
             {"what": "the command under torch.profiler", "argv": call.argv()},
             {"what": "the command with the operator count and ceilings (compilation off)", "argv": call.argv()},
         ]
-        write_manifest(harness_json, manifest, versions, commands, settings, tool_warnings(profiled["output"]))
-
-
-def profile_timeline(nsys_bin: str, fields: dict[str, Any], *rest: object, **kw: object) -> None:
-    """Rule timeline for either kind of workload (see nsightflow.capture.launch.tools.timeline, :func:`timeline`)."""
-    from nsightflow.capture.launch import tools
-
-    call = program_call(fields)
-    run = timeline if isinstance(call, CommandCall) else tools.timeline
-    run(nsys_bin, call, *rest, **kw)  # type: ignore[arg-type]
-
-
-def profile_torch(fields: dict[str, Any], *rest: object, **kw: object) -> None:
-    """Rule torch_profile for either kind of workload (see nsightflow.capture.launch.tools.torch_profile,
-    :func:`torch_profile`)."""
-    from nsightflow.capture.launch import tools
-
-    call = program_call(fields)
-    run = torch_profile if isinstance(call, CommandCall) else tools.torch_profile
-    run(call, *rest, **kw)  # type: ignore[arg-type]
+        write_manifest(harness_json, manifest, run.versions, commands, run.settings, tool_warnings(profiled["output"]))

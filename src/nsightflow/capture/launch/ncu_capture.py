@@ -124,10 +124,9 @@ class _Replan(Exception):
 
 class _Planner:
     """``beside`` of a capture's first launch (nsightflow.capture.launch.tools.run_tool): makes the plan while ncu
-    starts the
-    program, beside its final place (``staged``), and publishes it there only once the launch's command line is the
-    one the plan asks for; otherwise it raises _Replan, and the launch, which never saw the plan, has opened no
-    window when it is killed."""
+    starts the program, beside its final place (``staged``), and publishes it there only once the launch's command
+    line is the one the plan asks for; otherwise it raises _Replan, and the launch, which never saw the plan, has
+    opened no window when it is killed."""
 
     def __init__(
         self,
@@ -187,7 +186,7 @@ def ncu_capture(
     """One ncu run of the whole program (``--profile-from-start off``; the program, the harness or a command's hook,
     opens the plan's windows), exported to raw CSV and checked against the plan before anything is published: every
     planned launch profiled, nothing else, in order, with matching grid, block and name (ranges: one result per
-    window). ``programs``: launches to try in order (nsightflow.capture.launch.command.program_launches): a capture that
+    window). ``programs``: launches to try in order (nsightflow.capture.launch.program.ncu_launches): a capture that
     differs from the plan is made again with the next one; the last one's difference is the error. The default
     metrics collect the FLOP counters ``counters`` names.
 

@@ -17,6 +17,7 @@ from typing import Any
 from nsightflow import files
 from nsightflow.capture.inside.harness import HarnessCall
 from nsightflow.capture.launch import children, nsys
+from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 from nsightflow.errors import ToolError
 from nsightflow.records import Manifest
 
@@ -38,9 +39,9 @@ def run_tool(
     ``log``; return (output, exit code).
 
     With ``gpu`` the child runs on ``gpus`` devices of its own (see nsightflow.capture.launch.gpus.claim). With
-    ``check``
-    a non-zero exit raises ToolError with the output's last lines. ``beside(environment, pid)`` runs while the tool
-    (process ``pid``) runs, a ``nested`` run_tool in it on the same devices (nsightflow.capture.launch.children.run).
+    ``check`` a non-zero exit raises ToolError with the output's last lines. ``beside(environment, pid)`` runs while
+    the tool (process ``pid``) runs, a ``nested`` run_tool in it on the same devices
+    (nsightflow.capture.launch.children.run).
     """
     from nsightflow.capture.launch.gpus import claim
     from nsightflow.capture.launch.hostfacts import as_the_user_set
@@ -122,30 +123,21 @@ def append_log(log: str | Path, argv: list[str], text: str) -> None:
 
 
 def timeline(
-    nsys_bin: str,
-    call: HarnessCall,
-    rep: str | Path,
-    sqlite_out: str | Path,
-    manifest: str | Path,
-    flops: str | Path,
-    ceilings: str | Path,
-    log: str | Path,
-    versions: dict[str, Any],
-    settings: dict[str, Any],
-    timeout_s: float | None,
+    nsys_bin: str, call: HarnessCall, rep: str | Path, sqlite_out: str | Path, out: ProfileOutputs, run: RunSettings
 ) -> None:
-    """nsys profile → ``rep`` (.nsys-rep) and its SQLite export, the analytic count and the measured ceilings from
-    the same launch, and the run's manifest. The harness times every step first with nothing traced (``timed``),
-    then opens nsys's capture range for the ranged and probe passes."""
+    """A callable's timeline: nsys profile → ``rep`` (.nsys-rep) and its SQLite export, the analytic count and the
+    measured ceilings from the same launch, and the run's manifest. The harness times every step first with nothing
+    traced (``timed``), then opens nsys's capture range for the ranged and probe passes."""
     rep = Path(rep)
     tmp_base = rep.with_name(rep.stem + ".tmp")
-    harness_json = Path(str(manifest) + ".harness.json")
-    program = replace(call, timed=True, out=str(harness_json), flops_out=str(flops), ceilings_out=str(ceilings))
+    harness_json = Path(str(out.manifest) + ".harness.json")
+    program = replace(call, timed=True, out=str(harness_json), flops_out=str(out.flops), ceilings_out=str(out.ceilings))
     argv = nsys.profile_argv(nsys_bin, tmp_base, program.argv(), capture_range=True)
-    out, _ = run_tool(argv, log, timeout_s, gpu=True)
-    publish_nsys(tmp_base, rep, sqlite_out, log)
+    output, _ = run_tool(argv, out.log, run.timeout_s, gpu=True)
+    publish_nsys(tmp_base, rep, sqlite_out, out.log)
     what = "Timeline (nsys), wall times, analytic count and ceilings in the same launch"
-    write_manifest(harness_json, manifest, versions, [{"what": what, "argv": argv}], settings, tool_warnings(out))
+    commands = [{"what": what, "argv": argv}]
+    write_manifest(harness_json, out.manifest, run.versions, commands, run.settings, tool_warnings(output))
     harness_json.unlink()
 
 
@@ -204,32 +196,15 @@ def write_manifest(
     return record
 
 
-def torch_profile(
-    call: HarnessCall,
-    trace: str | Path,
-    manifest: str | Path,
-    flops: str | Path,
-    ceilings: str | Path,
-    log: str | Path,
-    versions: dict[str, Any],
-    settings: dict[str, Any],
-    timeout_s: float | None = None,
-) -> None:
-    """The workload under torch.profiler → Chrome trace ``trace``; the analytic count and the measured
-    ceilings ride on the same program launch; and the run's manifest."""
-    harness_json = Path(str(manifest) + ".harness.json")
-    argv = replace(
-        call, mode="torch", trace=str(trace), out=str(harness_json), flops_out=str(flops), ceilings_out=str(ceilings)
-    ).argv()
-    out, _ = run_tool(argv, log, timeout_s, gpu=True)
-    write_manifest(
-        harness_json,
-        manifest,
-        versions,
-        [{"what": "torch.profiler run (harness)", "argv": argv}],
-        settings,
-        tool_warnings(out),
-    )
+def torch_profile(call: HarnessCall, trace: str | Path, out: ProfileOutputs, run: RunSettings) -> None:
+    """A callable under torch.profiler → Chrome trace ``trace``; the analytic count and the measured ceilings ride on
+    the same program launch; and the run's manifest."""
+    harness_json = Path(str(out.manifest) + ".harness.json")
+    flops, ceilings = str(out.flops), str(out.ceilings)
+    argv = replace(call, mode="torch", trace=str(trace), out=str(harness_json), flops_out=flops, ceilings_out=ceilings)
+    output, _ = run_tool(argv.argv(), out.log, run.timeout_s, gpu=True)
+    commands = [{"what": "torch.profiler run (harness)", "argv": argv.argv()}]
+    write_manifest(harness_json, out.manifest, run.versions, commands, run.settings, tool_warnings(output))
     harness_json.unlink()
 
 
