@@ -50,7 +50,7 @@ def _replanned(run):
     key = ("stage", "step", "unit", "class_key", "mangled", "grid", "block")
     keep, j = [], 0
     for i, e in enumerate(ran.expected):
-        if j < len(now.expected) and all(e[k] == now.expected[j][k] for k in key):
+        if j < len(now.expected) and all(getattr(e, k) == getattr(now.expected[j], k) for k in key):
             keep.append(i)
             j += 1
     assert j == len(now.expected), "today's plan is not a subsequence of the plan the GPU host ran"
@@ -92,11 +92,11 @@ def test_a_call_profiled_in_one_step_is_not_profiled_again():
     step = {s: set(probe[(probe["stage"] == "decode") & (probe["step"] == s)]["class_key"]) for s in (0, 7)}
     new_in_7 = step[7] - step[0]
     assert new_in_7 and all(k.startswith("_scaled_dot_product") for k in new_in_7)  # attention over 128 + 7 tokens
-    later = [e for e in now.expected if (e["stage"], e["step"]) == ("decode", 7)]
-    assert {e["class_key"] for e in later if e["role"] == "representative"} == new_in_7
+    later = [e for e in now.expected if (e.stage, e.step) == ("decode", 7)]
+    assert {e.class_key for e in later if e.role == "representative"} == new_in_7
     # The GPU host's plan profiled all 22 classes of step 7 again.
-    assert len([e for e in ran.expected if (e["stage"], e["step"]) == ("decode", 7)]) == 22
-    assert {s: v["classes"] for s, v in now.stages.items()} == {"prefill": 28, "decode": 22 + len(new_in_7)}
+    assert len([e for e in ran.expected if (e.stage, e.step) == ("decode", 7)]) == 22
+    assert {s: v.classes for s, v in now.stages.items()} == {"prefill": 28, "decode": 22 + len(new_in_7)}
 
 
 def test_every_class_of_the_profiled_steps_is_profiled_once():
@@ -105,15 +105,15 @@ def test_every_class_of_the_profiled_steps_is_profiled_once():
     got = plan.plan_capture(tl, "nsightflow", ["first"], "representatives")
     ran = plan.CapturePlan.read(d / "plan.json")
     # Sampling the first step only, the plan is the GPU host's for the steps they share.
-    assert got.expected == [e for e in ran.expected if (e["stage"], e["step"]) != ("decode", 7)]
+    assert got.expected == [e for e in ran.expected if (e.stage, e.step) != ("decode", 7)]
     assert got.windows == [w for w in ran.windows if (w.stage, w.step) != ("decode", 7)]
     probe = tl.launches[tl.launches["pass_"] == "probe"]
     for w in got.windows:
         mine = probe[(probe["stage"] == w.stage) & (probe["step"] == w.step)]
-        planned = [e for e in got.expected if (e["stage"], e["step"]) == (w.stage, w.step)]
-        assert Counter(e["class_key"] for e in planned) == Counter(set(mine["class_key"]))
+        planned = [e for e in got.expected if (e.stage, e.step) == (w.stage, w.step)]
+        assert Counter(e.class_key for e in planned) == Counter(set(mine["class_key"]))
     # Layers repeat their calls: 28 classes stand for prefill's 128 launches, 22 for each decode step's 136.
-    assert {s: (v["classes"], v["launches"]) for s, v in got.stages.items()} == {
+    assert {s: (v.classes, v.launches) for s, v in got.stages.items()} == {
         "prefill": (28, 128),
         "decode": (22, 1088),
     }
@@ -126,8 +126,8 @@ def test_every_class_of_the_profiled_steps_is_profiled_once():
     for stack, e in zip(raw["nvtx_stack"], ran.expected, strict=True):
         step = next(x for x in stack if x["domain"] == "nsightflow.probe")
         op = next(x for x in stack if x["domain"] == "nsightflow.ops")
-        assert (step["range"], step["payload"]) == (e["stage"], e["step"])
-        assert op["payload"] == (e["unit"] - 1) // 2 and e["class_key"].startswith(op["range"] + "#")
+        assert (step["range"], step["payload"]) == (e.stage, e.step)
+        assert op["payload"] == (e.unit - 1) // 2 and e.class_key.startswith(op["range"] + "#")
 
 
 def test_a_tampered_capture_is_refused():
@@ -222,8 +222,8 @@ def test_unsampled_steps_are_scaled_from_the_first_and_last_of_the_same_launch_s
     # Kernels, not grids, make a launch sequence: one for all 8 steps, so a plan today samples 2 of them, and in
     # step 7 profiles only the 4 calls whose shapes grew (attention and the cache's torch.cat over 7 more tokens).
     _, now, _, results = _replanned("llama")
-    assert now.stages["decode"]["structures"] == 1 and now.stages["decode"]["profiled"] == 39 + 4
-    assert ran.stages["decode"]["profiled"] == 8 * 39
+    assert now.stages["decode"].structures == 1 and now.stages["decode"].profiled == 39 + 4
+    assert ran.stages["decode"].profiled == 8 * 39
     today = _agg_replanned("llama", tl, now, results)
     assert today.loc["decode", "flops_measured"] == pytest.approx(every.loc["decode", "flops"], rel=1e-6)
     # A GEMM measured once instead of in two steps: its DRAM bytes vary a little from launch to launch (+0.16%).

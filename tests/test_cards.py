@@ -5,6 +5,7 @@ from the committed H200 plan of the default decoder."""
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import pytest
 from conftest import DATA
@@ -65,10 +66,10 @@ def test_the_deep_plan_keeps_the_windows_of_the_top_classes(tmp_path):
     ranged = ranged[ranged["pass_"] == "ranged"]
     for stage in ("prefill", "decode"):
         top = ranged[ranged["stage"] == stage].groupby("class_key")["duration_ns"].sum().nlargest(3).index
-        mine = [e for e in deep.expected if e["stage"] == stage and e["role"] == "deep"]
-        assert sorted(e["class_key"] for e in mine) == sorted(top)
+        mine = [e for e in deep.expected if e.stage == stage and e.role == "deep"]
+        assert sorted(e.class_key for e in mine) == sorted(top)
     # every planned launch of a kept window is kept (ncu profiles the whole operator), nothing else
     kept = {(w.stage, w.step, u) for w in deep.windows for u in w.units or []}
-    want = [{**e, "role": ""} for e in plan.expected if (e["stage"], e["step"], e["unit"]) in kept]
-    assert [{**e, "role": ""} for e in deep.expected] == want
+    want = [replace(e, role="") for e in plan.expected if (e.stage, e.step, e.unit) in kept]
+    assert [replace(e, role="") for e in deep.expected] == want
     assert len(deep.expected) < len(plan.expected)

@@ -2,7 +2,6 @@
 
 import csv
 import hashlib
-import json
 import os
 import signal
 import sys
@@ -355,8 +354,11 @@ def test_the_counter_check_runs_beside_the_timeline_with_one_core(tmp_path):
     t = {p.name: float(p.read_text()) for p in stamps.iterdir()}
     # the probe started before the timeline's profile and ended after it started: the two ran at once
     assert t["ncu.start"] < t["nsys.start"] < t["ncu.end"], t
-    host = json.loads((wf / "results" / "preflight" / "NVIDIA-H200.json").read_text())
-    counters = json.loads((wf / "results" / "preflight" / "counters" / "NVIDIA-H200.json").read_text())
-    assert [c["name"] for c in host["checks"]] == ["GPU", "device", "driver", "nsys", "ncu"]
-    assert [(c["name"], c["ok"]) for c in counters["checks"]] == [("counters", True)]
+    from nsightflow.capture.launch.preflight import HostChecks
+
+    host = HostChecks.read(wf / "results" / "preflight" / "NVIDIA-H200.json")
+    counters = HostChecks.read(wf / "results" / "preflight" / "counters" / "NVIDIA-H200.json")
+    assert [c.name for c in host.checks] == ["GPU", "device", "driver", "nsys", "ncu"]
+    assert all(c.ok for c in host.checks)
+    assert [(c.name, c.ok) for c in counters.checks] == [("counters", True)]
     assert not (wf / "results" / "w" / "ncu").exists()  # no capture without a timeline

@@ -263,10 +263,11 @@ def _passes(path):
 
 
 def _plan(path):
-    from nsightflow.capture.read.plan import CapturePlan, Window
+    from nsightflow.capture.read.plan import CapturePlan, StagePlan, Window
 
     window = Window("step", 1, [1], "the step's only operator")
-    plan = CapturePlan("representatives", "nsightflow", [window], [], {"step": {"comm_launches": 0}})
+    alone = StagePlan(steps=1, sampled_steps=[0], extra_steps=[], structures=1, launches=1, comm_launches=0)
+    plan = CapturePlan("representatives", "nsightflow", [window], [], {"step": alone})
     plan.write(path)
     return plan
 

@@ -1,12 +1,14 @@
 """Capture plans from real H200 timelines: steps chosen per launch sequence, windows, and the rule's own entry point."""
 
 import json
+from dataclasses import asdict
 
 import pytest
 from conftest import DATA
 
 from nsightflow.capture.read import attribution, plan
 from nsightflow.capture.read.plan import make_plan
+from nsightflow.errors import RecordError
 
 D = DATA / "h200_tinyllm"
 
@@ -37,16 +39,16 @@ def test_a_timeline_without_a_probe_pass_is_profiled_in_whole_steps(tmp_path):
         ("decode", 7, None),
     ]
     assert "no probe pass" in got.windows[0].why
-    assert got.stages["decode"] == {
-        "steps": 8,
-        "sampled_steps": [0, 7],
-        "extra_steps": [],
-        "structures": 1,
-        "launches": 1088,
-        "comm_launches": 0,
-        "profiled": 272,
-        "classes": 44,
-    }
+    assert got.stages["decode"] == plan.StagePlan(
+        steps=8,
+        sampled_steps=[0, 7],
+        extra_steps=[],
+        structures=1,
+        launches=1088,
+        comm_launches=0,
+        profiled=272,
+        classes=44,
+    )
     assert len(got.expected) == 128 + 2 * 136
     assert plan.CapturePlan.read(tmp_path / "plan.json") == got
     log = (tmp_path / "plan.log").read_text()
@@ -56,8 +58,8 @@ def test_a_timeline_without_a_probe_pass_is_profiled_in_whole_steps(tmp_path):
 def test_every_launch_mode_and_bad_modes():
     tl = attribution.read_timeline(D / "timeline.sqlite", "nsightflow")
     got = plan.plan_capture(tl, "nsightflow", [3], "every_launch")
-    assert {(e["stage"], e["step"]) for e in got.expected} == {("prefill", 0), ("decode", 3)}
-    assert json.loads(json.dumps(got.expected))[0]["unit"] == -1
+    assert {(e.stage, e.step) for e in got.expected} == {("prefill", 0), ("decode", 3)}
+    assert got.expected[0].unit == -1 and isinstance(got.expected[0].unit, int)
     with pytest.raises(plan.PlanError, match="capture mode 'some'"):
         plan.plan_capture(tl, "nsightflow", [3], "some")
     with pytest.raises(plan.PlanError, match="no NVTX range of the harness's domain"):
@@ -83,7 +85,31 @@ def test_ncu_tests_launches_against_its_nccl_filter_only_where_the_stages_commun
         ["first"],
         "representatives",
     )
-    assert tp.stages["decode"]["comm_launches"] > 0 and tp.communicates()
+    assert (tp.stages["decode"].comm_launches or 0) > 0 and tp.communicates()
     assert argv(tp)[argv(tp).index("--kernel-name") + 1] == "regex:^(?!nccl)"
     # A plan that does not say (written before it counted them): the filter stays.
-    assert plan.CapturePlan("representatives", "nsightflow", [], [], {"decode": {"launches": 3}}).communicates()
+    unsaid = plan.StagePlan(steps=1, sampled_steps=[0], extra_steps=[], structures=1, launches=3)
+    assert plan.CapturePlan("representatives", "nsightflow", [], [], {"decode": unsaid}).communicates()
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda d: d["expected"][0].pop("class_key"), "planned launches lack ['class_key']"),
+        (lambda d: d["expected"][0].update(colour="red"), "planned launch or stage is malformed"),
+        (lambda d: next(iter(d["stages"].values())).pop("launches"), "planned launch or stage is malformed"),
+        (lambda d: d.pop("windows"), "key 'windows' missing"),
+    ],
+)
+def test_a_damaged_plan_is_refused_naming_its_file_and_the_fix(tmp_path, damage, says):
+    # A real plan from the GPU host (the decoder on an H200), read back whole, then one part of it damaged.
+    data = json.loads((DATA / "h200_v2" / "default" / "plan.json").read_text())
+    whole = plan.CapturePlan.read(DATA / "h200_v2" / "default" / "plan.json")
+    assert len(whole.expected) == len(data["expected"]) and set(whole.stages) == set(data["stages"])
+    assert [asdict(e) for e in whole.expected] == data["expected"]
+    damage(data)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError, match="plan.json") as err:
+        plan.CapturePlan.read(path)
+    assert says in str(err.value) and "rerun the plan rule" in str(err.value)

@@ -14,7 +14,7 @@ def test_progress_follows_the_plan_while_the_child_runs():
     plan = CapturePlan.read(DATA / "h200_v2" / "default" / "plan.json")
     n = len(plan.expected)
     out = io.StringIO()
-    progress = LaunchProgress("ncu tinyllm", plan.expected, every_s=0.0, stream=out)
+    progress = LaunchProgress("ncu tinyllm", [(e.stage, e.step) for e in plan.expected], every_s=0.0, stream=out)
     # A child printing one ncu-style result line per planned launch, with other output between.
     script = (
         f"for i in range({n}): print('==PROF== Profiling \"k\" - ' + str(i) + ': 0%...100% - 6 passes'); print('x')"
@@ -24,7 +24,7 @@ def test_progress_follows_the_plan_while_the_child_runs():
     lines = out.getvalue().splitlines()
     assert len(lines) == n and lines[0].startswith(f"nsightflow: ncu tinyllm: 1/{n} planned launches profiled")
     last = plan.expected[-1]
-    assert f"{n}/{n} planned launches profiled, now stage {last['stage']} step {last['step']}" in lines[-1]
+    assert f"{n}/{n} planned launches profiled, now stage {last.stage} step {last.step}" in lines[-1]
 
 
 def test_a_timeout_still_returns_what_was_printed():

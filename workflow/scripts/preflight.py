@@ -2,6 +2,7 @@
 any ncu capture; each once per host."""
 
 import json
+from dataclasses import asdict
 
 from nsightflow.capture.launch.preflight import PreflightError, counter_preflight, preflight
 from nsightflow.rules.rulejob import rule_job
@@ -17,4 +18,4 @@ with rule_job(sm.log[0], sm.output):
         except PreflightError as exc:
             log.write(str(exc) + "\n")
             raise
-        log.write(json.dumps(checks, indent=2) + "\n")
+        log.write(json.dumps([asdict(c) for c in checks.checks], indent=2) + "\n")

@@ -85,12 +85,12 @@ def aggregate_run(
     notes = [note("capture", f"{MODE_TEXT[plan.mode]}."), wall_note(wall[0], "nsys", tl.probe_stands_in, stages)]
     estimates = []
     for stage, s in plan.stages.items():
-        text = f"{s['profiled']} of {s['launches']} launches profiled ({s['classes']} classes of identical launches)"
-        if s["steps"] > 1:
-            before = s.get("steps_profiled_before", [])
+        text = f"{s.profiled} of {s.launches} launches profiled ({s.classes} classes of identical launches)"
+        if s.steps > 1:
+            before = s.steps_profiled_before
             text += (
-                f", in steps {s['sampled_steps']} of {s['steps']}"
-                + (f" and {s['extra_steps']} (launch sequences no sampled step has)" if s["extra_steps"] else "")
+                f", in steps {s.sampled_steps} of {s.steps}"
+                + (f" and {s.extra_steps} (launch sequences no sampled step has)" if s.extra_steps else "")
                 + (
                     f"; step(s) {before} launched only calls profiled in an earlier step, so none of theirs was"
                     if before
@@ -100,7 +100,7 @@ def aggregate_run(
                 "at the same position"
             )
         notes.append(note(stage, f"{text}."))
-        if s["profiled"] < s["launches"]:
+        if s.profiled < s.launches:
             estimates.append(Diagnostic("estimate", stage, text))
     whole = [w for w in plan.windows if w.units is None and plan.mode == "representatives"]
     for w in whole:

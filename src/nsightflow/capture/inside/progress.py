@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TextIO
 
 PROFILING = "==PROF== Profiling"  # how ncu's line about each result it starts begins
 
@@ -29,9 +29,10 @@ def phase(name: str, stream: TextIO | None = None) -> Iterator[None]:
 
 
 class LaunchProgress:
-    """Callable on each output line of an ncu run; prints at most every ``every_s`` seconds and at the end."""
+    """Callable on each output line of an ncu run; prints at most every ``every_s`` seconds and at the end.
+    ``expected``: the (stage, step) of each planned launch, in the plan's order."""
 
-    def __init__(self, label: str, expected: list[dict[str, Any]], every_s: float = 10.0, stream: TextIO = sys.stderr):
+    def __init__(self, label: str, expected: list[tuple[str, int]], every_s: float = 10.0, stream: TextIO = sys.stderr):
         self.label, self.expected, self.every_s, self.stream = label, expected, every_s, stream
         self.done = 0
         self.started = self.last = time.monotonic()
@@ -40,8 +41,8 @@ class LaunchProgress:
         total = len(self.expected)
         where = ""
         if 0 < self.done <= total:
-            e = self.expected[self.done - 1]
-            where = f", now stage {e.get('stage')}" + (f" step {e['step']}" if e.get("step") is not None else "")
+            stage, step = self.expected[self.done - 1]
+            where = f", now stage {stage} step {step}"
         return (
             f"nsightflow: {self.label}: {self.done}/{total} planned launches profiled{where} "
             f"({time.monotonic() - self.started:.0f} s)"

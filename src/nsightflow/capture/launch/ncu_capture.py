@@ -60,7 +60,7 @@ def capture_counters(
     (nsightflow.ncu_metrics.seen_precisions). ``plan``: the capture plan, or its file."""
     if isinstance(plan, (str, Path)):
         plan = _read_plan(plan)
-    launches = [(e["stage"], int(e["unit"]), str(e["class_key"]), str(e["kernel"])) for e in plan.expected]
+    launches = [(e.stage, e.unit, e.class_key, e.kernel) for e in plan.expected]
     return _counters(precisions, non_tensor, AnalyticCounts.read(flops_json), launches, list(plan.stages))
 
 
@@ -146,7 +146,7 @@ class _Planner:
     def __call__(self, env: dict[str, str], pid: int) -> None:
         self.plan, self.counters = self.make(self.staged)
         if self.progress is not None:
-            self.progress.expected = self.plan.expected
+            self.progress.expected = [(e.stage, e.step) for e in self.plan.expected]
         self.wanted = self.argv_for(self.counters, self.plan.communicates())
         if self.wanted != self.started:
             raise _Replan("the capture plan, made while ncu started, asks for other FLOP counters or kernel filter")
@@ -241,7 +241,8 @@ def ncu_capture(
 
     set_aside = None
     for i, program in enumerate(tries):
-        progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", plan.expected if plan else [])
+        where = [(e.stage, e.step) for e in plan.expected] if plan else []
+        progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", where)
         if plan is None:  # this launch starts now, and its plan is made meanwhile
             assert make_plan is not None
             argv = argv_for(program, counters, False)

@@ -11,13 +11,47 @@ from __future__ import annotations
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from nsightflow import files
 from nsightflow.capture.launch.backend import found, gpus, host_info, slug, tool_version
 from nsightflow.capture.launch.children import run
-from nsightflow.errors import PreflightError
+from nsightflow.errors import PreflightError, RecordError
+from nsightflow.records import SCHEMA, load_object
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of the host: its name, whether it passed, what was found, and the fix where it failed ('' where
+    no fix is the user's: the driver's version is only reported)."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class HostChecks:
+    """``results/preflight/<device>.json`` and ``results/preflight/counters/<device>.json``: the checks that passed
+    on this host (the file exists only when all did) and the host's facts (nsightflow.capture.launch.backend)."""
+
+    checks: list[Check]
+    host: dict[str, Any]
+
+    def write(self, path: str | Path) -> None:
+        files.write_json(path, {"schema": SCHEMA, **asdict(self)})
+
+    @classmethod
+    def read(cls, path: str | Path) -> HostChecks:
+        data = load_object(path, "preflight checks")
+        try:
+            return cls([Check(**c) for c in data["checks"]], dict(data["host"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"{path}: not nsightflow's preflight checks ({exc}); delete it to check again") from exc
+
 
 # One empty kernel through the CUDA driver API (ctypes, no torch import: the probe costs ncu's start only).
 PROBE = r"""
@@ -65,8 +99,8 @@ _TOOL_FIX = {
 }
 
 
-def host_checks(nsys: str, ncu: str, device: str | None = None) -> list[dict[str, Any]]:
-    """GPU, driver, nsys and ncu as {name, ok, detail, fix}: what a timeline needs before it starts.
+def host_checks(nsys: str, ncu: str, device: str | None = None) -> list[Check]:
+    """GPU, driver, nsys and ncu: what a timeline needs before it starts.
 
     ``device``: the device name the workflow planned for (its files are named after it); this host's
     GPU must be that one, or the numbers would be filed under another GPU's name.
@@ -78,84 +112,77 @@ def host_checks(nsys: str, ncu: str, device: str | None = None) -> list[dict[str
         got_versions = {t: pool.submit(_version, t) for t in (nsys, ncu)}
         names, driver = got_names.result(), got_driver.result()
         versions = {t: f.result() for t, f in got_versions.items()}
-    checks = []
-    checks.append(
-        {
-            "name": "GPU",
-            "ok": bool(names),
-            "detail": ", ".join(names) or "nvidia-smi lists no GPU",
-            "fix": "run on a host with an NVIDIA GPU and driver (in a container: --gpus all), "
+    checks = [
+        Check(
+            "GPU",
+            bool(names),
+            ", ".join(names) or "nvidia-smi lists no GPU",
+            "run on a host with an NVIDIA GPU and driver (in a container: --gpus all), "
             "or set `profiler: torch` (or `auto`)",
-        }
-    )
+        )
+    ]
     if names and device is not None:
         same = slug(names[0]) == device
         checks.append(
-            {
-                "name": "device",
-                "ok": same,
-                "detail": f"planned for device '{device}', this host's GPU is '{names[0]}'",
-                "fix": f"set config `device: {names[0]}` (the workflow was planned on a host that does not "
+            Check(
+                "device",
+                same,
+                f"planned for device '{device}', this host's GPU is '{names[0]}'",
+                f"set config `device: {names[0]}` (the workflow was planned on a host that does not "
                 "have this GPU, e.g. a cluster's login node)",
-            }
+            )
         )
-    checks.append({"name": "driver", "ok": bool(names), "detail": str(driver), "fix": ""})
+    checks.append(Check("driver", bool(names), str(driver), ""))
     for tool, key in ((nsys, "nsys"), (ncu, "ncu")):
         ok = versions[tool] is not None
-        checks.append(
-            {
-                "name": key,
-                "ok": ok,
-                "detail": versions[tool] if ok else f"{tool!r} not found",
-                "fix": _TOOL_FIX[key],
-            }
-        )
+        checks.append(Check(key, ok, str(versions[tool]) if ok else f"{tool!r} not found", _TOOL_FIX[key]))
     return checks
 
 
-def counter_check(ncu: str, python: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
-    """Counter access as {name, ok, detail, fix}: ncu over a one-kernel probe. Only ncu's captures need it, so
+def counter_check(ncu: str, python: str | None = None, timeout_s: float = 300) -> Check:
+    """Counter access: ncu over a one-kernel probe. Only ncu's captures need it, so
     its job runs beside the timeline's (in containers ERR_NVGPUCTRPERM is common and otherwise only shows after
     a long capture)."""
     if not found(ncu):  # its job runs beside the host's checks, which say so too
-        return {"name": "counters", "ok": False, "detail": f"{ncu!r} not found", "fix": _TOOL_FIX["ncu"]}
+        return Check("counters", False, f"{ncu!r} not found", _TOOL_FIX["ncu"])
     argv = probe_argv(ncu, python or sys.executable)
     out = _probe(argv, timeout_s)
     if "ERR_NVGPUCTRPERM" in out:
-        return {
-            "name": "counters",
-            "ok": False,
-            "detail": "ERR_NVGPUCTRPERM",
-            "fix": "allow counter access: run as root, or load the nvidia module with "
+        return Check(
+            "counters",
+            False,
+            "ERR_NVGPUCTRPERM",
+            "allow counter access: run as root, or load the nvidia module with "
             "NVreg_RestrictProfilingToAdminUsers=0 (containers: --cap-add SYS_ADMIN)",
-        }
+        )
     ok = "==PROF== Profiling" in out and "probe ok" in out
     why = "profiled its kernel" if ok else "failed: " + " | ".join(out.strip().splitlines()[-4:])
-    return {
-        "name": "counters",
-        "ok": ok,
-        "detail": f"one-kernel ncu probe {why}",
-        "fix": "run the probe by hand to see why: " + " ".join(argv[:-1]) + " '<probe>'",
-    }
+    return Check(
+        "counters",
+        ok,
+        f"one-kernel ncu probe {why}",
+        "run the probe by hand to see why: " + " ".join(argv[:-1]) + " '<probe>'",
+    )
 
 
-def preflight(nsys: str, ncu: str, out_json: str | Path, device: str | None = None) -> list[dict[str, Any]]:
+def preflight(nsys: str, ncu: str, out_json: str | Path, device: str | None = None) -> HostChecks:
     """The host's checks (rule preflight, before the timeline); write ``out_json`` only when all pass, else raise
     PreflightError listing the failures."""
     return _publish(host_checks(nsys, ncu, device), out_json)
 
 
-def counter_preflight(ncu: str, out_json: str | Path, python: str | None = None) -> list[dict[str, Any]]:
+def counter_preflight(ncu: str, out_json: str | Path, python: str | None = None) -> HostChecks:
     """The counter check (rule counters, before any ncu capture), written and raised as ``preflight`` does."""
     return _publish([counter_check(ncu, python)], out_json)
 
 
-def _publish(checks: list[dict[str, Any]], out_json: str | Path) -> list[dict[str, Any]]:
-    failed = [c for c in checks if not c["ok"] and c["fix"]]
+def _publish(checks: list[Check], out_json: str | Path) -> HostChecks:
+    failed = [c for c in checks if not c.ok and c.fix]
     if failed:
         raise PreflightError(
             "this host cannot run the Nsight backend:\n"
-            + "\n".join(f"- {c['name']}: {c['detail']}. Fix: {c['fix']}" for c in failed)
+            + "\n".join(f"- {c.name}: {c.detail}. Fix: {c.fix}" for c in failed)
         )
-    files.write_json(out_json, {"checks": checks, "host": host_info()})
-    return checks
+    record = HostChecks(checks, host_info())
+    record.write(out_json)
+    return record

@@ -5,6 +5,7 @@ its whole operator); the top classes' own are marked ``role: deep``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from nsightflow.capture.read.attribution import read_timeline
@@ -22,13 +23,13 @@ def deep_plan(plan_json: str | Path, sqlite: str | Path, domain: str, top: int, 
     }
     first = {}  # the planned launch of each chosen class (its representative: profiled once)
     for i, e in enumerate(plan.expected):
-        if (e["stage"], e["class_key"]) in chosen_pairs and (e["stage"], e["class_key"]) not in first:
-            first[(e["stage"], e["class_key"])] = i
+        if (e.stage, e.class_key) in chosen_pairs and (e.stage, e.class_key) not in first:
+            first[(e.stage, e.class_key)] = i
     whole = {(w.stage, w.step) for w in plan.windows if w.units is None}
     units: dict[tuple[str, int], set[int]] = {}
     for i in first.values():
         e = plan.expected[i]
-        units.setdefault((e["stage"], int(e["step"])), set()).add(int(e["unit"]))
+        units.setdefault((e.stage, e.step), set()).add(e.unit)
     windows = [
         Window(stage, step, None if (stage, step) in whole else sorted(u), "holds a top class (deep dive)")
         for (stage, step), u in units.items()
@@ -36,9 +37,9 @@ def deep_plan(plan_json: str | Path, sqlite: str | Path, domain: str, top: int, 
     deep = set(first.values())
     expected = []
     for i, e in enumerate(plan.expected):
-        key = (e["stage"], int(e["step"]))
-        if key in units and (key in whole or int(e["unit"]) in units[key]):
-            expected.append({**e, "role": "deep" if i in deep else "context"})
+        key = (e.stage, e.step)
+        if key in units and (key in whole or e.unit in units[key]):
+            expected.append(replace(e, role="deep" if i in deep else "context"))
     order = {(w.stage, w.step): n for n, w in enumerate(plan.windows)}
     windows.sort(key=lambda w: order.get((w.stage, w.step), 0))
     cut = CapturePlan(plan.mode, plan.domain, windows, expected, plan.stages)

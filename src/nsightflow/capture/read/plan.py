@@ -25,7 +25,7 @@ is profiled. The plan lists the launches ncu must profile, in order; the capture
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,7 +64,43 @@ def resolve_steps(spec: list[Any], repeats: int) -> list[int]:
     return sorted(steps)
 
 
-EXPECTED_COLUMNS = ["stage", "step", "unit", "class_key", "kernel", "mangled", "grid", "block", "smem", "role"]
+@dataclass
+class PlannedLaunch:
+    """One launch ncu must profile, in the plan's order: its stage step, the unit (operator call or gap) of the
+    probe pass it lies in, its class of identical launches, its kernel and launch configuration, and its role
+    ('representative' of its class, 'extra', or 'deep' in a deep-dive plan)."""
+
+    stage: str
+    step: int
+    unit: int
+    class_key: str
+    kernel: str
+    mangled: str
+    grid: str
+    block: str
+    smem: int
+    role: str
+
+
+EXPECTED_COLUMNS = [f.name for f in fields(PlannedLaunch)]
+
+
+@dataclass
+class StagePlan:
+    """What the plan chose in one stage: its steps in the timeline, the sampled ones and the extra ones (launch
+    sequences no sampled step has), its launch sequences, launches and communication launches (None: a plan made
+    before it counted them), and what it profiles: launches, classes, and the steps every call of which an earlier
+    step profiled."""
+
+    steps: int
+    sampled_steps: list[int]
+    extra_steps: list[int]
+    structures: int
+    launches: int
+    comm_launches: int | None = None
+    profiled: int = 0
+    classes: int = 0
+    steps_profiled_before: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -85,15 +121,15 @@ class CapturePlan:
     mode: CaptureMode
     domain: str
     windows: list[Window]
-    expected: list[dict[str, Any]]  # launches ncu must profile, in order (EXPECTED_COLUMNS)
-    stages: dict[str, Any] = field(default_factory=dict)  # per stage: classes, steps, sampled, launches, profiled
+    expected: list[PlannedLaunch]  # launches ncu must profile, in order
+    stages: dict[str, StagePlan] = field(default_factory=dict)
 
     def write(self, path: str | Path) -> None:
         files.write_json(path, {"schema": SCHEMA, **asdict(self)}, indent=1)
 
     def communicates(self) -> bool:
         """Whether a stage launched communication kernels (NCCL's) in the timeline; True where the plan does not say."""
-        return not self.stages or any(s.get("comm_launches", 1) for s in self.stages.values())
+        return not self.stages or any(s.comm_launches is None or s.comm_launches for s in self.stages.values())
 
     @classmethod
     def read(cls, path: str | Path) -> CapturePlan:
@@ -102,15 +138,16 @@ class CapturePlan:
         for key in ("mode", "domain", "windows", "expected"):
             if key not in data:
                 raise RecordError(f"{path}: key {key!r} missing from the capture plan; {fix}")
-        try:
-            windows = [Window(**w) for w in data["windows"]]
-            expected = [dict(e) for e in data["expected"]]
-        except (TypeError, ValueError) as exc:
-            raise RecordError(f"{path}: a window or planned launch is malformed ({exc}); {fix}") from exc
-        missing = sorted({c for e in expected for c in EXPECTED_COLUMNS if c not in e})
+        missing = sorted({c for e in data["expected"] if isinstance(e, dict) for c in EXPECTED_COLUMNS if c not in e})
         if missing:
             raise RecordError(f"{path}: planned launches lack {missing}; {fix}")
-        return cls(data["mode"], data["domain"], windows, expected, dict(data.get("stages") or {}))
+        try:
+            windows = [Window(**w) for w in data["windows"]]
+            expected = [PlannedLaunch(**e) for e in data["expected"]]
+            stages = {str(k): StagePlan(**v) for k, v in (data.get("stages") or {}).items()}
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise RecordError(f"{path}: a window, planned launch or stage is malformed ({exc}); {fix}") from exc
+        return cls(data["mode"], data["domain"], windows, expected, stages)
 
 
 def _stage_order(tl: Timeline) -> list[str]:
@@ -143,20 +180,21 @@ def plan_capture(tl: Timeline, domain: str, sample_steps: list[Any], mode: Captu
     ranged = tl.launches[tl.launches["pass_"] == "ranged"]
     probe = tl.launches[tl.launches["pass_"] == "probe"]
     chosen: set[tuple[str, int]] = set()
-    summary: dict[str, dict[str, Any]] = {}
+    summary: dict[str, StagePlan] = {}
     for stage in _stage_order(tl):
         mine = ranged[ranged["stage"] == stage]
         sampled, extra = chosen_steps(tl, stage, sample_steps)
         chosen |= {(stage, s) for s in sampled + extra}
-        summary[stage] = {
-            "steps": int(tl.ranges["stage"].eq(stage).sum()),
-            "sampled_steps": sampled,
-            "extra_steps": extra,
-            "structures": int(mine["structure"].nunique()),
-            "launches": int(len(mine)),
-            "comm_launches": int(is_comm(mine["kernel"]).sum()),
-        }
-    windows, expected = [], []
+        summary[stage] = StagePlan(
+            steps=int(tl.ranges["stage"].eq(stage).sum()),
+            sampled_steps=sampled,
+            extra_steps=extra,
+            structures=int(mine["structure"].nunique()),
+            launches=int(len(mine)),
+            comm_launches=int(is_comm(mine["kernel"]).sum()),
+        )
+    windows: list[Window] = []
+    expected: list[PlannedLaunch] = []
     # Operator calls already profiled in an earlier chosen step of the stage: the same call does the same work in
     # every step (a training loop's iterations, a decode step's GEMMs), so a later step profiles only what is new.
     profiled_calls: dict[str, set[str]] = {stage: set() for stage in summary}
@@ -169,30 +207,28 @@ def plan_capture(tl: Timeline, domain: str, sample_steps: list[Any], mode: Captu
         known = profiled_calls[stage] if mode == "representatives" else set()
         window, rows = _window(stage, int(step), r, p, mode, known)
         if window is None:
-            summary[stage].setdefault("steps_profiled_before", []).append(int(step))
+            summary[stage].steps_profiled_before.append(int(step))
             continue
         windows.append(window)
         seen: set[str] = set()
         for row in rows.to_dict("records"):
             row["role"] = "extra" if row["class_key"] in seen else "representative"
             seen.add(row["class_key"])
-            expected.append({c: _plain(row[c]) for c in EXPECTED_COLUMNS})
+            expected.append(PlannedLaunch(**{c: _plain(row[c]) for c in EXPECTED_COLUMNS}))
         profiled_calls[stage] |= set(rows.loc[call_classes(rows), "class_key"])
     for stage, s in summary.items():
-        mine = [e for e in expected if e["stage"] == stage]
-        s["profiled"] = len(mine)
-        s["classes"] = sum(1 for e in mine if e["role"] == "representative")
+        planned = [e for e in expected if e.stage == stage]
+        s.profiled = len(planned)
+        s.classes = sum(1 for e in planned if e.role == "representative")
     return CapturePlan(mode=mode, domain=domain, windows=windows, expected=expected, stages=summary)
 
 
 def chosen_pairs(plan: CapturePlan) -> set[tuple[str, int]]:
     """The (stage, step) pairs a plan chose to measure: its sampled steps and the extra ones (launch sequences no
     sampled step has), whether or not a step needed a window of its own."""
-    return {
-        (stage, int(step))
-        for stage, s in plan.stages.items()
-        for step in list(s.get("sampled_steps", [])) + list(s.get("extra_steps", []))
-    } | {(w.stage, w.step) for w in plan.windows}
+    return {(stage, int(step)) for stage, s in plan.stages.items() for step in s.sampled_steps + s.extra_steps} | {
+        (w.stage, w.step) for w in plan.windows
+    }
 
 
 def _plain(v: Any) -> Any:
@@ -265,7 +301,7 @@ def check_stages(tl: Timeline) -> None:
 
 
 def expected_frame(plan: CapturePlan) -> pd.DataFrame:
-    return pd.DataFrame(plan.expected, columns=EXPECTED_COLUMNS)
+    return pd.DataFrame([asdict(e) for e in plan.expected], columns=EXPECTED_COLUMNS)
 
 
 def make_plan(
@@ -279,12 +315,11 @@ def make_plan(
     with open(log, "w") as fh:
         for stage, s in plan.stages.items():
             fh.write(
-                f"{stage}: {s['launches']} launches in {s['steps']} step(s) of {s['structures']} launch "
-                f"sequence(s); profiling {s['profiled']} ({s['classes']} classes) in steps {s['sampled_steps']}"
-                f" + {s['extra_steps']}\n"
+                f"{stage}: {s.launches} launches in {s.steps} step(s) of {s.structures} launch sequence(s); "
+                f"profiling {s.profiled} ({s.classes} classes) in steps {s.sampled_steps} + {s.extra_steps}\n"
             )
-            if s.get("steps_profiled_before"):
-                fh.write(f"{stage}: steps {s['steps_profiled_before']} need no window: every call profiled before\n")
+            if s.steps_profiled_before:
+                fh.write(f"{stage}: steps {s.steps_profiled_before} need no window: every call profiled before\n")
         for w in plan.windows:
             fh.write(f"window {w.stage} step {w.step}: {w.why}\n")
     return plan
@@ -293,7 +328,7 @@ def make_plan(
 def range_plan(sqlite: str | Path, domain: str, sample_steps: list[Any], plan_out: str | Path) -> CapturePlan:
     """Whole-step windows over the sampled steps: one range-replay result per window."""
     plan = plan_capture(read_timeline(sqlite, domain), domain, sample_steps, "every_launch")
-    sampled = {(stage, step) for stage, s in plan.stages.items() for step in s["sampled_steps"]}
+    sampled = {(stage, step) for stage, s in plan.stages.items() for step in s.sampled_steps}
     plan.windows = [w for w in plan.windows if (w.stage, w.step) in sampled]
     plan.expected = []
     plan.write(plan_out)
