@@ -13,9 +13,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from nsightflow.analysis.focus import Focus
 from nsightflow.capture.read.matching import name_key
 
 ROOT = Path(__file__).resolve().parents[1]
+# config select.top_n, select.coverage and report.divergence as the workflow's schema sets them by default
+DEFAULT_FOCUS = Focus(top_n=10, coverage=0.9, divergence=0.5)
+# the divergence alone: every kernel class named
+EVERY_CLASS = Focus(top_n=None, coverage=None, divergence=0.5)
 DATA = ROOT / "tests" / "data"
 
 
@@ -284,9 +289,7 @@ def aggregate_recorded(d: Path, precision: str = "bf16", **kw):
         d / "capture.raw.csv",
         d / "analytic_flops.json",
         precision,
-        0.5,
-        10,
-        0.9,
+        DEFAULT_FOCUS,
         ceiling_json=d / "ceilings.json",
         **kw,
     )
@@ -461,10 +464,8 @@ def torch_harness_run(tmp_path, spec, args):
         out["flops"],
         out["ceilings"],
         "fp32",
-        10,
-        0.9,
+        DEFAULT_FOCUS,
         torchprof.device_kind(trace),
-        0.5,
         manifest_json=out["run"],
         expert_ns=torchprof.expert_time(trace, labels),
     )

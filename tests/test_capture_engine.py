@@ -8,7 +8,7 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-from conftest import DATA, aggregate_recorded, sql_launches
+from conftest import DATA, DEFAULT_FOCUS, aggregate_recorded, sql_launches
 
 from nsightflow import ncu_metrics, precisions
 from nsightflow.analysis import aggregate, diagnostics, metrics
@@ -62,7 +62,7 @@ def _agg_replanned(run, tl, now, results, root=V2):
     matched = matching.match_to_plan(ncu_csv.result_metrics(results), plan.expected_frame(now), "capture")
     pk = aggregate.peaks_for(matched, tl.gpu_name, "bf16", None)
     analytic = aggregate.load_analytic(d / "analytic_flops.json")
-    return aggregate.tables(tl, matched, plan.chosen_pairs(now), analytic, pk, 0.5, 10, 0.9)[2].set_index("stage")
+    return aggregate.tables(tl, matched, plan.chosen_pairs(now), analytic, pk, DEFAULT_FOCUS)[2].set_index("stage")
 
 
 def test_representatives_agree_with_a_full_capture_of_the_same_stages():

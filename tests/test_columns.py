@@ -6,7 +6,7 @@ import shutil
 
 import pandas as pd
 import pytest
-from conftest import DATA, aggregate_recorded, torch_harness_run
+from conftest import DATA, DEFAULT_FOCUS, aggregate_recorded, torch_harness_run
 
 from nsightflow import columns
 from nsightflow.analysis import captures
@@ -29,7 +29,7 @@ def _captures(tmp_path):
     caps = tmp_path / "caps"
     shutil.copytree(DATA / "handmade" / "train", caps)
     imported.import_captures(caps, tmp_path / "imported")
-    return captures.aggregate_captures(tmp_path / "imported", 0.5, 10, 0.9)
+    return captures.aggregate_captures(tmp_path / "imported", DEFAULT_FOCUS)
 
 
 # An MoE's grouped GEMM on the CPU: its expert columns (a decoder has none).

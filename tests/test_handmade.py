@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import pandas as pd
 import pytest
-from conftest import DATA, copy_workflow, snakemake
+from conftest import DATA, EVERY_CLASS, copy_workflow, snakemake
 
 from nsightflow.records import Summary
 
@@ -139,7 +139,7 @@ def _stats_only(tmp_path, edit=None):
     if edit:
         edit(caps)
     import_captures(caps, tmp_path / "imported")
-    return aggregate_captures(tmp_path / "imported", 0.5, domain="LLM")
+    return aggregate_captures(tmp_path / "imported", EVERY_CLASS, domain="LLM")
 
 
 def test_stats_alone_resolve_nested_ranges_as_the_sqlite_does(analysed, tmp_path):

@@ -9,7 +9,7 @@ import sqlite3
 
 import pandas as pd
 import pytest
-from conftest import DATA, copy_workflow, snakemake
+from conftest import DATA, EVERY_CLASS, copy_workflow, snakemake
 
 from nsightflow.analysis import captures, diagnostics
 from nsightflow.capture.launch import imported
@@ -32,7 +32,7 @@ def _copy(tmp_path, sqlite=True):
 def _analyse(caps, tmp_path):
     out = tmp_path / "imported"
     imported.import_captures(caps, out)
-    return captures.aggregate_captures(out, 0.5)
+    return captures.aggregate_captures(out, EVERY_CLASS)
 
 
 def _rows(path):

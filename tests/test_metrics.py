@@ -6,7 +6,7 @@ import statistics
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import DATA, aggregate_recorded
+from conftest import DATA, DEFAULT_FOCUS, aggregate_recorded
 
 from nsightflow.analysis import aggregate, diagnostics, metrics, peaks
 from nsightflow.capture.read import attribution, matching, ncu_csv, plan
@@ -107,7 +107,7 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
     pk = peaks.peaks(ncu_csv.result_metrics(raw), "NVIDIA H200", "bf16")
     windowed = set(zip(matched["stage"], matched["step"], strict=True))
-    classes, kernels, st = aggregate.tables(tl, matched, windowed, model, pk, 0.5, 10, 0.9)
+    classes, kernels, st = aggregate.tables(tl, matched, windowed, model, pk, DEFAULT_FOCUS)
     st = st.set_index("stage")
     # Prefill ran once and every launch was captured: measured FLOPs are the plain sum of the cells.
     pre_flops = _all_flops(D / "prefill.raw.csv")
@@ -192,7 +192,7 @@ def test_filtered_run_counts_only_the_captured_classes():
     pk = peaks.peaks(ncu_csv.result_metrics(raw), "NVIDIA H200", "bf16")
     model = aggregate.load_analytic(F / "analytic_flops.json")
     _, _, st = aggregate.tables(
-        tl, matched, {("prefill", 0), ("decode", 0), ("decode", 3), ("decode", 7)}, model, pk, 0.5, 10, 0.9
+        tl, matched, {("prefill", 0), ("decode", 0), ("decode", 3), ("decode", 7)}, model, pk, DEFAULT_FOCUS
     )
     st = st.set_index("stage")
     selected = list(csv.DictReader((F / "selected_kernels.csv").open()))

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import DATA, aggregate_recorded, copy_workflow, process_alive, snakemake
+from conftest import DATA, EVERY_CLASS, aggregate_recorded, copy_workflow, process_alive, snakemake
 
 from nsightflow.analysis import checks, peaks, runfiles
 from nsightflow.records import CaptureRecord, Ceilings
@@ -555,9 +555,9 @@ def test_an_analytic_count_among_captures_must_agree_with_their_counters(tmp_pat
     (caps / "analytic_flops.json").write_text(json.dumps(data))
     import_captures(caps, tmp_path / "imported")
     if factor == 1:
-        st = aggregate_captures(tmp_path / "imported", 0.5).stages.set_index("stage")
+        st = aggregate_captures(tmp_path / "imported", EVERY_CLASS).stages.set_index("stage")
         got = st[["flops_measured_gemm", "flops_measured_unattributed"]].fillna(0).sum(axis=1)
         assert (got >= 0.9 * st["flops_analytic_gemm"]).all()
     else:
         with pytest.raises(checks.InconsistentInputs, match=r"analytic_flops.json: stage .* the GEMM kernels executed"):
-            aggregate_captures(tmp_path / "imported", 0.5)
+            aggregate_captures(tmp_path / "imported", EVERY_CLASS)

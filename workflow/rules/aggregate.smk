@@ -25,9 +25,7 @@ rule aggregate:
         "../../envs/nsightflow.yaml"
     params:
         domain=config["nvtx_domain"],
-        top_n=config["select"]["top_n"],
-        coverage=config["select"]["coverage"],
-        divergence=config["report"]["divergence"],
+        focus=focus(),
         ncu=config["tools"]["ncu"],
     script:
         "../scripts/aggregate.py"

@@ -40,9 +40,7 @@ rule aggregate_captures:
     conda:
         "../../envs/nsightflow.yaml"
     params:
-        divergence=config["report"]["divergence"],
-        top_n=config["select"]["top_n"],
-        coverage=config["select"]["coverage"],
+        focus=focus(),
         domain=config["nvtx_domain"],
     script:
         "../scripts/aggregate_captures.py"

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from nsightflow.analysis.focus import Focus
 from nsightflow.capture.launch import hostfacts
 from nsightflow.capture.launch.ncu_settings import NcuSettings
 from nsightflow.rules.config import ConfigError, check, normalize
@@ -224,6 +225,11 @@ def run_settings(wildcards):
 def ncu_settings(**fixed):
     """A capture rule's ncu settings (nsightflow.capture.launch.ncu_settings), with the keys its kind of capture fixes."""
     return NcuSettings.of(config, **fixed).params()
+
+
+def focus():
+    """What the aggregation rules' tables dwell on (nsightflow.analysis.focus: config select and report.divergence)."""
+    return Focus.of(config).params()
 
 
 def runtime_min(timeout_s, margin_min=10):

@@ -45,8 +45,6 @@ rule aggregate_torch:
     conda:
         "../../envs/nsightflow.yaml"
     params:
-        top_n=config["select"]["top_n"],
-        coverage=config["select"]["coverage"],
-        divergence=config["report"]["divergence"],
+        focus=focus(),
     script:
         "../scripts/aggregate_torch.py"

@@ -1,6 +1,7 @@
 """Rule aggregate: per-kernel and per-stage tables of one run."""
 
 from nsightflow.analysis.diagnostics import command_records, diagnose
+from nsightflow.analysis.focus import Focus
 from nsightflow.analysis.nsight import aggregate_run
 from nsightflow.analysis.runfiles import RunFiles, write_run
 from nsightflow.records import CaptureRecord, Manifest
@@ -18,9 +19,7 @@ with rule_job(sm.log[0], sm.output):
         sm.input.export,
         sm.input.flops,
         manifest.precision,
-        sm.params.divergence,
-        sm.params.top_n,
-        sm.params.coverage,
+        Focus.from_params(sm.params.focus),
         ceiling_json=sm.input.ceilings,
         ranges_export=ranges,
         ranges_plan=sm.input.get("ranges_plan"),

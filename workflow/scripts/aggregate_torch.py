@@ -2,6 +2,7 @@
 
 from nsightflow.analysis import torchprof
 from nsightflow.analysis.diagnostics import diagnose
+from nsightflow.analysis.focus import Focus
 from nsightflow.analysis.runfiles import RunFiles, write_run
 from nsightflow.analysis.torch_backend import aggregate_torch
 from nsightflow.records import Manifest
@@ -18,10 +19,8 @@ with rule_job(sm.log[0], sm.output):
         sm.input.flops,
         sm.input.ceilings,
         manifest.precision,
-        sm.params.top_n,
-        sm.params.coverage,
+        Focus.from_params(sm.params.focus),
         torchprof.device_kind(trace),
-        sm.params.divergence,
         manifest_json=sm.input.manifest,
         expert_ns=torchprof.expert_time(trace, labels),
     )

@@ -16,6 +16,7 @@ import pandas as pd
 
 from nsightflow import columns
 from nsightflow.analysis import bounds, metrics
+from nsightflow.analysis.focus import Focus
 from nsightflow.analysis.peaks import peaks as device_peaks
 from nsightflow.analysis.peaks import with_ceiling
 from nsightflow.analysis.selection import select_kernels
@@ -84,9 +85,7 @@ def tables(
     chosen: set[tuple[str, int]],
     analytic: dict[str, Any],
     pk: Peaks,
-    divergence: float,
-    top_n: int | None,
-    coverage: float | None,
+    focus: Focus,
     by_call: bool = True,
     program_wall: tuple[dict[str, list[float]] | None, str] = (None, ""),
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -96,11 +95,11 @@ def tables(
     (nsightflow.analysis.metrics.with_program_wall)."""
     values = metrics.launch_values(tl.launches[tl.launches["pass_"] == "ranged"], matched, chosen, by_call)
     classes = metrics.class_summary(values)
-    kernels = ranked(metrics.kernel_summary(classes, tl.ranges, pk), top_n, coverage)
+    kernels = ranked(metrics.kernel_summary(classes, tl.ranges, pk), focus.top_n, focus.coverage)
     walls = metrics.with_program_wall(attribution.stage_table(tl), *program_wall)
     if tl.probe_stands_in:  # the traced steps are the probe pass's, which its dispatch mode slows, not only nsys
         walls["wall_profiled_ns"] = np.nan
-    stages = metrics.stage_summary(walls, metrics.stage_measured(values), analytic, pk, divergence)
+    stages = metrics.stage_summary(walls, metrics.stage_measured(values), analytic, pk, focus.divergence)
     stages = metrics.with_kernel_counts(stages, kernels)
     return classes, kernels, stages
 

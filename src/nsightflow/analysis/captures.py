@@ -31,6 +31,7 @@ from nsightflow.analysis.checks import (
 )
 from nsightflow.analysis.diagnostics import note, stage_notes
 from nsightflow.analysis.experts import routing_table
+from nsightflow.analysis.focus import Focus
 from nsightflow.capture.read import attribution, ncu_csv, nsys_stats
 from nsightflow.capture.read.matching import search_timeline
 from nsightflow.errors import InputError
@@ -40,9 +41,7 @@ from nsightflow.records import CapturesIndex, StageCount
 
 def aggregate_captures(
     imported: str | Path,
-    divergence: float,
-    top_n: int | None = None,
-    coverage: float | None = None,
+    focus: Focus,
     domain: str | None = None,
 ) -> RunTables:
     """Tables for captures made elsewhere (see nsightflow.capture.launch.imported): ncu results joined to the timeline
@@ -53,7 +52,7 @@ def aggregate_captures(
     analytic = load_analytic(flops) if flops.exists() else {}
     exports = sorted((imported / "ncu").glob("*.raw.csv"))
     if not (imported / "timeline.sqlite").exists():
-        return _times_only(imported, analytic, divergence, top_n, coverage)
+        return _times_only(imported, analytic, focus)
     tl = attribution.read_timeline(imported / "timeline.sqlite", domain, nested=True)
     if (imported / "stats" / "nvtx_sum.csv").exists():
         check_range_counts(
@@ -117,7 +116,7 @@ def aggregate_captures(
     check_peaks(pk, ", ".join(str(e) for e in exports) or "the captures")
     check_result_rates(results, ", ".join(origin.get(e.name, str(e)) for e in exports))
     windowed = set(zip(results["stage"], results["step"], strict=True)) if len(results) else set()
-    classes, kernels, stages = tables(tl, results, windowed, analytic, pk, divergence, top_n, coverage)
+    classes, kernels, stages = tables(tl, results, windowed, analytic, pk, focus)
     # Every tensor precision's counter and the FLOPs outside the tensor pipes in every result: then GEMM FLOPs under
     # the model's cannot be a counter left out, and an analytic count among the captures must agree with them.
     every = bool(len(results)) and all(
@@ -208,9 +207,7 @@ def _origins(imported: Path) -> dict[str, str]:
     return {f"{i:03d}.raw.csv": path for i, path in enumerate(exports)}
 
 
-def _times_only(
-    imported: Path, analytic: dict[str, StageCount], divergence: float, top_n: int | None, coverage: float | None
-) -> RunTables:
+def _times_only(imported: Path, analytic: dict[str, StageCount], focus: Focus) -> RunTables:
     """Only nsys stats CSVs: per-thread kernel tables and wall times, no counters."""
     kernels = nsys_stats.kernel_table(
         imported / "stats" / "nvtx_kern_sum.csv", _user_file(imported, "nvtx_kern_sum.csv")
@@ -232,10 +229,10 @@ def _times_only(
         None,
         matmul_precision(None, analytic).precision,
     )
-    table = ranked(kernels, top_n, coverage)
+    table = ranked(kernels, focus.top_n, focus.coverage)
     table["avg_ns"] = table["total_ns"] / table["instances"]
     busy = kernels.groupby("stage", as_index=False).agg(busy_ns=("total_ns", "sum"))
-    ssum = metrics.with_kernel_counts(metrics.stage_summary(stages, busy, analytic, pk, divergence), kernels)
+    ssum = metrics.with_kernel_counts(metrics.stage_summary(stages, busy, analytic, pk, focus.divergence), kernels)
     check_bounds(ssum, pk)
     return RunTables(
         table,

@@ -31,6 +31,7 @@ from nsightflow.analysis.checks import (
 )
 from nsightflow.analysis.diagnostics import MODE_TEXT, note, stage_notes, wall_note
 from nsightflow.analysis.experts import routing_table
+from nsightflow.analysis.focus import Focus
 from nsightflow.capture.read import attribution, ncu_csv
 from nsightflow.capture.read.matching import match_to_plan
 from nsightflow.capture.read.plan import CapturePlan, chosen_pairs, expected_frame
@@ -46,9 +47,7 @@ def aggregate_run(
     export: str | Path,
     flops_json: str | Path,
     precision: str,
-    divergence: float,
-    top_n: int | None = None,
-    coverage: float | None = None,
+    focus: Focus,
     ceiling_json: str | Path | None = None,
     ranges_export: str | Path | None = None,
     ranges_plan: str | Path | None = None,
@@ -80,7 +79,7 @@ def aggregate_run(
     check_dram_floor(matched, caches_flushed(capture_record), str(export))
     wall = program_wall(manifest_json)
     classes, kernels, stages = tables(
-        tl, matched, chosen_pairs(plan), analytic, pk, divergence, top_n, coverage, plan.mode == "representatives", wall
+        tl, matched, chosen_pairs(plan), analytic, pk, focus, plan.mode == "representatives", wall
     )
     notes = [note("capture", f"{MODE_TEXT[plan.mode]}."), wall_note(wall[0], "nsys", tl.probe_stands_in, stages)]
     estimates = []

@@ -14,6 +14,7 @@ from nsightflow.analysis.aggregate import RunTables, load_analytic, program_wall
 from nsightflow.analysis.checks import check_analytic, check_bounds
 from nsightflow.analysis.diagnostics import note, stage_notes, wall_note
 from nsightflow.analysis.experts import routing_table
+from nsightflow.analysis.focus import Focus
 from nsightflow.errors import InputError
 from nsightflow.records import Ceilings, Diagnostic, Manifest, Peaks
 
@@ -24,10 +25,8 @@ def aggregate_torch(
     flops_json: str | Path,
     ceiling_json: str | Path,
     precision: str,
-    top_n: int | None,
-    coverage: float | None,
+    focus: Focus,
     kind: str,
-    divergence: float,
     manifest_json: str | Path | None = None,
     expert_ns: dict[str, float] | None = None,
 ) -> RunTables:
@@ -48,7 +47,7 @@ def aggregate_torch(
     pk = peaks.ceiling_peaks(ceiling, precision)
     analytic = load_analytic(flops_json)
     check_analytic(analytic, stages, str(flops_json))
-    table = ranked(kernels, top_n, coverage)
+    table = ranked(kernels, focus.top_n, focus.coverage)
     table["avg_ns"] = table["total_ns"] / table["instances"]
     wall = program_wall(manifest_json)
     walls = metrics.with_program_wall(stages, *wall)
@@ -58,7 +57,7 @@ def aggregate_torch(
         raw = busy["busy_ns"].to_numpy()
         busy = cpu_busy(busy, walls)
         busy["expert_ns"] *= busy["busy_ns"].to_numpy() / raw  # the experts' time scaled as their stage's
-    ssum = metrics.stage_summary(walls, busy, analytic, pk, divergence)
+    ssum = metrics.stage_summary(walls, busy, analytic, pk, focus.divergence)
     check_bounds(ssum, pk)
     ssum, pk, ceiling_notes = within_ceilings(ssum, pk, ceiling)
     ssum = with_memory(metrics.with_kernel_counts(ssum, kernels), manifest_json)
