@@ -362,3 +362,37 @@ def test_what_a_command_leaves_in_its_temporary_folder_goes_with_the_job(tmp_pat
         assert not Path(left).exists()  # and gone with the job
         assert cache == str(machine_tmp / f"torchinductor_{getpass.getuser()}")
     assert [p.name for p in machine_tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
+
+
+def test_a_loop_without_ranges_has_its_steps_from_the_functions_it_names(tmp_path):
+    """config step_functions: each call of a named function is one step of its stage, as a serving engine's
+    iterations are, in a program that opens no range; a call inside another step function's call is part of that
+    step. Expected FLOPs from the shapes: two matrices of hidden x 4·hidden per row, 2 FLOPs a multiply-add."""
+    hidden, prompt, batch, steps = 64, 32, 4, 5
+    folder = ROOT / "tests" / "programs" / "stepper"
+    argv = [sys.executable, "serve.py", "--hidden", str(hidden), "--prompt", str(prompt)]
+    argv += ["--batch", str(batch), "--steps", str(steps)]
+    functions = {"prefill": "engine:Engine.prefill", "decode": "engine:Engine.step"}
+    work = torch_workflow(
+        tmp_path, [{"name": "loop", "command": argv, "cwd": str(folder), "step_functions": functions}]
+    )
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "loop"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [s["name"] for s in manifest["stages"]] == ["prefill", "decode"]
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    per_row = 2 * 2 * hidden * 4 * hidden
+    decode = steady_steps(run, "decode", steps)
+    assert int(stages.loc["prefill", "range_instances"]) == steady_steps(run, "prefill", 1) == 1
+    assert stages.loc["prefill", "flops_analytic"] == prompt * per_row  # its inner step call is not a decode step
+    assert stages.loc["decode", "flops_analytic"] == decode * batch * per_row
+
+
+def test_step_functions_name_the_stages_alone(tmp_path):
+    functions = {"decode": "engine:Engine.step"}
+    with pytest.raises(ConfigError, match="keep one of the two"):
+        check(_config(command=["python", "serve.py"], step_functions=functions, stages=["decode"]), SCHEMA)
+    with pytest.raises(ConfigError, match="step_functions"):
+        check(_config(command=["python", "serve.py"], step_functions={"decode": "engine.Engine.step"}), SCHEMA)
+    with pytest.raises(ConfigError, match="apply to a command: workload only"):
+        check(_config(callable="a.b:c", step_functions=functions), SCHEMA)

@@ -8,6 +8,7 @@ from snakemake.utils import validate
 from nsightflow.analysis.focus import Focus
 from nsightflow.capture.launch import hostfacts
 from nsightflow.capture.launch.ncu_settings import NcuSettings
+from nsightflow.domains import AUTO_DOMAIN
 from nsightflow.rules.config import ConfigError, check, normalize
 from nsightflow.rules.sweep import expand as expand_sweep
 from nsightflow.rules.sweep import size_warning
@@ -62,6 +63,15 @@ def profile_threads(wildcards):
     return max(1, workflow.cores or 1)
 
 
+def steps_by(spec):
+    """A command's stages: its NVTX ranges (domain, stages), or the calls of the functions it names (step_functions:
+    nsightflow's automatic domain, one stage per function)."""
+    functions = spec.get("step_functions") or {}
+    if functions:
+        return {"domain": AUTO_DOMAIN, "stages": list(functions), "step_functions": dict(functions)}
+    return {"domain": spec.get("domain"), "stages": spec.get("stages")}
+
+
 def harness_call(wildcards):
     """The workload's launch (nsightflow.capture.inside.harness.HarnessCall's fields, or a command's:
     nsightflow.capture.launch.command.CommandCall's, also for a callable run as several processes: nsightflow.capture.inside.runner):
@@ -77,8 +87,7 @@ def harness_call(wildcards):
                 "args": spec["args"],
                 "env": spec.get("env") or {},
                 "cwd": spec.get("cwd"),
-                "domain": spec.get("domain"),
-                "stages": spec.get("stages"),
+                **steps_by(spec),
                 "mirror": config["nvtx_domain"],
                 "dtype": spec["args"].get("dtype"),
                 "rank": spec.get("rank") or 0,

@@ -128,7 +128,7 @@ def check(config: dict[str, Any], schema_path: str | Path) -> None:
     semantic(config)
 
 
-COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus", "warmup_steps")
+COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus", "warmup_steps", "step_functions")
 SEVERAL_PROCESSES = ("rank", "gpus")  # also a callable's, when it runs as several processes (nprocs)
 
 
@@ -155,6 +155,11 @@ def _program(i: int, name: str, w: dict[str, Any]) -> None:
         raise ConfigError(
             f"{where}: nprocs applies to a callable; a command starts its own processes (e.g. command: [torchrun, "
             "--nproc_per_node, '2', script.py]): remove nprocs"
+        )
+    if w.get("step_functions") and (w.get("domain") is not None or w.get("stages") is not None):
+        raise ConfigError(
+            f"{where}: step_functions name the stages (the calls of each function are its steps); domain: and stages: "
+            "name them by NVTX ranges: keep one of the two"
         )
     cwd = w.get("cwd")
     if cwd is not None and not Path(cwd).is_dir():

@@ -56,6 +56,7 @@ PROGRAM_KEYS = (
     "nprocs",
     "code_version",
     "warmup_steps",
+    "step_functions",
 )
 
 

@@ -1,12 +1,11 @@
 """Inside a command's own program: its NVTX ranges followed, its stage steps run as the harness runs a callable's.
 
 A command workload (``command:`` in the config) is a program nsightflow did not write: its stages are its own
-NVTX ranges. nsightflow puts a ``sitecustomize`` on the program's ``PYTHONPATH`` (in a private folder of the run:
+NVTX ranges. nsightflow puts a ``sitecustomize`` on the program's ``PYTHONPATH`` (a private folder of the run:
 nsightflow.capture.launch.hook_site) that calls :func:`install` at interpreter start when ``NSIGHTFLOW_HOOK`` holds
-:class:`HookSettings`. The hook wraps the NVTX
-calls a Python program makes (``nvtx.annotate``/``push_range``/``pop_range``, ``torch.cuda.nvtx.range``/
-``range_push``/``range_pop``) and, around each *stage step* (a push/pop range of the stages' domain, top level or
-named in the config), does what the harness does around a callable's step:
+:class:`HookSettings`. The hook wraps the NVTX calls a Python program makes (``nvtx.annotate``/``push_range``/
+``pop_range``, ``torch.cuda.nvtx.range``/``range_push``/``range_pop``) and, around each *stage step* (a push/pop
+range of the stages' domain, top level or named in the config), does what the harness does around a callable's step:
 
 - ``timed``: nothing but a clock (every range of every domain recorded: the stages are discovered from them; run
   beside the nsys launch, whose program the hook holds until this run has ended: nsightflow.capture.inside.gate);
@@ -20,8 +19,9 @@ named in the config), does what the harness does around a callable's step:
 - ``torch``: the step inside ``record_function`` under a torch.profiler started at interpreter start;
 - ``count``: the operators counted (analytic FLOPs and bytes) with nothing else.
 
-A program that opens no NVTX range of its own has automatic stages (nsightflow.capture.inside.hook_auto): its training
-iterations and top-level model calls, followed as ranges of ``AUTO_DOMAIN`` by the same step logic.
+A program that opens no NVTX range of its own has automatic stages (nsightflow.capture.inside.hook_auto): its
+training iterations and top-level model calls; or the calls of the functions the config names as its steps
+(nsightflow.capture.inside.hook_steps); both followed as ranges of ``AUTO_DOMAIN`` by the same step logic.
 
 Steps the timed run found to be warm-up (nsightflow.capture.read.warmup: compilation, CUDA-graph recording, cold caches)
 are followed in every later run, synchronized at their end as in the timed run, and nothing else: no profiler window,
@@ -56,12 +56,6 @@ from nsightflow.capture.launch.children import die_with
 from nsightflow.domains import AUTO_DOMAIN
 
 
-def _sync() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
 def _idle() -> bool:
     """Whether the GPU's current stream has no work left (a program that synchronized its step itself): the step
     ended when its range did, and the hook's own synchronization is not part of its wall."""
@@ -75,7 +69,9 @@ def _closing() -> int:
     """Synchronize the GPU at a range's end; when the range ended (ns): at once where the program had waited for its
     work itself, else once the synchronization returned (the hook's own wait is never part of a step's wall)."""
     ended, done = time.perf_counter_ns(), _idle()
-    _sync()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()  # the whole device: a side stream's kernels end inside the step too
     return ended if done else time.perf_counter_ns()
 
 
@@ -298,7 +294,11 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
         from nsightflow.capture.inside import hook_tuning
 
         tracker.tuning = hook_tuning.install(tracker.s.tuning if settings.mode != "timed" else None)
-    if tracker.follows_auto():
+    if settings.step_functions:  # the calls of the functions it names are its steps
+        from nsightflow.capture.inside import hook_steps
+
+        hook_steps.install(tracker, settings.step_functions)
+    elif tracker.follows_auto():
         from nsightflow.capture.inside import hook_auto
 
         tracker.auto = hook_auto.install(tracker)  # stages for a program that opens no range of its own

@@ -36,6 +36,8 @@ class HookSettings:
     steps: dict[str, int] = field(default_factory=dict)  # stage -> the timed run's steps (torch: stop after the last)
     # the timed run's autotuning choices (nsightflow.capture.inside.hook_tuning), taken without timing in a profiled run
     tuning: dict[str, list[str]] | None = None
+    # stage name -> 'module:qualname' of a function whose calls are its steps (nsightflow.capture.inside.hook_steps)
+    step_functions: dict[str, str] = field(default_factory=dict)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -16,14 +16,13 @@ modules are imported (an import hook), so a program that never compiles imports 
 from __future__ import annotations
 
 import copy
-import importlib.abc
-import importlib.machinery
 import json
-import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from nsightflow.capture.inside.after_import import patch_on_import
 
 HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 COORDESC = "torch._inductor.runtime.coordinate_descent_tuner"
@@ -122,36 +121,12 @@ def patch_coordesc(module: ModuleType, tuning: Tuning) -> None:
 PATCHES: dict[str, Callable[[ModuleType, Tuning], None]] = {HEURISTICS: patch_heuristics, COORDESC: patch_coordesc}
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches each of :data:`PATCHES`' modules once it has been executed at its import."""
-
-    def __init__(self, tuning: Tuning) -> None:
-        self.tuning = tuning
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in PATCHES:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        run = spec.loader.exec_module
-        tuning = self.tuning
-
-        def exec_module(module: ModuleType) -> None:
-            run(module)
-            PATCHES[name](module, tuning)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+def _bound(patch: Callable[[ModuleType, Tuning], None], tuning: Tuning) -> Callable[[ModuleType], None]:
+    return lambda module: patch(module, tuning)
 
 
 def install(choices: dict[str, list[str]] | None) -> Tuning:
     """Record this process's autotuning choices (``choices`` None), or take ``choices`` in place of timing."""
     tuning = Tuning(choices)
-    for name, patch in PATCHES.items():
-        module = sys.modules.get(name)
-        if module is not None:
-            patch(module, tuning)
-    if any(name not in sys.modules for name in PATCHES):
-        sys.meta_path.insert(0, _Finder(tuning))
+    patch_on_import({name: _bound(patch, tuning) for name, patch in PATCHES.items()})
     return tuning

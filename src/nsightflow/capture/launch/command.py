@@ -75,6 +75,9 @@ class CommandCall:
     rank: int = 0  # a job of several processes: the rank that is probed and captured
     gpus: int = 1  # the devices its processes use (one per rank for NCCL): claimed together
     warmup_steps: int | str = "auto"  # "auto" (nsightflow.capture.read.warmup), or the first N steps of each stage
+    # stage name -> 'module:qualname' whose calls are its steps (nsightflow.capture.inside.hook_steps); then domain
+    # is nsightflow's automatic one and stages are these names
+    step_functions: dict[str, str] = field(default_factory=dict)
 
     def argv(self) -> list[str]:
         return fill(self.command, self.args)
@@ -85,7 +88,7 @@ class CommandCall:
         env = {k: str(v) for k, v in self.env.items()}
         path = [str(site_dir(private)), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))]
         env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
-        env[HOOK_ENV] = settings.to_env()
+        env[HOOK_ENV] = replace(settings, step_functions=self.step_functions).to_env()
         env[JOB_ENV] = identity()  # every Python process of the program ends when this job does, however it ends
         for key, value in program_tmp(private).items():
             env.setdefault(key, value)  # the workload's own env: wins

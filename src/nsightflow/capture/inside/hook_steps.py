@@ -1,0 +1,83 @@
+"""Steps from a function: a command whose steps are the calls of a function it names (config ``step_functions``: a
+stage name for each ``module:qualname``), such as a serving engine's per-iteration forward, where no range a user
+can add says where a step begins and ends.
+
+Each named function is wrapped when its module is imported (an import hook, as nsightflow.capture.inside.hook_tuning
+does for inductor): every call is a range of :data:`nsightflow.domains.AUTO_DOMAIN` named after its stage, followed by
+the hook as the program's own push/pop ranges (never emitted to NVTX; the nsys launch mirrors each step in
+nsightflow's domain). A call made inside another call of a step function is part of that step. Frames that
+``torch.compile`` traces call the function unwrapped, so compiled code is unchanged. The function must live in a
+module the program imports (a script run as ``__main__`` is not imported).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+from nsightflow.capture.inside.after_import import patch_on_import
+from nsightflow.domains import AUTO_DOMAIN
+
+
+def _compiling() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.compiler.is_compiling())
+
+
+class StepFunctions:
+    """The step functions of one process: stage name by ``module:qualname``, and which ones were wrapped."""
+
+    def __init__(self, tracker: Any, functions: dict[str, str]) -> None:
+        self.tracker = tracker
+        self.by_module: dict[str, dict[str, str]] = {}  # module -> qualname -> stage
+        for stage, where in functions.items():
+            module, _, qualname = where.partition(":")
+            self.by_module.setdefault(module, {})[qualname] = stage
+        self.wrapped: list[str] = []
+        self.local = threading.local()  # per thread: whether a step function's call is open
+
+    def wrap(self, module: ModuleType) -> None:
+        """Wrap the step functions ``module`` defines (each once; one not found is said on stderr)."""
+        for qualname, stage in self.by_module.get(module.__name__, {}).items():
+            *path, attr = qualname.split(".")
+            owner: Any = module
+            try:
+                for part in path:
+                    owner = getattr(owner, part)
+                fn = getattr(owner, attr)
+            except AttributeError:
+                sys.stderr.write(f"[nsightflow] step function {module.__name__}:{qualname} not found in its module\n")
+                continue
+            if getattr(fn, "__nsightflow_step__", None) is not None:
+                continue
+            setattr(owner, attr, self._step(fn, stage))
+            self.wrapped.append(f"{module.__name__}:{qualname}")
+
+    def _step(self, fn: Any, stage: str) -> Any:
+        tracker, local = self.tracker, self.local
+
+        @functools.wraps(fn)
+        def step(*args: Any, **kwargs: Any) -> Any:
+            if _compiling() or getattr(local, "open", False):
+                return fn(*args, **kwargs)
+            tracker.pass_gate()  # a program without ranges passes the gate at its first step
+            local.open = True
+            tracker.push(AUTO_DOMAIN, stage)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                tracker.pop(AUTO_DOMAIN)
+                local.open = False
+
+        step.__nsightflow_step__ = stage  # type: ignore[attr-defined]
+        return step
+
+
+def install(tracker: Any, functions: dict[str, str]) -> StepFunctions:
+    """Follow the calls of ``functions`` (stage name -> ``module:qualname``) as ``tracker``'s steps."""
+    steps = StepFunctions(tracker, functions)
+    patch_on_import(dict.fromkeys(steps.by_module, steps.wrap))
+    return steps
