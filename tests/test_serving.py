@@ -1,0 +1,54 @@
+"""A serving loop as users run one: transformers' continuous batching (an engine not written here), profiled through
+the workflow with its scheduler iterations as steps (config step_functions), on the CPU under torch.profiler."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+from conftest import ROOT, snakemake, torch_workflow
+
+STEP = "transformers.generation.continuous_batching.continuous_api:ContinuousBatchProcessor._generation_step"
+LLAMA = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+LLAMA |= {"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
+PROMPTS, NEW = [8, 12, 16, 8, 12, 16], 6
+
+
+def _engine_step_exists() -> bool:
+    try:
+        from transformers.generation.continuous_batching import continuous_api
+    except ImportError:
+        return False
+    return callable(getattr(continuous_api.ContinuousBatchProcessor, "_generation_step", None))
+
+
+def _gemm_flops() -> int:
+    """The model's matrix FLOPs over the whole run, from the config and the requests: 2 per weight for every token the
+    engine runs (each prompt's tokens in its prefill, then one token per request per decode iteration) through the
+    decoder layers' projections (q and o: h·h; k and v: h·kv; the MLP: 3·h·i), and through the output head for one
+    token per request per iteration (the engine computes logits only where it samples)."""
+    h, i, layers, v = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["num_hidden_layers"], LLAMA["vocab_size"]
+    kv = h // LLAMA["num_attention_heads"] * LLAMA["num_key_value_heads"]
+    body = layers * (2 * h * h + 2 * h * kv + 3 * h * i)
+    tokens = sum(PROMPTS) + len(PROMPTS) * (NEW - 1)
+    return 2 * (body * tokens + h * v * len(PROMPTS) * NEW)
+
+
+def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_path):
+    if not _engine_step_exists():
+        pytest.skip("this transformers has no ContinuousBatchProcessor._generation_step")
+    argv = [sys.executable, str(ROOT / "tests" / "programs" / "continuous_batching.py"), "--config", json.dumps(LLAMA)]
+    argv += ["--prompts", json.dumps(PROMPTS), "--new", str(NEW)]
+    # every iteration is measured: a prefill-heavy one is not a warm-up (the automatic rule would set it apart)
+    workload = {"name": "serve", "command": argv, "step_functions": {"iteration": STEP}, "warmup_steps": 0}
+    work = torch_workflow(tmp_path, [workload])
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "serve"
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    # one iteration prefills every prompt and samples its first token, then one iteration per further token
+    assert list(stages.index) == ["iteration"] and int(stages.loc["iteration", "range_instances"]) == NEW
+    counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
+    assert counts["by_class"]["gemm"] == _gemm_flops() and not counts["not_counted"]
+    assert stages.loc["iteration", "flops_analytic"] == counts["flops"] > _gemm_flops()  # attention beside
