@@ -200,10 +200,10 @@ def torch_profile(call: HarnessCall, trace: str | Path, out: ProfileOutputs, run
     """A callable under torch.profiler → Chrome trace ``trace``; the analytic count and the measured ceilings ride on
     the same program launch; and the run's manifest."""
     harness_json = Path(str(out.manifest) + ".harness.json")
-    flops, ceilings = str(out.flops), str(out.ceilings)
-    argv = replace(call, mode="torch", trace=str(trace), out=str(harness_json), flops_out=flops, ceilings_out=ceilings)
-    output, _ = run_tool(argv.argv(), out.log, run.timeout_s, gpu=True)
-    commands = [{"what": "torch.profiler run (harness)", "argv": argv.argv()}]
+    program = replace(call, mode="torch", trace=str(trace), out=str(harness_json))
+    argv = replace(program, flops_out=str(out.flops), ceilings_out=str(out.ceilings)).argv()
+    output, _ = run_tool(argv, out.log, run.timeout_s, gpu=True)
+    commands = [{"what": "torch.profiler run (harness)", "argv": argv}]
     write_manifest(harness_json, out.manifest, run.versions, commands, run.settings, tool_warnings(output))
     harness_json.unlink()
 
