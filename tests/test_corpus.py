@@ -155,7 +155,9 @@ STAGES = ("prefill", "decode")
 # which also holds its set-up and copies outside them (2-3% of a sample on a CPU, 10-13% on an H100, where a sample
 # is 10-20 ms of host-bound launches)
 OWN_CLOCK = (0.8, 1.0)
-REFERENCE_S = 240  # ncu over the last sample's launches
+LONG, OWN_SAMPLES = 40, 5  # plain runs timing a decode step by gpt-fast's own clock: LONG new tokens, samples a run
+OWN_STEP = 0.05  # nsightflow's steady decode wall per step within 5% of that
+REFERENCE_S = 900  # ncu over the last sample's launches
 RANGES = [  # (a line of generate.py, the lines a user puts around it); the same indentation
     ("next_token = prefill(model, prompt.view(batch_size, -1), input_pos, **sampling_kwargs).clone()", "prefill"),
     ("next_token, next_prob = decode_one_token(", "decode"),
@@ -204,18 +206,36 @@ def _gpt_fast_flops(tokens: int, cache: int) -> float:
     return tokens * (2 * weights + L * 4 * d * cache)
 
 
-def _own_sample_times(log: Path) -> list[float]:
-    """gpt-fast's own time for each sample it reports, in its first run in ``log`` (nsightflow's timed run): its
-    ``Time for inference i: ... tokens/sec`` lines, the seconds taken from the tokens per second (printed to 0.01,
-    where the seconds are printed to 0.01 s)."""
+def _own_sample_times(log: Path | str, new: int = NEW) -> list[float]:
+    """gpt-fast's own time for each sample it reports, in its first run in ``log`` (a file: nsightflow's timed run;
+    or its output as text): its ``Time for inference i: ... tokens/sec`` lines, the seconds taken from the tokens per
+    second (printed to 0.01, where the seconds are printed to 0.01 s) for ``new`` tokens a sample."""
+    text = log.read_text() if isinstance(log, Path) else log
     times = []
-    for line in log.read_text().splitlines():
+    for line in text.splitlines():
         if line.startswith("Average tokens/sec"):
             break
         m = re.match(r"Time for inference \d+: [\d.]+ sec total, ([\d.]+) tokens/sec", line)
         if m:
-            times.append(NEW / float(m.group(1)))
+            times.append(new / float(m.group(1)))
     return times
+
+
+def _own_decode_step_s(argv: list[str], folder: Path) -> float:
+    """gpt-fast's own time per decode step, with nothing of nsightflow and no profiler in the process: the command
+    run plainly for NEW and for LONG new tokens a sample, the difference of its own median times per sample over
+    the LONG - NEW extra steps (its set-up, prefill and copies, the same in both, cancel)."""
+    medians = []
+    for new in (NEW, LONG):
+        cmd = list(argv)
+        cmd[cmd.index("--max_new_tokens") + 1] = str(new)
+        cmd[cmd.index("--num_samples") + 1] = str(OWN_SAMPLES)
+        out = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, check=True, timeout=600).stdout
+        times = _own_sample_times(out, new)
+        assert len(times) == OWN_SAMPLES, out[-2000:]
+        medians.append(statistics.median(times))
+        print(f"gpt-fast plain, {new} new tokens: its own time per sample {[round(x * 1e3, 3) for x in times]} ms")
+    return (medians[1] - medians[0]) / (LONG - NEW)
 
 
 def _check_gpt_fast(run: Path, compiled: bool, log: str) -> float:
@@ -269,8 +289,14 @@ def test_gpt_fast_with_its_ranges_under_nsys_and_ncu(tmp_path, compiled):
     ratio = _check_gpt_fast(run, compiled, "timeline.log")
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
     print(stages[["range_instances", "wall_ms", "gpu_busy_ms", "flops_analytic", "flops_tensor_measured"]].to_string())
+    own = _own_decode_step_s(argv, folder)
+    manifest = json.loads((run / "manifest.json").read_text())
+    ours = statistics.median(manifest["program_wall_s"]["decode"])
+    print(f"gpt-fast decode per step: nsightflow's steady wall {ours * 1e3:.4f} ms, gpt-fast's own clock in plain "
+          f"runs ({LONG} against {NEW} new tokens) {own * 1e3:.4f} ms ({ours / own - 1:+.2%})")  # fmt: skip
     if compiled:
         _measured_compiled(run, argv, folder, tmp_path)
+        assert abs(ours / own - 1) < OWN_STEP
     assert OWN_CLOCK[0] < ratio < OWN_CLOCK[1]
 
 
