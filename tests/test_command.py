@@ -137,6 +137,17 @@ def test_discovery_picks_the_busiest_program_domain_and_one_step_at_a_time():
         discover({"ranges": ranges}, "LLM", ["decoder"])
 
 
+def test_a_timed_range_with_a_span_on_the_gpus_clock_has_that_wall():
+    """The timed run's walls on the GPU's clock (nsightflow.capture.inside.step_clock): a range's last column, where
+    recorded (> 0), is its wall; where not (0, or a record without it), the host's span stands."""
+    ranges = [
+        ["LLM", "decode", 0, 1, 0, 100, 0, 250],  # the GPU was still running the step when its range ended
+        ["LLM", "decode", 0, 1, 300, 400, 0, 0],  # no event: host span
+        ["LLM", "decode", 0, 1, 500, 650],  # a record written before the column existed
+    ]
+    assert discover({"ranges": ranges}, "LLM", ["decode"]).every_wall == {"decode": [2.5e-7, 1e-7, 1.5e-7]}
+
+
 def test_the_hook_follows_the_programs_child_processes(tmp_path):
     """The settings stay in the environment: every Python process the command starts (a rank of torchrun) loads the
     hook and writes its own record; the process that opened the ranges is the one that has them."""

@@ -24,12 +24,13 @@ training iterations and top-level model calls; or the calls of the functions the
 (nsightflow.capture.inside.hook_steps); both followed as ranges of ``AUTO_DOMAIN`` by the same step logic.
 
 Steps the timed run found to be warm-up (nsightflow.capture.read.warmup: compilation, CUDA-graph recording, cold caches)
-are followed in every later run, synchronized at their end as in the timed run, and nothing else: no profiler window,
-mirror or count (``HookSettings.skip``).
+are followed in every later run, synchronized at their end, and nothing else: no profiler window, mirror or count
+(``HookSettings.skip``).
 
-The GPU is synchronized before each step's range ends (the NVTX guide's rule, kept for programs that forget it), so
-a step's window holds its kernels. Each process writes its record (rank, steps' wall times, environment, the ranges
-seen) at exit, beside ``out`` (:func:`record_path`).
+Under a profiler the GPU is synchronized before each step's range ends (the NVTX guide's rule, kept for programs that
+forget it), so a step's window holds its kernels. The timed run never waits: its walls are the program's own pace,
+read from the GPU's clock (nsightflow.capture.inside.step_clock). Each process writes its record (rank, steps' wall
+times, environment, the ranges seen) at exit, beside ``out`` (:func:`record_path`).
 
 A job of several processes (torchrun, ``torch.multiprocessing``): the settings stay in the environment, so every
 Python process the command starts loads the hook. A process that runs stage steps is a *rank* (``RANK``, else its
@@ -51,28 +52,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nsightflow.capture.inside import step_clock
 from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
 from nsightflow.capture.launch.children import die_with
 from nsightflow.domains import AUTO_DOMAIN
-
-
-def _idle() -> bool:
-    """Whether the GPU's current stream has no work left (a program that synchronized its step itself): the step
-    ended when its range did, and the hook's own synchronization is not part of its wall."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return True
-    return bool(torch.cuda.current_stream().query())
-
-
-def _closing() -> int:
-    """Synchronize the GPU at a range's end; when the range ended (ns): at once where the program had waited for its
-    work itself, else once the synchronization returned (the hook's own wait is never part of a step's wall)."""
-    ended, done = time.perf_counter_ns(), _idle()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()  # the whole device: a side stream's kernels end inside the step too
-    return ended if done else time.perf_counter_ns()
 
 
 class Tracker:
@@ -81,12 +64,15 @@ class Tracker:
     def __init__(self, settings: HookSettings) -> None:
         self.s = settings
         self.lock = threading.RLock()
-        self.stacks: dict[int, list[tuple[str, str, int, int]]] = {}  # thread -> (domain, name, start ns, graphs)
+        # thread -> (domain, name, start ns, graphs, the timed run's event at its start: step_clock)
+        self.stacks: dict[int, list[tuple[str, str, int, int, Any]]] = {}
         # domain, name, depth, thread, start, end, graphs torch.compile made while the range was open
         self.ranges: list[tuple[str, str, int, int, int, int, int]] = []
         self.step: tuple[str, int, int, int, bool] | None = None  # stage, step, thread, depth of its range, set apart
         self.counts: dict[str, int] = {}
         self.walls: dict[str, list[float]] = {}
+        self.wall_ranges: dict[str, list[int]] = {}  # timed: each step's range (its index in ranges)
+        self.gpu = step_clock.GpuSpans()  # timed: ranges' spans on the GPU's clock, by index in ranges
         self.started = time.perf_counter()
         self.inside = False  # the hook's own NVTX calls are not the program's
         self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
@@ -123,6 +109,11 @@ class Tracker:
                     self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
             self.gated = False
 
+    def _timed_on_gpu(self, name: str, depth: int) -> bool:
+        """Whether the timed run times this range on the GPU's clock: a candidate stage step (top level in its
+        domain, or a configured stage's name)."""
+        return self.s.mode == "timed" and (depth == 0 or name in (self.s.stages or ()))
+
     def _is_step(self, domain: str, name: str, depth: int) -> bool:
         if self.s.domain is None or self.step is not None or domain != self.s.domain:
             return False
@@ -141,8 +132,8 @@ class Tracker:
                 if self.auto is not None and self.s.domain is None:  # its own ranges are its stages
                     self.auto.remove()
             stack = self.stacks.setdefault(tid, [])
-            depth = sum(1 for d, _, _, _ in stack if d == domain)
-            stack.append((domain, name, time.perf_counter_ns(), compiled_graphs()))
+            depth = sum(1 for d, *_ in stack if d == domain)
+            stack.append((domain, name, time.perf_counter_ns(), compiled_graphs(), None))
             if self._is_step(domain, name, depth):
                 ordinal = self.counts.get(name, 0)
                 step = payload if isinstance(payload, int) and not isinstance(payload, bool) else ordinal
@@ -152,7 +143,8 @@ class Tracker:
                 if not apart:
                     self._begin(name, step)
             # every range starts once the hook's own work is done: none of it is part of the program's time
-            stack[-1] = (domain, name, time.perf_counter_ns(), stack[-1][3])
+            event = step_clock.mark() if self._timed_on_gpu(name, depth) else None
+            stack[-1] = (domain, name, time.perf_counter_ns(), stack[-1][3], event)
 
     def pop(self, domain: str | None) -> None:
         if self.inside:
@@ -167,13 +159,14 @@ class Tracker:
             end = None
             if self.step is not None and self.step[2] == tid and self.step[3] == at:
                 end = self._end()
-            elif self.s.domain is None and not any(d == domain for d, _, _, _ in stack[:at]):
+            elif self.s.domain is None and self.s.mode != "timed" and not any(d == domain for d, *_ in stack[:at]):
                 if domain != AUTO_DOMAIN or not self.own:
-                    end = _closing()  # stages not yet known: every top-level range ends synchronized
-            d, name, t0, graphs = stack.pop(at)
+                    end = step_clock.closing()  # stages not yet known: every top-level range ends synchronized
+            d, name, t0, graphs, began = stack.pop(at)
             if self.s.mode == "timed":
-                depth = sum(1 for x, _, _, _ in stack[:at] if x == d)
+                depth = sum(1 for x, *_ in stack[:at] if x == d)
                 end = end if end is not None else time.perf_counter_ns()
+                self.gpu.add(len(self.ranges), began, step_clock.mark() if began is not None else None)
                 self.ranges.append((d, name, depth, tid, t0, end, compiled_graphs() - graphs))
 
     def _begin(self, stage: str, step: int) -> None:
@@ -189,16 +182,19 @@ class Tracker:
         self._own(self.actions.begin, stage, step)
 
     def _end(self) -> int:
-        """End the step: synchronized, its actions ended, its wall kept; returns when it ended (ns)."""
+        """End the step: synchronized (timed: at the program's own pace, step_clock), its actions ended, its wall
+        kept; returns when it ended (ns)."""
         assert self.step is not None
         stage = self.step[0]
-        ended = _closing()
+        ended = time.perf_counter_ns() if self.s.mode == "timed" else step_clock.closing()
         if self.step[4]:  # a warm-up step: synchronized as in the timed run, nothing else
             self.step = None
             return ended
         if self.actions is not None:
             self._own(self.actions.end)
         self.walls.setdefault(stage, []).append((ended - self.t0) / 1e9)
+        if self.s.mode == "timed":  # its wall read from its range's events once they have run (record)
+            self.wall_ranges.setdefault(stage, []).append(len(self.ranges))
         self.step = None
         if self.s.steps and all(self.counts.get(k, 0) >= n for k, n in self.s.steps.items()):
             self._own(self.actions.last_step)  # torch.profiler stops on the thread that started it
@@ -212,13 +208,18 @@ class Tracker:
             self.inside = False
 
     def record(self) -> dict[str, Any]:
+        """The process's record; a timed range's wall (its last column, ns) on the GPU's clock where it has one."""
+        spans = self.gpu.settle(wait=True)
+        walls = {k: list(v) for k, v in self.walls.items()}
+        for stage, at in self.wall_ranges.items():
+            walls[stage] = [spans[i] / 1e9 if i in spans else w for i, w in zip(at, walls[stage], strict=True)]
         return {
             "mode": self.s.mode,
             "pid": os.getpid(),
             "program_wall_s": time.perf_counter() - self.started,
-            "steps": {k: list(v) for k, v in self.walls.items()},
+            "steps": walls,
             "stage_order": list(self.walls),
-            "ranges": [list(r) for r in self.ranges],
+            "ranges": [[*r, spans.get(i, 0)] for i, r in enumerate(self.ranges)],
             "main_thread": threading.main_thread().ident,
             "compiled_graphs": compiled_graphs(),
             "rank": self.rank if self.rank is not None else rank_of(),

@@ -43,7 +43,9 @@ class Discovery:
         return {k: [x for i, x in enumerate(v) if i not in skip.get(k, ())] for k, v in every.items()}
 
 
-RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end", "graphs"]
+# gpu_wall: the timed run's span of the range on the GPU's clock (ns; 0: none, the host's span stands):
+# nsightflow.capture.inside.step_clock
+RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end", "graphs", "gpu_wall"]
 MAX_SHAPES = 4  # automatic stages: a kind of call with more input shapes than this is one stage, not one per shape
 AUTO_HOW = (
     "Automatic stages (the program opened no NVTX range): training iterations between optimizer steps and top-level "
@@ -119,8 +121,10 @@ def discover(
         )
     walls: dict[str, list[float]] = {}
     graphs: dict[str, list[int]] = {}
-    for name, start, end, made in zip(mine["name"], mine["start"], mine["end"], mine["graphs"], strict=True):
-        walls.setdefault(str(name), []).append((end - start) / 1e9)
+    for name, start, end, made, gpu in zip(
+        mine["name"], mine["start"], mine["end"], mine["graphs"], mine["gpu_wall"], strict=True
+    ):
+        walls.setdefault(str(name), []).append((gpu if gpu > 0 else end - start) / 1e9)
         graphs.setdefault(str(name), []).append(int(made))
     apart = [w for stage, v in walls.items() for w in warmup_steps(stage, v, graphs[stage], warmup_n)]
     found = Discovery(domain, list(walls), walls, how, walls, apart, bool(record.get("compiled_graphs")))

@@ -1,0 +1,81 @@
+"""When a range of the program ended: waited for in the profiled runs, read from the GPU's own clock in the timed run.
+
+The runs under a profiler synchronize the GPU at a step's end, so that the step's window holds its kernels. The timed
+run, whose walls are the program's own, must not: a loop that queues its next step while the GPU still runs the last
+one (gpt-fast's decode steps, any program that never waits for its tokens) runs at the GPU's pace, and a wait at
+each step's end adds the host's launch time to every step (a steady gpt-fast decode step took 0.43 ms so, 0.20 ms
+by its own clock). There a range's wall is read from two CUDA events recorded on the current stream at its start and
+its end: the time the GPU took from reaching the range's work to finishing it. Where the GPU waits for the host, the
+first event runs as soon as it is recorded and the span is the host's; where the host runs ahead, it is the GPU's;
+neither waits. A range with no event (no GPU, a stream being captured into a CUDA graph, two devices) keeps its
+host span.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from typing import Any
+
+
+def _cuda() -> Any:
+    """torch, where the program has initialised CUDA (the hook never initialises it), else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch
+
+
+def _idle() -> bool:
+    """Whether the GPU's current stream has no work left (a program that synchronized its step itself): the step
+    ended when its range did, and the hook's own synchronization is not part of its wall."""
+    torch = _cuda()
+    return torch is None or bool(torch.cuda.current_stream().query())
+
+
+def closing() -> int:
+    """Synchronize the GPU at a range's end; when the range ended (ns): at once where the program had waited for its
+    work itself, else once the synchronization returned (the hook's own wait is never part of a step's wall)."""
+    ended, done = time.perf_counter_ns(), _idle()
+    torch = _cuda()
+    if torch is not None:
+        torch.cuda.synchronize()  # the whole device: a side stream's kernels end inside the step too
+    return ended if done else time.perf_counter_ns()
+
+
+def mark() -> Any:
+    """A timing event recorded on the current stream now, or None where there is none to record (no CUDA yet, or
+    the stream is being captured into a CUDA graph, where a recorded event would become a node of the graph)."""
+    torch = _cuda()
+    if torch is None or torch.cuda.is_current_stream_capturing():
+        return None
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+class GpuSpans:
+    """Ranges' spans on the GPU's clock, kept by key until both events have run; read without waiting as the
+    program goes (so that a long run keeps few events), and once more, waiting, when the record is written."""
+
+    def __init__(self) -> None:
+        self.pending: deque[tuple[int, Any, Any]] = deque()
+        self.spans: dict[int, int] = {}  # key -> ns
+
+    def add(self, key: int, start: Any, end: Any) -> None:
+        if start is not None and end is not None:
+            self.pending.append((key, start, end))
+        self.settle(wait=False)
+
+    def settle(self, wait: bool) -> dict[int, int]:
+        """Spans whose events have run (every one with ``wait``: the GPU synchronized first), by key."""
+        if wait and self.pending and (torch := _cuda()) is not None:
+            torch.cuda.synchronize()
+        while self.pending and (wait or self.pending[0][2].query()):
+            key, start, end = self.pending.popleft()
+            try:
+                self.spans[key] = round(start.elapsed_time(end) * 1e6)
+            except RuntimeError:  # recorded on two devices: the host span stands
+                pass
+        return self.spans
