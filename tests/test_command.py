@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ from conftest import ROOT, snakemake, steady_steps, torch_workflow
 
 from nsightflow.capture.launch.command import fill
 from nsightflow.capture.launch.discovery import discover
+from nsightflow.capture.read.warmup import Window
 from nsightflow.errors import ConfigError, WorkloadError
 from nsightflow.rules.config import check
 
@@ -397,6 +399,49 @@ def test_a_loop_without_ranges_has_its_steps_from_the_functions_it_names(tmp_pat
     assert int(stages.loc["prefill", "range_instances"]) == steady_steps(run, "prefill", 1) == 1
     assert stages.loc["prefill", "flops_analytic"] == prompt * per_row  # its inner step call is not a decode step
     assert stages.loc["decode", "flops_analytic"] == decode * batch * per_row
+
+
+def test_a_window_profiles_only_its_steps_of_a_long_loop(tmp_path):
+    """config window: a loop of 200 steps (one prefill call, then 199 decode calls: the program's steps 0 to 199 in
+    the order they ran), only steps 21 to 40 profiled: every step timed, the others set apart and named, the stage
+    that never ran inside the window (prefill) not a stage, and torch.profiler running only from the window's first
+    step to its last: its trace holds 20 steps and the matrix products of 20 steps, none from outside. Expected from
+    the loop's shapes: two products per step, 2 FLOPs a multiply-add."""
+    hidden, batch, steps, start, n = 32, 4, 199, 21, 20
+    folder = ROOT / "tests" / "programs" / "stepper"
+    argv = [sys.executable, "serve.py", "--hidden", str(hidden), "--batch", str(batch), "--steps", str(steps)]
+    functions = {"prefill": "engine:Engine.prefill", "decode": "engine:Engine.step"}
+    workload = {"name": "loop", "command": argv, "cwd": str(folder), "step_functions": functions}
+    work = torch_workflow(tmp_path, [{**workload, "window": {"start": start, "steps": n}}])
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "loop"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [s["name"] for s in manifest["stages"]] == ["decode"]
+    assert len(manifest["every_wall_s"]["decode"]) == steps  # every step timed
+    apart = {w["step"] for w in manifest["warmup_steps"] if w["why"].startswith("outside the workload's window")}
+    assert set(range(steps)) - apart == set(range(start - 1, start - 1 + n))  # decode ordinal = program ordinal - 1
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    assert int(stages.loc["decode", "range_instances"]) == n
+    assert stages.loc["decode", "flops_analytic"] == n * batch * 2 * 2 * hidden * 4 * hidden
+    events = json.loads((run / "torch" / "trace.json").read_text())["traceEvents"]
+    names = Counter(e.get("name") for e in events if e.get("ph") == "X")
+    label = next(k for k in names if k and k.startswith("nsightflow:") and k.endswith("decode"))
+    assert names[label] == n and names["aten::mm"] == 2 * n, {k: v for k, v in names.items() if "mm" in str(k)}
+    page = (run / "report.html").read_text()
+    assert f"{steps - n} step(s) outside the workload&#x27;s window (steps 0 to 19, 40 to {steps - 1})" in page
+
+
+def test_a_window_outside_the_run_names_the_fix():
+    ranges = [["", "step", 0, 1, 100 * i, 100 * i + 50] for i in range(5)]
+    with pytest.raises(WorkloadError, match="holds none of the 5 steps the program ran: start it at most at step 4"):
+        discover({"ranges": ranges}, "", ["step"], window=Window(5, 3))
+    found = discover({"ranges": ranges}, "", ["step"], 0, window=Window(3, 10))
+    assert found.walls == {"step": [5e-8, 5e-8]} and found.skip == {"step": [0, 1, 2]}
+    assert found.last_steps() == {"step": 5}
+    with pytest.raises(ConfigError, match="window apply to a command: workload only"):
+        check(_config(callable="a.b:c", window={"start": 0, "steps": 1}), SCHEMA)
+    with pytest.raises(ConfigError, match="steps"):
+        check(_config(command=["python", "serve.py"], window={"start": 0, "steps": 0}), SCHEMA)
 
 
 def test_step_functions_name_the_stages_alone(tmp_path):

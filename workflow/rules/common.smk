@@ -93,6 +93,7 @@ def harness_call(wildcards):
                 "rank": spec.get("rank") or 0,
                 "gpus": spec.get("gpus") or 1,
                 "warmup_steps": spec.get("warmup_steps", "auto"),
+                "window": spec.get("window"),
             }
         )
     python = canonical_python(config["tools"]["python"] or sys.executable)

@@ -13,8 +13,8 @@ import pandas as pd
 from nsightflow import ncu_metrics, units
 from nsightflow.analysis.aggregate import FULL_COVERAGE, RunTables
 from nsightflow.analysis.metrics import MIN_COVERAGE
+from nsightflow.analysis.program_notes import program_notes
 from nsightflow.capture.read import ncu_csv
-from nsightflow.domains import AUTO_DOMAIN
 from nsightflow.formulas import TILE
 from nsightflow.precisions import SIMT
 from nsightflow.records import CaptureRecord, Diagnostic, Manifest, StageCount
@@ -240,33 +240,6 @@ def _excess(s: pd.Series, count: StageCount, r: float) -> str:
         "every operator whose kernels executed tensor FLOPs is counted. The kernel table's FLOPs per launch show which "
         "kernels execute the extra (recomputation, or a formula that under-counts its operator)."
     )
-
-
-def program_notes(manifest: Manifest | None) -> list[Diagnostic]:
-    """A program run as it is: its warm-up steps set apart (per stage, each step's wall and why), and how its
-    analytic count was made."""
-    if manifest is None:
-        return []
-    out = []
-    by_stage: dict[str, list[dict[str, Any]]] = {}
-    for w in manifest.warmup_steps:
-        by_stage.setdefault(str(w["stage"]), []).append(w)
-    for stage, steps in by_stage.items():
-        left = len((manifest.program_wall_s or {}).get(stage, []))
-        said = "; ".join(f"step {w['step']} {units.ms(float(w['wall_s']) * 1e3)} ms ({w['why']})" for w in steps)
-        out.append(
-            note(
-                stage,
-                f"{len(steps)} warm-up step(s) set apart from the steady state: {said}. They ran in every launch but "
-                f"were not profiled, counted or sampled; wall, MFU and throughput are those of the {left} steady "
-                "step(s)",
-            )
-        )
-    if manifest.analytic_how:
-        out.append(Diagnostic("info", "analytic FLOPs", manifest.analytic_how))
-    if manifest.stage_domain == AUTO_DOMAIN:
-        out.append(Diagnostic("info", "stages", manifest.stage_domain_how))
-    return out
 
 
 def command_records(records: list[CaptureRecord], ncu_bin: str) -> list[dict[str, Any]]:

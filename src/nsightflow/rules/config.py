@@ -128,7 +128,7 @@ def check(config: dict[str, Any], schema_path: str | Path) -> None:
     semantic(config)
 
 
-COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus", "warmup_steps", "step_functions")
+COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus", "warmup_steps", "step_functions", "window")
 SEVERAL_PROCESSES = ("rank", "gpus")  # also a callable's, when it runs as several processes (nprocs)
 
 

@@ -57,6 +57,7 @@ PROGRAM_KEYS = (
     "code_version",
     "warmup_steps",
     "step_functions",
+    "window",
 )
 
 

@@ -33,7 +33,7 @@ class HookSettings:
     gate: str | None = None  # a launch beside another (nsightflow.capture.inside.gate): probe waits there, timed for it
     gate_pid: int | None = None  # mode timed: the process of the gated launch (it may end before it is ready)
     skip: dict[str, list[int]] = field(default_factory=dict)  # stage -> its warm-up steps (ordinals): followed only
-    steps: dict[str, int] = field(default_factory=dict)  # stage -> the timed run's steps (torch: stop after the last)
+    steps: dict[str, int] = field(default_factory=dict)  # stage -> steps to its last profiled one (torch: stop there)
     # the timed run's autotuning choices (nsightflow.capture.inside.hook_tuning), taken without timing in a profiled run
     tuning: dict[str, list[str]] | None = None
     # stage name -> 'module:qualname' of a function whose calls are its steps (nsightflow.capture.inside.hook_steps)

@@ -33,6 +33,7 @@ from nsightflow.capture.launch.children import identity
 from nsightflow.capture.launch.hook_site import program_tmp, site_dir
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 from nsightflow.capture.launch.tools import publish_nsys, run_tool, tool_warnings, write_manifest
+from nsightflow.capture.read.warmup import Window
 from nsightflow.domains import DEFAULT_DOMAIN
 from nsightflow.errors import CaptureError, ConfigError
 from nsightflow.records import Manifest
@@ -78,9 +79,14 @@ class CommandCall:
     # stage name -> 'module:qualname' whose calls are its steps (nsightflow.capture.inside.hook_steps); then domain
     # is nsightflow's automatic one and stages are these names
     step_functions: dict[str, str] = field(default_factory=dict)
+    # the steps profiled, {"start": K, "steps": N} of each stage (nsightflow.capture.read.warmup.Window); None: all
+    window: dict[str, int] | None = None
 
     def argv(self) -> list[str]:
         return fill(self.command, self.args)
+
+    def steps_window(self) -> Window | None:
+        return Window(**self.window) if self.window else None
 
     def launch(self, settings: HookSettings, private: str | Path) -> Launch:
         """The command with the hook: its site folder (made in ``private``, a folder of this run only) first on
@@ -240,7 +246,7 @@ def _timed(
     settings = replace(settings, gate=gate, gate_pid=pid)
     timed = _run(call, settings, log, timeout_s, [], devices=devices)
     mine = primary(timed, call.rank)
-    found = discover(mine, call.domain, call.stages, call.warmup_steps)
+    found = discover(mine, call.domain, call.stages, call.warmup_steps, window=call.steps_window())
     tuning = mine.get("autotuning") or {}
     return replace(found, compiles=any(r.get("compiled_graphs") for r in timed), tuning=tuning), timed
 
@@ -322,7 +328,7 @@ def torch_profile(call: CommandCall, trace: str | Path, out: ProfileOutputs, run
 
         hook = HookSettings("torch", f"{tmp}/torch.json", found.domain, found.stages, call.mirror, labels)
         hook = replace(hook, dtype=call.dtype, rank=call.rank, trace=str(Path(trace).resolve()), skip=found.skip)
-        hook = replace(hook, steps={k: len(v) for k, v in found.every_wall.items()}, tuning=found.tuning or None)
+        hook = replace(hook, steps=found.last_steps(), tuning=found.tuning or None)
         runs = _run(call, hook, log, timeout_s, [])
         profiled = primary(runs, call.rank)
         same_steps(found, profiled, "torch.profiler")

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from nsightflow.capture.read.attribution import top_level
-from nsightflow.capture.read.warmup import WarmupStep, warmup_steps
+from nsightflow.capture.read.warmup import WarmupStep, Window, set_apart
 from nsightflow.domains import AUTO_DOMAIN, LIBRARY_DOMAINS, is_nsightflows_own
 from nsightflow.errors import CaptureError, WorkloadError
 
@@ -36,6 +36,11 @@ class Discovery:
         for w in self.warmup:
             out.setdefault(w.stage, []).append(w.step)
         return out
+
+    def last_steps(self) -> dict[str, int]:
+        """Per stage, how many of its steps run up to its last profiled one (a run under a profiler stops there)."""
+        skip = self.skip
+        return {k: max(i for i in range(len(v)) if i not in skip.get(k, ())) + 1 for k, v in self.every_wall.items()}
 
     def steady(self, every: dict[str, list[float]]) -> dict[str, list[float]]:
         """``every`` (stage → each step's value) without the warm-up steps."""
@@ -69,12 +74,14 @@ def discover(
     stages: list[str] | None,
     warmup: int | str = "auto",
     partial: bool = False,
+    window: Window | None = None,
 ) -> Discovery:
     """The stage steps of a command's timed run (its hook record): the ranges of ``domain`` named ``stages`` (else
     its top-level ones), one at a time (a stage range inside another step is part of that step). Without a domain,
     the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time. ``warmup``: the
     steps set apart (nsightflow.capture.read.warmup): "auto", or the first N of each stage. ``partial``: a stage this
-    process never ran is left out, not an error (a rank of a job that does not evaluate, as nanoGPT's rank 1)."""
+    process never ran is left out, not an error (a rank of a job that does not evaluate, as nanoGPT's rank 1).
+    ``window``: the steps profiled (the workload's ``window:``); the others are set apart with the warm-up."""
     rows = [list(r) + [0] * (len(RANGE_COLUMNS) - len(r)) for r in record.get("ranges") or []]
     ranges = auto_names(pd.DataFrame(rows, columns=RANGE_COLUMNS))
     how = AUTO_HOW if domain == AUTO_DOMAIN else f"the configured domain {domain!r}"
@@ -121,12 +128,27 @@ def discover(
         )
     walls: dict[str, list[float]] = {}
     graphs: dict[str, list[int]] = {}
-    for name, start, end, made, gpu in zip(
-        mine["name"], mine["start"], mine["end"], mine["graphs"], mine["gpu_wall"], strict=True
+    inside: dict[str, list[bool]] = {}
+    for ordinal, (name, start, end, made, gpu) in enumerate(
+        zip(mine["name"], mine["start"], mine["end"], mine["graphs"], mine["gpu_wall"], strict=True)
     ):
         walls.setdefault(str(name), []).append((gpu if gpu > 0 else end - start) / 1e9)
         graphs.setdefault(str(name), []).append(int(made))
-    apart = [w for stage, v in walls.items() for w in warmup_steps(stage, v, graphs[stage], warmup_n)]
+        inside.setdefault(str(name), []).append(window is None or window.holds(ordinal))
+    if window is not None:
+        outside = [k for k, v in inside.items() if not any(v)]
+        if len(outside) == len(walls):
+            raise WorkloadError(
+                f"the workload's window ({window}) holds none of the {len(mine)} steps the program ran: start it "
+                f"at most at step {len(mine) - 1}, or run the program longer"
+            )
+        for k in outside:  # a stage that never ran inside the window is not one of the window's stages
+            del walls[k], graphs[k], inside[k]
+    apart = [
+        w
+        for stage, v in walls.items()
+        for w in set_apart(stage, v, graphs[stage], warmup_n, inside[stage] if window else None)
+    ]
     found = Discovery(domain, list(walls), walls, how, walls, apart, bool(record.get("compiled_graphs")))
     return Discovery(domain, list(walls), found.steady(walls), how, walls, apart, found.compiles)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+OUTSIDE = "outside the workload's window"  # why a step outside the window is set apart (Window)
 FACTOR = 2.0  # a leading step this many times the steady median is warm-up (a cold first step: 2.3x)
 
 
@@ -60,3 +61,40 @@ def warmup_steps(stage: str, walls: list[float], graphs: list[int], first: int |
 def only_step_compiled(walls: list[float], graphs: list[int]) -> bool:
     """A stage of one step, which compiled: it stays (it is the stage), and its wall includes the compilation."""
     return len(walls) == 1 and bool(graphs and graphs[0])
+
+
+@dataclass(frozen=True)
+class Window:
+    """The steps a long-running program is profiled in (the workload's ``window:``): its steps ``start`` to
+    ``start + steps - 1``, counted from 0 over every stage's steps in the order they ran (one stretch of the run,
+    as a server's steps under load); every other step is followed only, as a warm-up step is."""
+
+    start: int
+    steps: int
+
+    def __str__(self) -> str:
+        return f"the program's steps {self.start} to {self.start + self.steps - 1}"
+
+    def holds(self, ordinal: int) -> bool:
+        return self.start <= ordinal < self.start + self.steps
+
+
+def set_apart(
+    stage: str, walls: list[float], graphs: list[int], first: int | None = None, inside: list[bool] | None = None
+) -> list[WarmupStep]:
+    """The steps of ``stage`` that are not profiled: its warm-up steps (:func:`warmup_steps`, over every step the
+    program ran) and, where a window is given (``inside``: whether each step lies in it), every step outside it. The
+    window's steps stay where all of them were warm-up (a stage is never left without a step)."""
+    apart = {w.step: w for w in warmup_steps(stage, walls, graphs, first)}
+    if inside is None:
+        return list(apart.values())
+    out = []
+    for i, wall in enumerate(walls):
+        why = [apart[i].why] if i in apart else []
+        if not inside[i]:
+            why.insert(0, OUTSIDE)
+        if why:
+            out.append(WarmupStep(stage, i, wall, "; ".join(why)))
+    if len(out) == len(walls):
+        out = [w for w in out if not inside[w.step]]
+    return out
