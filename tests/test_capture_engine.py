@@ -248,10 +248,12 @@ def test_diagnostics_are_records_that_survive_the_run_files(tmp_path):
     inferred = diagnostics.diagnose(agg, [rec], Manifest(precision_level="info", precision_why=why))
     assert Diagnostic("info", "workload", f"MFU against the bf16 peak: {why}") in inferred
     paths = [tmp_path / n for n in ("kernels.csv", "stages.csv", "summary.json")]
-    out = runfiles.RunFiles(paths[0], paths[1], tmp_path / "ranks.csv", tmp_path / "experts.csv", paths[2])
+    extra = [tmp_path / n for n in ("ranks.csv", "experts.csv", "steps.csv")]
+    out = runfiles.RunFiles(paths[0], paths[1], *extra, paths[2])
     runfiles.write_run(agg, out, [], got)
     assert pd.read_csv(tmp_path / "ranks.csv").empty  # one process: the ranks table's header only
     assert pd.read_csv(tmp_path / "experts.csv").empty  # no grouped GEMM: the experts table's header only
+    assert pd.read_csv(tmp_path / "steps.csv").empty  # a callable: the steps table's header only
     Manifest(precision="bf16").write(tmp_path / "manifest.json")
     back = runfiles.load_run("r", *paths, tmp_path / "manifest.json", tmp_path / "experts.csv")
     assert back["diagnostics"] == agg.notes + got and back["peaks"] == agg.peaks

@@ -431,6 +431,55 @@ def test_a_window_profiles_only_its_steps_of_a_long_loop(tmp_path):
     assert f"{steps - n} step(s) outside the workload&#x27;s window (steps 0 to 19, 40 to {steps - 1})" in page
 
 
+def test_a_serving_loops_steps_are_grouped_by_their_batch_mix(tmp_path):
+    """config step_inputs: each decode step's inputs summarised by the program's own function (rows in the batch);
+    steps.csv has every step's wall, model FLOPs and batch mix, and the run page groups the steady steps by mix.
+    Expected from the loop's schedule and shapes: rows_i · 2 products · hidden x 4·hidden, 2 FLOPs a multiply-add."""
+    hidden, schedule, steps = 32, [2, 8, 8, 4], 12
+    folder = ROOT / "tests" / "programs" / "stepper"
+    argv = [sys.executable, "serve.py", "--hidden", str(hidden), "--steps", str(steps)]
+    argv += ["--batches", ",".join(map(str, schedule))]
+    workload = {"name": "mixes", "command": argv, "cwd": str(folder), "warmup_steps": 0}
+    functions = {"prefill": "engine:Engine.prefill", "decode": "engine:Engine.step"}
+    workload |= {"step_functions": functions, "step_inputs": {"decode": "mixes:rows"}}
+    work = torch_workflow(tmp_path, [workload])
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "mixes"
+    rows = [schedule[i % len(schedule)] for i in range(steps)]
+    table = pd.read_csv(run / "steps.csv", keep_default_na=False)
+    assert list(table.loc[table["stage"] == "prefill", "mix"]) == [""]  # no summary function: no mix
+    table = table[table["stage"] == "decode"]
+    assert list(table["step"]) == list(range(steps)) and table["steady"].all()
+    assert list(table["mix"]) == [f"rows={r}" for r in rows]
+    assert list(table["flops_model"]) == [r * 2 * 2 * hidden * 4 * hidden for r in rows]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert list(table["wall_ms"]) == pytest.approx([w * 1e3 for w in manifest["every_wall_s"]["decode"]])
+    page = (run / "report.html").read_text()
+    assert "Steps by batch mix" in page
+    for r in sorted(set(rows)):
+        assert f"<td class='label'>rows={r}</td><td>{rows.count(r)}</td>" in page
+
+
+def test_a_step_summary_that_fails_is_unread_never_made_up():
+    from nsightflow.capture.inside.hook_steps import StepInputs
+
+    inputs = StepInputs({"decode": "builtins:dict", "prefill": "json:dumps"})
+    inputs.summarise("decode", (), {"rows": 3})
+    inputs.summarise("decode", ({"rows": True},), {})  # a bool is no count
+    inputs.summarise("prefill", ([1],), {})  # a string, not a dict
+    inputs.summarise("other", (), {})  # a stage with no summary function: nothing kept
+    got = inputs.record()
+    assert got["step_inputs"] == {"decode": [{"rows": 3.0}, None], "prefill": [None]}
+    assert got["step_inputs_errors"]["prefill"].startswith("json:dumps: TypeError: returned str")
+    assert set(got["step_inputs_errors"]) == {"decode", "prefill"}
+
+
+def test_step_inputs_summarise_a_step_function():
+    with pytest.raises(ConfigError, match="step_inputs: prefill name"):
+        check(_config(command=["python", "serve.py"], step_functions={"decode": "e:E.step"},
+                      step_inputs={"prefill": "m:f"}), SCHEMA)  # fmt: skip
+
+
 def test_a_window_outside_the_run_names_the_fix():
     ranges = [["", "step", 0, 1, 100 * i, 100 * i + 50] for i in range(5)]
     with pytest.raises(WorkloadError, match="holds none of the 5 steps the program ran: start it at most at step 4"):

@@ -339,12 +339,23 @@ EXPERTS: tuple[Column, ...] = (
     Column("tokens_per_expert", "tokens per expert", "text", "every expert's tokens, in order", shown=False),
 )
 
-TABLES = {"stages": STAGES, "kernels": KERNELS, "ranks": RANKS, "experts": EXPERTS}
+STEPS: tuple[Column, ...] = (
+    Column("stage", "stage", "text"),
+    Column("step", "step", "count", "the stage's step (0 first) in the program's timed run, set-apart steps included"),
+    Column("steady", "steady", "bool", "profiled and counted (not warm-up, not outside the workload's window)"),
+    Column("wall_ms", "wall", "ms", "the step's wall time in the program's timed run"),
+    Column("flops_model", "model FLOPs", "flop", "the step's model FLOPs from its operators' shapes (steady steps)"),
+    Column("bytes_model", "model bytes", "bytes", "bytes its operators move, the lower bound (steady steps)"),
+    Column("mfu_wall", "MFU on wall", "pct", "the step's model FLOPs per second of its wall time, over the peak"),
+    Column("bw_util_wall_model", "bandwidth on wall", "pct", "its model bytes per second of wall, over the peak"),
+    Column("mix", "batch mix", "text", "the step's inputs as its step_inputs function summarised them ('?': unread)"),
+)
+
+TABLES = {"stages": STAGES, "kernels": KERNELS, "ranks": RANKS, "experts": EXPERTS, "steps": STEPS}
 
 
 def names(table: str) -> list[str]:
-    """The registered columns of ``table`` ('stages', 'kernels', 'ranks' or 'experts'), in the order the CSV holds
-    them."""
+    """The registered columns of ``table`` (a key of :data:`TABLES`), in the order the CSV holds them."""
     return [c.name for c in TABLES[table]]
 
 

@@ -107,6 +107,9 @@ class StageCount:
     tile_bound: float | None = None
     # an MoE's routing: per step, per routing of its grouped GEMMs (an MoE layer of a forward pass), tokens per expert
     routing: list[list[list[int]]] = field(default_factory=list)
+    # per step counted, in order: the model's FLOPs (causal attention's kept part) and bytes; None: not all counted
+    step_flops: list[float] | None = None
+    step_bytes: list[float] | None = None
 
     COUNTS = ("flops", "flops_causal_adjusted", "attention_flops_full", "causal_masked_flops", "bytes_lower_bound")
 
@@ -263,6 +266,10 @@ class Manifest(_Record):
     every_wall_s: dict[str, list[float]] | None = None  # the timed run's every step, warm-up included (a command's)
     analytic_how: str = ""  # how the analytic count was made (which run, with or without compilation)
     autotuning: dict[str, list[str]] = field(default_factory=dict)  # a command's timed run's (capture.hook_tuning)
+    # a command's step functions: each step's inputs summarised (config step_inputs; None where unreadable), every
+    # step as every_wall_s, and the first error of a summary per stage
+    step_inputs: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
+    step_inputs_errors: dict[str, str] = field(default_factory=dict)
 
     WHAT = "run manifest (manifest.json)"  # an older one, without a precision, gets none: no peak, never a wrong one
 

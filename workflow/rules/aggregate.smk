@@ -18,6 +18,7 @@ rule aggregate:
         stages="results/{run}/stages.csv",
         ranks="results/{run}/ranks.csv",
         experts="results/{run}/experts.csv",
+        steps="results/{run}/steps.csv",
         summary="results/{run}/summary.json",
     log:
         "results/{run}/logs/aggregate.log",

@@ -33,6 +33,7 @@ rule aggregate_captures:
         stages="results/{run}/stages.csv",
         ranks="results/{run}/ranks.csv",
         experts="results/{run}/experts.csv",
+        steps="results/{run}/steps.csv",
         summary="results/{run}/summary.json",
         manifest="results/{run}/manifest.json",
     log:

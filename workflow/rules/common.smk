@@ -68,7 +68,13 @@ def steps_by(spec):
     nsightflow's automatic domain, one stage per function)."""
     functions = spec.get("step_functions") or {}
     if functions:
-        return {"domain": AUTO_DOMAIN, "stages": list(functions), "step_functions": dict(functions)}
+        inputs = dict(spec.get("step_inputs") or {})
+        return {
+            "domain": AUTO_DOMAIN,
+            "stages": list(functions),
+            "step_functions": dict(functions),
+            "step_inputs": inputs,
+        }
     return {"domain": spec.get("domain"), "stages": spec.get("stages")}
 
 

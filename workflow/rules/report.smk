@@ -11,6 +11,7 @@ rule run_report:
         kernels="results/{run}/kernels.csv",
         stages="results/{run}/stages.csv",
         experts="results/{run}/experts.csv",
+        steps="results/{run}/steps.csv",
         summary="results/{run}/summary.json",
         manifest="results/{run}/manifest.json",
     output:

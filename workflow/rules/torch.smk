@@ -39,6 +39,7 @@ rule aggregate_torch:
         stages="results/{run}/stages.csv",
         ranks="results/{run}/ranks.csv",
         experts="results/{run}/experts.csv",
+        steps="results/{run}/steps.csv",
         summary="results/{run}/summary.json",
     log:
         "results/{run}/logs/aggregate.log",

@@ -9,7 +9,13 @@ sm = snakemake  # noqa: F821
 with rule_job(sm.log[0], sm.output):
     run = dict(
         load_run(
-            sm.wildcards.run, sm.input.kernels, sm.input.stages, sm.input.summary, sm.input.manifest, sm.input.experts
+            sm.wildcards.run,
+            sm.input.kernels,
+            sm.input.stages,
+            sm.input.summary,
+            sm.input.manifest,
+            sm.input.experts,
+            sm.input.steps,
         )
     )
     if sm.input.get("cards"):

@@ -43,6 +43,8 @@ class RunTables:
     ranks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=columns.names("ranks")))
     # an MoE's routing per (stage, step, routing) from its grouped GEMMs (nsightflow.analysis.experts); none without
     experts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=columns.names("experts")))
+    # a command's every step (nsightflow.analysis.steps); none (its columns only) for a callable
+    steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=columns.names("steps")))
     device: str = "gpu"  # what ran the stages: 'gpu' or 'cpu' (words and advice follow it)
 
     def __post_init__(self) -> None:

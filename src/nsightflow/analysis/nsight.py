@@ -32,6 +32,7 @@ from nsightflow.analysis.checks import (
 from nsightflow.analysis.diagnostics import MODE_TEXT, note, stage_notes, wall_note
 from nsightflow.analysis.experts import routing_table
 from nsightflow.analysis.focus import Focus
+from nsightflow.analysis.steps import step_table
 from nsightflow.capture.read import attribution, ncu_csv
 from nsightflow.capture.read.matching import match_to_plan
 from nsightflow.capture.read.plan import CapturePlan, chosen_pairs, expected_frame
@@ -113,7 +114,18 @@ def aggregate_run(
     manifest = Manifest.read(manifest_json) if manifest_json else Manifest()
     per_rank = ranks.rank_table(ranks.rank_launches(sqlite, domain), manifest) if manifest.ranks else ranks.empty()
     notes += ranks.rank_notes(per_rank, manifest)
-    return RunTables(kernels, stages, pk, notes, estimates, classes, matched, per_rank, experts=routing_table(analytic))
+    return RunTables(
+        kernels,
+        stages,
+        pk,
+        notes,
+        estimates,
+        classes,
+        matched,
+        per_rank,
+        experts=routing_table(analytic),
+        steps=step_table(manifest, analytic, pk),
+    )
 
 
 def every_precision_collected(record: CaptureRecord | None) -> bool:

@@ -47,6 +47,14 @@ def program_notes(manifest: Manifest | None) -> list[Diagnostic]:
                 f"and throughput are those of the {left} steady step(s)",
             )
         )
+    for stage, why in manifest.step_inputs_errors.items():
+        out.append(
+            Diagnostic(
+                "warning",
+                stage,
+                f"its step_inputs function could not summarise every step (their batch mix is '?' in steps.csv): {why}",
+            )
+        )
     if manifest.analytic_how:
         out.append(Diagnostic("info", "analytic FLOPs", manifest.analytic_how))
     if manifest.stage_domain == AUTO_DOMAIN:

@@ -19,7 +19,7 @@ from nsightflow.analysis.runfiles import read_table
 from nsightflow.errors import InputError
 from nsightflow.records import Manifest
 
-RUN_FILES = ("stages.csv", "kernels.csv", "manifest.json", "summary.json")  # what a saved run keeps (experts: optional)
+RUN_FILES = ("stages.csv", "kernels.csv", "manifest.json", "summary.json")  # what a saved run keeps (the rest optional)
 METRICS = ("wall", "busy", "mfu", "bandwidth")
 
 
@@ -240,7 +240,7 @@ def save_baseline(runs: dict[str, str | Path], dest: str | Path) -> None:
     for run_id, folder in runs.items():
         target = dest / run_id
         target.mkdir(parents=True, exist_ok=True)
-        for name in (*RUN_FILES, "experts.csv", "ranks.csv"):
+        for name in (*RUN_FILES, "experts.csv", "ranks.csv", "steps.csv"):
             if (Path(folder) / name).exists():
                 tmp = files.staging(target / name)
                 shutil.copyfile(Path(folder) / name, tmp)

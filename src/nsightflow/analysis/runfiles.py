@@ -10,6 +10,8 @@ Every backend (nsight, torch, captures) writes the same files, so the report nev
   HFU on wall and busy time, DRAM bytes and bandwidth utilisation, the same against measured ceilings.
 - ``experts.csv``: a mixture of experts' routing, one row per (stage, step, routing): tokens per expert and their
   imbalance (nsightflow.analysis.experts); only its header for a model without grouped GEMMs.
+- ``steps.csv``: a command's every step: wall, model FLOPs and bytes, MFU and bandwidth on wall, batch mix
+  (nsightflow.analysis.steps); only its header for a callable.
 - ``summary.json``: peaks (with their sources), notes, diagnostics, profiler commands, and for a job of several
   processes its per-rank table (nsightflow.analysis.ranks: one row per rank and stage).
 Every column, with its header, format and meaning: nsightflow.columns.
@@ -40,6 +42,7 @@ class Run(TypedDict):
     commands: list[dict[str, Any]]
     ranks: pd.DataFrame
     experts: pd.DataFrame  # an MoE's routing (nsightflow.analysis.experts), empty otherwise
+    steps: pd.DataFrame  # a command's every step (nsightflow.analysis.steps), empty otherwise
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -59,18 +62,19 @@ def in_order(table: str, df: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class RunFiles:
-    """Where an aggregate rule writes a run's tables (its ``output``: kernels, stages, ranks, experts, summary)."""
+    """Where an aggregate rule writes a run's tables (its named ``output``s, one per table, and the summary)."""
 
     kernels: str | Path
     stages: str | Path
     ranks: str | Path
     experts: str | Path
+    steps: str | Path
     summary: str | Path
 
     @classmethod
     def of(cls, output: Any) -> RunFiles:
         """A rule's named outputs."""
-        return cls(output.kernels, output.stages, output.ranks, output.experts, output.summary)
+        return cls(output.kernels, output.stages, output.ranks, output.experts, output.steps, output.summary)
 
 
 def write_run(agg: RunTables, out: RunFiles, commands: list[dict[str, Any]], diagnostics: list[Diagnostic]) -> None:
@@ -85,6 +89,7 @@ def write_run(agg: RunTables, out: RunFiles, commands: list[dict[str, Any]], dia
         ("stages", agg.stages, out.stages),
         ("ranks", agg.ranks, out.ranks),
         ("experts", agg.experts, out.experts),
+        ("steps", agg.steps, out.steps),
     )
     for table, df, path in tables:
         tmp = files.staging(path)
@@ -106,8 +111,10 @@ def load_run(
     summary_json: str | Path,
     manifest_json: str | Path,
     experts_csv: str | Path | None = None,
+    steps_csv: str | Path | None = None,
 ) -> Run:
-    """A run as the report wants it, from the files its backend wrote (``experts_csv``: none for an older run)."""
+    """A run as the report wants it, from the files its backend wrote (``experts_csv``, ``steps_csv``: none for an
+    older run)."""
     summary = Summary.read(summary_json)
     manifest = Manifest.read(manifest_json)
     return Run(
@@ -121,5 +128,6 @@ def load_run(
             "commands": list(manifest.commands) + summary.commands,
             "ranks": pd.DataFrame(summary.ranks, columns=columns.names("ranks")),
             "experts": read_table(experts_csv) if experts_csv else pd.DataFrame(columns=columns.names("experts")),
+            "steps": read_table(steps_csv) if steps_csv else pd.DataFrame(columns=columns.names("steps")),
         }
     )

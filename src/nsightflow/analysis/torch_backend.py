@@ -15,6 +15,7 @@ from nsightflow.analysis.checks import check_analytic, check_bounds
 from nsightflow.analysis.diagnostics import note, stage_notes, wall_note
 from nsightflow.analysis.experts import routing_table
 from nsightflow.analysis.focus import Focus
+from nsightflow.analysis.steps import step_table
 from nsightflow.errors import InputError
 from nsightflow.records import Ceilings, Diagnostic, Manifest, Peaks
 
@@ -82,7 +83,8 @@ def aggregate_torch(
     per_rank = ranks.rank_table(ranks.no_launches(), manifest)
     notes += ranks.rank_notes(per_rank, manifest)
     device = "cpu" if kind != "gpu" else "gpu"
-    return RunTables(table, ssum, pk, notes, ranks=per_rank, device=device, experts=routing_table(analytic))
+    experts, steps = routing_table(analytic), step_table(manifest, analytic, pk)
+    return RunTables(table, ssum, pk, notes, ranks=per_rank, device=device, experts=experts, steps=steps)
 
 
 def cpu_busy(busy: pd.DataFrame, walls: pd.DataFrame) -> pd.DataFrame:

@@ -18,6 +18,7 @@ from nsightflow.report.cards_html import cards_html
 from nsightflow.report.experts_html import experts_html
 from nsightflow.report.glossary import glossary_html
 from nsightflow.report.headline import headline_html, headline_line
+from nsightflow.report.steps_html import steps_html
 from nsightflow.report.style import CSS
 from nsightflow.report.tables import table
 
@@ -149,6 +150,7 @@ def render_run(
         "<h3>Stages</h3>" + table(run["stages"], stage_columns(cpu, backend), cls="stages", first=STAGE_FIRST),
         ranks_html(run.get("ranks"), backend),
         experts_html(run.get("experts"), run["stages"]),
+        steps_html(run.get("steps")),
         glossary_html(),
     ]
     said = run.get("diagnostics", [])

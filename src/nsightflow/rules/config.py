@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from nsightflow.errors import ConfigError
+from nsightflow.rules.sweep import COMMAND_ONLY
 
 # Workload dtypes the harness and the peaks know (torch attribute names).
 DTYPES = ("float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2")
@@ -128,7 +129,6 @@ def check(config: dict[str, Any], schema_path: str | Path) -> None:
     semantic(config)
 
 
-COMMAND_ONLY = ("env", "cwd", "domain", "stages", "rank", "gpus", "warmup_steps", "step_functions", "window")
 SEVERAL_PROCESSES = ("rank", "gpus")  # also a callable's, when it runs as several processes (nprocs)
 
 
@@ -160,6 +160,13 @@ def _program(i: int, name: str, w: dict[str, Any]) -> None:
         raise ConfigError(
             f"{where}: step_functions name the stages (the calls of each function are its steps); domain: and stages: "
             "name them by NVTX ranges: keep one of the two"
+        )
+    unknown = sorted(set(w.get("step_inputs") or {}) - set(w.get("step_functions") or {}))
+    if unknown:
+        raise ConfigError(
+            f"{where}.step_inputs: {', '.join(unknown)} name(s) no stage of step_functions "
+            f"({sorted(w.get('step_functions') or {}) or 'none'}): step_inputs summarise the calls of a step function; "
+            "name one of its stages"
         )
     cwd = w.get("cwd")
     if cwd is not None and not Path(cwd).is_dir():

@@ -43,22 +43,21 @@ def points(sweep: dict[str, Any], mode: str = "product") -> list[dict[str, Any]]
     return [dict(zip(keys, c, strict=True)) for c in combos]
 
 
-# What a run keeps of its workload besides its name and arguments: the callable, or the command and its settings.
-PROGRAM_KEYS = (
-    "callable",
-    "command",
+# A command's settings (a callable given any of them is refused: nsightflow.rules.config).
+COMMAND_ONLY = (
     "env",
     "cwd",
     "domain",
     "stages",
     "rank",
     "gpus",
-    "nprocs",
-    "code_version",
     "warmup_steps",
     "step_functions",
     "window",
+    "step_inputs",
 )
+# What a run keeps of its workload besides its name and arguments: the callable, or the command and its settings.
+PROGRAM_KEYS = ("callable", "command", "nprocs", "code_version", *COMMAND_ONLY)
 
 
 def expand(workloads: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -1,5 +1,6 @@
 """A serving loop without NVTX ranges (nsightflow's tests: steps from a function): one prefill of ``--prompt`` rows,
-then ``--steps`` decode iterations of ``--batch`` rows, each a call of ``Engine.step`` in the ``engine`` module."""
+then ``--steps`` decode iterations of ``--batch`` rows (or of ``--batches`` in turn), each a call of ``Engine.step``
+in the ``engine`` module."""
 
 import argparse
 
@@ -9,11 +10,12 @@ from engine import Engine
 p = argparse.ArgumentParser()
 for name, default in (("hidden", 64), ("prompt", 32), ("batch", 4), ("steps", 5)):
     p.add_argument(f"--{name}", type=int, default=default)
+p.add_argument("--batches", default="", help="rows of each step in turn, comma-separated (instead of --batch)")
 a = p.parse_args()
+batches = [int(b) for b in a.batches.split(",")] if a.batches else [a.batch]
 engine = Engine(a.hidden)
 with torch.no_grad():
     engine.prefill(torch.randn(a.prompt, a.hidden))
-    x = torch.randn(a.batch, a.hidden)
-    for _ in range(a.steps):
-        x = engine.step(x)
+    for i in range(a.steps):
+        engine.step(torch.randn(batches[i % len(batches)], a.hidden))
 print(f"served {a.steps} steps")

@@ -122,6 +122,8 @@ class StageTally:
     padded: dict[str, dict[str, Any]] = field(default_factory=dict)  # calls with dimensions not a multiple of a tile
     tile_bound: int = 0  # GEMM and attention FLOPs with every dimension padded to the largest tile: padding's most
     routing: list[list[list[int]]] = field(default_factory=list)  # per step, per routing: tokens per expert
+    step_flops: list[int] = field(default_factory=list)  # per step: the model's FLOPs (causal attention's kept part)
+    step_bytes: list[int] = field(default_factory=list)  # per step: bytes moved, the lower bound
     # (step, offsets tensor, tokens) of the last routing: the tensor is held, so that while it is compared with, no
     # other (the next layer's offsets) can take its memory and pass for it
     last_offs: tuple[int, Any, list[int]] | None = None
@@ -155,6 +157,8 @@ class StageTally:
             padded={k: dict(v) for k, v in self.padded.items()},
             tile_bound=self.tile_bound if ok else None,
             routing=[list(step) for step in self.routing],
+            step_flops=list(self.step_flops) if ok else None,
+            step_bytes=list(self.step_bytes) if ok else None,
         )
 
     def route(self, routed: tuple[Any, list[int]] | None) -> None:
@@ -188,6 +192,8 @@ class Tally:
     def begin(self, stage: str) -> None:
         self.current = self.stages.setdefault(stage, StageTally())
         self.current.steps += 1
+        self.current.step_flops.append(0)
+        self.current.step_bytes.append(0)
 
     def end(self) -> None:
         if self.current is not None:
@@ -246,12 +252,17 @@ class Tally:
         if flops:
             s.flops += flops
             s.masked += masked
+            if s.step_flops:
+                s.step_flops[-1] += flops - masked
             s.by_class[klass] += flops
             if klass == "attention":
                 s.attention_full += flops
             s.by_op[label] = s.by_op.get(label, 0) + flops
         if moves:  # views move no data
-            s.bytes += moved_bytes([*args, *kwargs.values()], out, gathers=gathers)
+            moved = moved_bytes([*args, *kwargs.values()], out, gathers=gathers)
+            s.bytes += moved
+            if s.step_bytes:
+                s.step_bytes[-1] += moved
 
     def failed(self, stages: list[str], why: str) -> None:
         """The counting pass stopped: every stage's count is missing, with the reason."""

@@ -81,6 +81,7 @@ class Tracker:
         self.own = False  # whether the program has opened an NVTX range of its own
         self.auto: Any = None  # the automatic stages' hooks (nsightflow.capture.inside.hook_auto), while followed
         self.tuning: Any = None  # autotuning choices recorded or taken (nsightflow.capture.inside.hook_tuning)
+        self.steps_by: Any = None  # the step functions followed, their inputs (nsightflow.capture.inside.hook_steps)
 
     def follows_auto(self) -> bool:
         """Whether the automatic stages (nsightflow.capture.inside.hook_auto) are followed: they are the stages, or the
@@ -133,7 +134,7 @@ class Tracker:
                     self.auto.remove()
             stack = self.stacks.setdefault(tid, [])
             depth = sum(1 for d, *_ in stack if d == domain)
-            stack.append((domain, name, time.perf_counter_ns(), compiled_graphs(), None))
+            stack.append((domain, name, time.perf_counter_ns(), step_clock.compiled_graphs(), None))
             if self._is_step(domain, name, depth):
                 ordinal = self.counts.get(name, 0)
                 step = payload if isinstance(payload, int) and not isinstance(payload, bool) else ordinal
@@ -167,7 +168,7 @@ class Tracker:
                 depth = sum(1 for x, *_ in stack[:at] if x == d)
                 end = end if end is not None else time.perf_counter_ns()
                 self.gpu.add(len(self.ranges), began, step_clock.mark() if began is not None else None)
-                self.ranges.append((d, name, depth, tid, t0, end, compiled_graphs() - graphs))
+                self.ranges.append((d, name, depth, tid, t0, end, step_clock.compiled_graphs() - graphs))
 
     def _begin(self, stage: str, step: int) -> None:
         if DEBUG:
@@ -221,30 +222,12 @@ class Tracker:
             "stage_order": list(self.walls),
             "ranges": [[*r, spans.get(i, 0)] for i, r in enumerate(self.ranges)],
             "main_thread": threading.main_thread().ident,
-            "compiled_graphs": compiled_graphs(),
+            "compiled_graphs": step_clock.compiled_graphs(),
             "rank": self.rank if self.rank is not None else rank_of(),
             "device": device_of(),
             "autotuning": self.tuning.record() if self.tuning is not None and not self.tuning.replay else {},
+            **(self.steps_by.inputs.record() if self.steps_by is not None and self.steps_by.inputs else {}),
         }
-
-
-_COUNTERS: Any = None
-
-
-def compiled_graphs() -> int:
-    """How many graphs ``torch.compile`` has made in this process so far (dynamo's own counter; 0 before dynamo is
-    loaded): read at every range's push and pop, so a dictionary look-up once dynamo is there."""
-    global _COUNTERS
-    if _COUNTERS is None:
-        if "torch._dynamo" not in sys.modules:
-            return 0
-        try:
-            from torch._dynamo.utils import counters
-
-            _COUNTERS = counters
-        except Exception:  # a torch without that counter: no compilation is seen, none is invented
-            return 0
-    return int(_COUNTERS["stats"]["unique_graphs"])
 
 
 def rank_of() -> int | None:
@@ -298,7 +281,7 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
     if settings.step_functions:  # the calls of the functions it names are its steps
         from nsightflow.capture.inside import hook_steps
 
-        hook_steps.install(tracker, settings.step_functions)
+        tracker.steps_by = hook_steps.install(tracker, settings.step_functions, settings.step_inputs)
     elif tracker.follows_auto():
         from nsightflow.capture.inside import hook_auto
 

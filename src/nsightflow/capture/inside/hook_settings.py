@@ -38,6 +38,8 @@ class HookSettings:
     tuning: dict[str, list[str]] | None = None
     # stage name -> 'module:qualname' of a function whose calls are its steps (nsightflow.capture.inside.hook_steps)
     step_functions: dict[str, str] = field(default_factory=dict)
+    # stage name -> 'module:qualname' summarising each step's inputs, called in the timed run (hook_steps)
+    step_inputs: dict[str, str] = field(default_factory=dict)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -30,8 +30,9 @@ def _compiling() -> bool:
 class StepFunctions:
     """The step functions of one process: stage name by ``module:qualname``, and which ones were wrapped."""
 
-    def __init__(self, tracker: Any, functions: dict[str, str]) -> None:
+    def __init__(self, tracker: Any, functions: dict[str, str], inputs: dict[str, str] | None = None) -> None:
         self.tracker = tracker
+        self.inputs = StepInputs(inputs or {}) if inputs and tracker.s.mode == "timed" else None
         self.by_module: dict[str, dict[str, str]] = {}  # module -> qualname -> stage
         for stage, where in functions.items():
             module, _, qualname = where.partition(":")
@@ -65,6 +66,8 @@ class StepFunctions:
                 return fn(*args, **kwargs)
             tracker.pass_gate()  # a program without ranges passes the gate at its first step
             local.open = True
+            if self.inputs is not None:  # the timed run: what the step is given, before it runs
+                self.inputs.summarise(stage, args, kwargs)
             tracker.push(AUTO_DOMAIN, stage)
             try:
                 return fn(*args, **kwargs)
@@ -76,8 +79,49 @@ class StepFunctions:
         return step
 
 
-def install(tracker: Any, functions: dict[str, str]) -> StepFunctions:
-    """Follow the calls of ``functions`` (stage name -> ``module:qualname``) as ``tracker``'s steps."""
-    steps = StepFunctions(tracker, functions)
+class StepInputs:
+    """Each step's inputs summarised (config ``step_inputs``: stage -> ``module:qualname`` of a function called with
+    the step's arguments, returning a flat dict of numbers: requests, prefill and decode tokens, KV length), in the
+    timed run only. A summary that fails or is not such a dict is None for that step, its first error kept: a batch
+    mix that cannot be read is never made up."""
+
+    def __init__(self, where: dict[str, str]) -> None:
+        self.where = where
+        self.functions: dict[str, Any] = {}
+        self.steps: dict[str, list[dict[str, float] | None]] = {}
+        self.errors: dict[str, str] = {}
+
+    def summarise(self, stage: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if stage not in self.where:
+            return
+        summary: dict[str, float] | None = None
+        try:
+            if stage not in self.functions:
+                import importlib
+
+                module, _, qualname = self.where[stage].partition(":")
+                fn: Any = importlib.import_module(module)
+                for part in qualname.split("."):
+                    fn = getattr(fn, part)
+                self.functions[stage] = fn
+            got = self.functions[stage](*args, **kwargs)
+            ok = isinstance(got, dict) and all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in got.items()
+            )
+            if not ok:
+                raise TypeError(f"returned {type(got).__name__} {str(got)[:200]}, not a dict of names to numbers")
+            summary = {k: float(v) for k, v in got.items()}
+        except Exception as exc:  # the program runs on; the step's summary is missing, and says why
+            self.errors.setdefault(stage, f"{self.where[stage]}: {type(exc).__name__}: {exc}"[:500])
+        self.steps.setdefault(stage, []).append(summary)
+
+    def record(self) -> dict[str, Any]:
+        return {"step_inputs": self.steps, "step_inputs_errors": self.errors}
+
+
+def install(tracker: Any, functions: dict[str, str], inputs: dict[str, str] | None = None) -> StepFunctions:
+    """Follow the calls of ``functions`` (stage name -> ``module:qualname``) as ``tracker``'s steps, each one's
+    inputs summarised by ``inputs`` (stage -> ``module:qualname``) in the timed run."""
+    steps = StepFunctions(tracker, functions, inputs)
     patch_on_import(dict.fromkeys(steps.by_module, steps.wrap))
     return steps

@@ -8,7 +8,7 @@ by its own clock). There a range's wall is read from two CUDA events recorded on
 its end: the time the GPU took from reaching the range's work to finishing it. Where the GPU waits for the host, the
 first event runs as soon as it is recorded and the span is the host's; where the host runs ahead, it is the GPU's;
 neither waits. A range with no event (no GPU, a stream being captured into a CUDA graph, two devices) keeps its
-host span.
+host span. What ``torch.compile`` made while a range was open is read at its push and pop too (:func:`compiled_graphs`).
 """
 
 from __future__ import annotations
@@ -79,3 +79,22 @@ class GpuSpans:
             except RuntimeError:  # recorded on two devices: the host span stands
                 pass
         return self.spans
+
+
+_COUNTERS: Any = None
+
+
+def compiled_graphs() -> int:
+    """How many graphs ``torch.compile`` has made in this process so far (dynamo's own counter; 0 before dynamo is
+    loaded): read at every range's push and pop, so a dictionary look-up once dynamo is there."""
+    global _COUNTERS
+    if _COUNTERS is None:
+        if "torch._dynamo" not in sys.modules:
+            return 0
+        try:
+            from torch._dynamo.utils import counters
+
+            _COUNTERS = counters
+        except Exception:  # a torch without that counter: no compilation is seen, none is invented
+            return 0
+    return int(_COUNTERS["stats"]["unique_graphs"])

@@ -79,6 +79,8 @@ class CommandCall:
     # stage name -> 'module:qualname' whose calls are its steps (nsightflow.capture.inside.hook_steps); then domain
     # is nsightflow's automatic one and stages are these names
     step_functions: dict[str, str] = field(default_factory=dict)
+    # stage name -> 'module:qualname' summarising each step's inputs (a step function's stages only)
+    step_inputs: dict[str, str] = field(default_factory=dict)
     # the steps profiled, {"start": K, "steps": N} of each stage (nsightflow.capture.read.warmup.Window); None: all
     window: dict[str, int] | None = None
 
@@ -94,7 +96,7 @@ class CommandCall:
         env = {k: str(v) for k, v in self.env.items()}
         path = [str(site_dir(private)), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))]
         env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
-        env[HOOK_ENV] = replace(settings, step_functions=self.step_functions).to_env()
+        env[HOOK_ENV] = replace(settings, step_functions=self.step_functions, step_inputs=self.step_inputs).to_env()
         env[JOB_ENV] = identity()  # every Python process of the program ends when this job does, however it ends
         for key, value in program_tmp(private).items():
             env.setdefault(key, value)  # the workload's own env: wins
@@ -177,6 +179,8 @@ def _record(
         "every_wall_s": found.every_wall,
         "warmup_steps": [asdict(w) for w in found.warmup],
         "autotuning": found.tuning,
+        "step_inputs": found.inputs,
+        "step_inputs_errors": found.inputs_errors,
         "stages": [{"name": s, "repeats": len(found.walls[s]), "steps": len(found.walls[s])} for s in found.stages],
         "ranks": ranks,
         "profiled_rank": call.rank if ranks else None,
@@ -248,6 +252,8 @@ def _timed(
     mine = primary(timed, call.rank)
     found = discover(mine, call.domain, call.stages, call.warmup_steps, window=call.steps_window())
     tuning = mine.get("autotuning") or {}
+    inputs = {k: v for k, v in (mine.get("step_inputs") or {}).items() if k in found.stages}
+    found = replace(found, inputs=inputs, inputs_errors=mine.get("step_inputs_errors") or {})
     return replace(found, compiles=any(r.get("compiled_graphs") for r in timed), tuning=tuning), timed
 
 

@@ -28,6 +28,8 @@ class Discovery:
     warmup: list[WarmupStep] = field(default_factory=list)
     compiles: bool = False
     tuning: dict[str, list[str]] = field(default_factory=dict)  # its autotuning choices (capture.hook_tuning)
+    inputs: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)  # each step's (hook_steps)
+    inputs_errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def skip(self) -> dict[str, list[int]]:

@@ -1,0 +1,89 @@
+"""A command's stages step by step (``steps.csv``): each step's wall in the program's timed run, its model FLOPs and
+bytes from the count (steady steps), its MFU and bandwidth on wall, and its batch mix (the workload's
+``step_inputs``); and the steady steps grouped by mix, for a serving loop whose iterations differ by what they batch
+(prefill-heavy, mixed, decode-only by batch size). A callable's harness repeats identical steps: its table is empty."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nsightflow import columns
+from nsightflow.records import Manifest, Peaks, StageCount
+
+UNREAD = "?"  # a step whose inputs the summary function could not read: never a made-up mix
+
+
+def mix_label(summary: dict[str, float] | None, configured: bool) -> str:
+    """A step's batch mix as text ('requests=4, prefill_tokens=0'): '' without a step_inputs function, '?' where
+    its summary is missing."""
+    if not configured:
+        return ""
+    if summary is None:
+        return UNREAD
+    return ", ".join(f"{k}={v:g}" for k, v in summary.items())
+
+
+def _per_step(values: list[float] | None, steady: int) -> list[float]:
+    """A stage's per-step counts for its ``steady`` steps, NaN each where the count has none or another number of
+    steps (a count that cannot be matched to its steps is not spread over them)."""
+    if values is None or len(values) != steady:
+        return [math.nan] * steady
+    return [float(v) for v in values]
+
+
+def step_table(manifest: Manifest, analytic: dict[str, StageCount], pk: Peaks | None) -> pd.DataFrame:
+    """One row per step of each stage of a command's timed run (``manifest.every_wall_s``), in order."""
+    rows: list[dict[str, Any]] = []
+    apart = {(str(w["stage"]), int(w["step"])) for w in manifest.warmup_steps}
+    compute = pk.compute if pk is not None else math.nan
+    dram = pk.dram if pk is not None else math.nan
+    for stage, walls in (manifest.every_wall_s or {}).items():
+        steady = [i for i in range(len(walls)) if (stage, i) not in apart]
+        count = analytic.get(stage, StageCount())
+        flops = dict(zip(steady, _per_step(count.step_flops, len(steady)), strict=True))
+        moved = dict(zip(steady, _per_step(count.step_bytes, len(steady)), strict=True))
+        inputs = manifest.step_inputs.get(stage)
+        for i, wall in enumerate(walls):
+            f, b = flops.get(i, math.nan), moved.get(i, math.nan)
+            rows.append(
+                {
+                    "stage": stage,
+                    "step": i,
+                    "steady": i in flops,
+                    "wall_ms": wall * 1e3,
+                    "flops_model": f,
+                    "bytes_model": b,
+                    "mfu_wall": f / (wall * compute) if wall > 0 else math.nan,
+                    "bw_util_wall_model": b / (wall * dram) if wall > 0 else math.nan,
+                    "mix": mix_label(inputs[i] if inputs is not None and i < len(inputs) else None, inputs is not None),
+                }
+            )
+    return pd.DataFrame(rows, columns=columns.names("steps"))
+
+
+def mix_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """The steady steps grouped by stage and batch mix: how many, their median and total wall, model FLOPs a step,
+    and MFU and bandwidth on their summed wall (sums over sums, so a long step weighs as its time does)."""
+    s = steps[steps["steady"].astype(bool) & (steps["mix"].astype(str) != "")]
+    out = []
+    for (stage, mix), g in s.groupby(["stage", "mix"], sort=False):
+        wall = float(g["wall_ms"].sum())
+        out.append(
+            {
+                "stage": stage,
+                "mix": mix,
+                "steps": len(g),
+                "wall_ms_median": float(g["wall_ms"].median()),
+                "wall_ms_total": wall,
+                "flops_model_per_step": float(g["flops_model"].mean()),
+                "mfu_wall": float((g["mfu_wall"] * g["wall_ms"]).sum(min_count=len(g)) / wall) if wall else np.nan,
+                "bw_util_wall_model": float((g["bw_util_wall_model"] * g["wall_ms"]).sum(min_count=len(g)) / wall)
+                if wall
+                else np.nan,
+            }
+        )
+    return pd.DataFrame(out)

@@ -1,0 +1,37 @@
+"""A command's steps on the run page: the steady steps grouped by batch mix (nsightflow.analysis.steps), so a serving
+loop's prefill-heavy, mixed and decode-only iterations are read apart; every step is in steps.csv."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from nsightflow.analysis.steps import mix_table
+from nsightflow.report.tables import table
+
+MIX_COLUMNS = {
+    "stage": ("stage", "text"),
+    "mix": ("batch mix", "text"),
+    "steps": ("steps", "count"),
+    "wall_ms_median": ("wall a step (median)", "ms"),
+    "wall_ms_total": ("wall (all)", "ms"),
+    "flops_model_per_step": ("model FLOPs a step", "flop"),
+    "mfu_wall": ("MFU on wall", "pct"),
+    "bw_util_wall_model": ("model bandwidth on wall", "pct"),
+}
+TIPS = {
+    "mix": "the steps' inputs as the workload's step_inputs function summarised them ('?': unread)",
+    "mfu_wall": "the mix's model FLOPs over its summed wall time, over the compute peak",
+    "bw_util_wall_model": "the bytes its operators move, the lower bound, over its summed wall time and the peak",
+}
+
+
+def steps_html(steps: pd.DataFrame | None) -> str:
+    """The page's steps section; '' where no step has a batch mix (no step_inputs, or a callable)."""
+    if steps is None or steps.empty:
+        return ""
+    mixes = mix_table(steps)
+    if mixes.empty:
+        return ""
+    return "<h3>Steps by batch mix (steady steps; steps.csv has every step)</h3>" + table(
+        mixes, MIX_COLUMNS, cls="steps", tips=TIPS
+    )
