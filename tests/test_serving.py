@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT, snakemake, torch_workflow
 
 STEP = "transformers.generation.continuous_batching.continuous_api:ContinuousBatchProcessor._generation_step"
+SUMMARY = "nsightflow.capture.inside.summaries:transformers_batch"
 LLAMA = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
 LLAMA |= {"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
 PROMPTS, NEW = [8, 12, 16, 8, 12, 16], 6
@@ -24,16 +25,18 @@ def _engine_step_exists() -> bool:
     return callable(getattr(continuous_api.ContinuousBatchProcessor, "_generation_step", None))
 
 
-def _gemm_flops() -> int:
-    """The model's matrix FLOPs over the whole run, from the config and the requests: 2 per weight for every token the
-    engine runs (each prompt's tokens in its prefill, then one token per request per decode iteration) through the
-    decoder layers' projections (q and o: h·h; k and v: h·kv; the MLP: 3·h·i), and through the output head for one
-    token per request per iteration (the engine computes logits only where it samples)."""
+def _gemm_flops(tokens: int | None = None, sampled: int | None = None) -> int:
+    """The model's matrix FLOPs from the config and the requests: 2 per weight for every token the engine runs
+    (``tokens``; all of them by default: each prompt's tokens in its prefill, then one token per request per decode
+    iteration) through the decoder layers' projections (q and o: h·h; k and v: h·kv; the MLP: 3·h·i), and through
+    the output head for ``sampled`` tokens (one per request per iteration: the engine computes logits only where it
+    samples)."""
     h, i, layers, v = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["num_hidden_layers"], LLAMA["vocab_size"]
     kv = h // LLAMA["num_attention_heads"] * LLAMA["num_key_value_heads"]
     body = layers * (2 * h * h + 2 * h * kv + 3 * h * i)
-    tokens = sum(PROMPTS) + len(PROMPTS) * (NEW - 1)
-    return 2 * (body * tokens + h * v * len(PROMPTS) * NEW)
+    tokens = sum(PROMPTS) + len(PROMPTS) * (NEW - 1) if tokens is None else tokens
+    sampled = len(PROMPTS) * NEW if sampled is None else sampled
+    return 2 * (body * tokens + h * v * sampled)
 
 
 def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_path):
@@ -43,6 +46,7 @@ def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_
     argv += ["--prompts", json.dumps(PROMPTS), "--new", str(NEW)]
     # every iteration is measured: a prefill-heavy one is not a warm-up (the automatic rule would set it apart)
     workload = {"name": "serve", "command": argv, "step_functions": {"iteration": STEP}, "warmup_steps": 0}
+    workload["step_inputs"] = {"iteration": SUMMARY}  # the engine's batch before each iteration, built in
     work = torch_workflow(tmp_path, [workload])
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "serve"
@@ -52,3 +56,15 @@ def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_
     counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
     assert counts["by_class"]["gemm"] == _gemm_flops() and not counts["not_counted"]
     assert stages.loc["iteration", "flops_analytic"] == counts["flops"] > _gemm_flops()  # attention beside
+    # each iteration's batch, from the requests: all prompts prefilled first, then one token per request each time
+    steps = pd.read_csv(run / "steps.csv")
+    n, prompt = len(PROMPTS), sum(PROMPTS)
+    want = [f"requests={n}, prefill_tokens={prompt}, decode_tokens=0, kv_tokens={prompt}"]
+    want += [f"requests={n}, prefill_tokens=0, decode_tokens={n}, kv_tokens={prompt + n * k}" for k in range(1, NEW)]
+    assert list(steps["inputs"]) == want
+    assert list(steps["mix"]) == ["prefill-only"] + [f"decode-only, {n} tokens"] * (NEW - 1)
+    # each iteration's model FLOPs: its matrix work from its tokens, and attention over a cache one token longer each
+    # decode iteration (the count's steps sum to the stage's)
+    assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]
+    attention = [f - _gemm_flops(prompt if k == 0 else n, n) for k, f in enumerate(steps["flops_model"])]
+    assert all(a > 0 for a in attention) and attention[1:] == sorted(set(attention[1:]))

@@ -17,14 +17,28 @@ from nsightflow.records import Manifest, Peaks, StageCount
 UNREAD = "?"  # a step whose inputs the summary function could not read: never a made-up mix
 
 
-def mix_label(summary: dict[str, float] | None, configured: bool) -> str:
-    """A step's batch mix as text ('requests=4, prefill_tokens=0'): '' without a step_inputs function, '?' where
-    its summary is missing."""
+def inputs_text(summary: dict[str, float] | None, configured: bool) -> str:
+    """A step's inputs as text ('requests=4, prefill_tokens=0'): '' without a step_inputs function, '?' where its
+    summary is missing."""
     if not configured:
         return ""
     if summary is None:
         return UNREAD
     return ", ".join(f"{k}={v:g}" for k, v in summary.items())
+
+
+def mix_label(summary: dict[str, float] | None, configured: bool) -> str:
+    """A step's batch mix: for a summary that counts ``prefill_tokens`` and ``decode_tokens`` (a serving engine's),
+    'decode-only, N tokens' (by batch size), 'prefill-only', 'prefill-heavy' (more prompt tokens than decoded ones)
+    or 'mixed'; any other summary is its own mix (its text)."""
+    if summary is None or "prefill_tokens" not in summary or "decode_tokens" not in summary:
+        return inputs_text(summary, configured)
+    prefill, decode = summary["prefill_tokens"], summary["decode_tokens"]
+    if prefill == 0:
+        return f"decode-only, {decode:g} tokens"
+    if decode == 0:
+        return "prefill-only"
+    return "prefill-heavy" if prefill > decode else "mixed"
 
 
 def _per_step(values: list[float] | None, steady: int) -> list[float]:
@@ -47,8 +61,10 @@ def step_table(manifest: Manifest, analytic: dict[str, StageCount], pk: Peaks | 
         flops = dict(zip(steady, _per_step(count.step_flops, len(steady)), strict=True))
         moved = dict(zip(steady, _per_step(count.step_bytes, len(steady)), strict=True))
         inputs = manifest.step_inputs.get(stage)
+        said = inputs is not None
         for i, wall in enumerate(walls):
             f, b = flops.get(i, math.nan), moved.get(i, math.nan)
+            summary = inputs[i] if inputs is not None and i < len(inputs) else None
             rows.append(
                 {
                     "stage": stage,
@@ -59,7 +75,8 @@ def step_table(manifest: Manifest, analytic: dict[str, StageCount], pk: Peaks | 
                     "bytes_model": b,
                     "mfu_wall": f / (wall * compute) if wall > 0 else math.nan,
                     "bw_util_wall_model": b / (wall * dram) if wall > 0 else math.nan,
-                    "mix": mix_label(inputs[i] if inputs is not None and i < len(inputs) else None, inputs is not None),
+                    "mix": mix_label(summary, said),
+                    "inputs": inputs_text(summary, said),
                 }
             )
     return pd.DataFrame(rows, columns=columns.names("steps"))
