@@ -68,3 +68,34 @@ def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_
     assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]
     attention = [f - _gemm_flops(prompt if k == 0 else n, n) for k, f in enumerate(steps["flops_model"])]
     assert all(a > 0 for a in attention) and attention[1:] == sorted(set(attention[1:]))
+
+
+def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
+    """nsightflow.workloads.serving as a command (requests of drawn lengths, all at once), its iterations the steps
+    and each one's batch summarised: over the iterations, the prompt tokens prefilled are the requests' prompts and
+    the tokens decoded are their outputs less the first (sampled at the end of each prompt's prefill), as the program
+    printed its request set; its own clock (tokens, time to first token) in its output."""
+    if not _engine_step_exists():
+        pytest.skip("this transformers has no ContinuousBatchProcessor._generation_step")
+    from nsightflow.workloads import serving
+
+    config = {"model_type": "llama", **LLAMA}
+    argv = [sys.executable, "-m", "nsightflow.workloads.serving", "--config", json.dumps(config), "--requests", "8"]
+    argv += ["--prompt", "16", "--prompt-spread", "8", "--new", "6", "--new-spread", "2", "--no-warmup"]
+    workload = {"name": "served", "command": argv, "warmup_steps": 0}
+    workload |= {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
+    work = torch_workflow(tmp_path, [workload])
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "served"
+    log = (run / "logs" / "torch_profile.log").read_text()
+    said = json.loads(next(ln for ln in log.splitlines() if ln.startswith(serving.PREFIX))[len(serving.PREFIX) :])
+    prompts, outputs = [p for p, _ in said["lengths"]], [k for _, k in said["lengths"]]
+    assert said["tokens"] == sum(outputs) and said["ttft_ms_p50"] > 0
+    steps = pd.read_csv(run / "steps.csv")
+    inputs = [dict(kv.split("=") for kv in s.split(", ")) for s in steps["inputs"]]
+    assert sum(float(i["prefill_tokens"]) for i in inputs) == sum(prompts)
+    assert sum(float(i["decode_tokens"]) for i in inputs) == sum(k - 1 for k in outputs)
+    assert all(0 < float(i["requests"]) <= len(prompts) for i in inputs)
+    assert steps["mix"].iloc[0] == "prefill-only" and steps["mix"].str.startswith("decode-only").any()
+    counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
+    assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]

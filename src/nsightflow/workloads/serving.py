@@ -1,0 +1,122 @@
+"""A serving workload: transformers' continuous batching (a paged KV cache and a scheduler that mixes prefill and
+decode in each forward) of a causal LM from a config or a local checkpoint, over a request set of prompt and output
+lengths drawn from a seeded distribution, arriving all at once or at a rate.
+
+It is a program, run as a command (``python -m nsightflow.workloads.serving ...``) so that the engine runs as it does
+for a user: its scheduler iterations are the steps (config ``step_functions``: :data:`STEP`), each one's batch read
+by :data:`SUMMARY` (config ``step_inputs``). It prints its own clock's numbers, from the engine's request records, as
+one line ``nsightflow-serving: {json}``: requests, tokens generated, tokens per second over the run, and time to first
+token and time per output token (median and 90th percentile) where the engine records token times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+STEP = "transformers.generation.continuous_batching.continuous_api:ContinuousBatchProcessor._generation_step"
+SUMMARY = "nsightflow.capture.inside.summaries:transformers_batch"
+PREFIX = "nsightflow-serving: "
+
+
+def request_set(
+    n: int, prompt: int, prompt_spread: int, new: int, new_spread: int, vocab: int, seed: int
+) -> list[tuple[list[int], int]]:
+    """``n`` requests: prompt token ids and tokens to generate, each length uniform within ``± spread`` of its mean
+    (at least 1), seeded."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        p = max(1, rng.randint(prompt - prompt_spread, prompt + prompt_spread))
+        k = max(1, rng.randint(new - new_spread, new + new_spread))
+        out.append(([rng.randrange(1, vocab) for _ in range(p)], k))
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def own_clock(outputs: list[Any], began: float, ended: float) -> dict[str, Any]:
+    """The engine's own numbers over its request records: tokens per second from the first request's arrival to the
+    last one's end, and per request the time to its first token and per further token (where it recorded them)."""
+    tokens = sum(len(o.generated_tokens) for o in outputs)
+    said: dict[str, Any] = {"requests": len(outputs), "tokens": tokens, "tokens_per_s": tokens / (ended - began)}
+    ttft = [o.timestamps[0] - o.created_time for o in outputs if o.timestamps]
+    tpot = [
+        (o.timestamps[-1] - o.timestamps[0]) / (len(o.timestamps) - 1) for o in outputs if len(o.timestamps or []) > 1
+    ]
+    if ttft:
+        said |= {"ttft_ms_p50": statistics.median(ttft) * 1e3, "ttft_ms_p90": _percentile(ttft, 0.9) * 1e3}
+    if tpot:
+        said |= {"tpot_ms_p50": statistics.median(tpot) * 1e3, "tpot_ms_p90": _percentile(tpot, 0.9) * 1e3}
+    return said
+
+
+def serve(model: Any, requests: list[tuple[list[int], int]], rate: float, warmup: bool) -> list[Any]:
+    """Run ``requests`` through the model's continuous-batching manager (as ``generate_batch`` runs it: no gradients,
+    the engine's own warm-up where ``warmup``), submitted at once (``rate`` 0) or ``rate`` a second; their finished
+    records, in submission order."""
+    import torch
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    gen = GenerationConfig(max_new_tokens=max(k for _, k in requests), do_sample=False, eos_token_id=-1, pad_token_id=0)  # type: ignore[no-untyped-call]
+    # a KV cache the requests fit in, not one sized from free memory (on a CPU: gigabytes zeroed before step 0)
+    page = ContinuousBatchingConfig().page_size
+    blocks = sum(-(-(len(p) + k) // page) for p, k in requests) + len(requests)
+    cb = ContinuousBatchingConfig(num_blocks=blocks)
+    ctx = model.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb, warmup=warmup)
+    with torch.no_grad(), ctx as manager:
+        ids, began = [], time.perf_counter()
+        for i, (prompt, new) in enumerate(requests):
+            if rate > 0:
+                time.sleep(max(0.0, began + i / rate - time.perf_counter()))
+            ids.append(manager.add_request(prompt, max_new_tokens=new, record_timestamps=True))
+        done: dict[str, Any] = {}
+        while len(done) < len(ids):
+            result = manager.get_result(timeout=1)
+            if result is not None and result.is_finished():
+                done[result.request_id] = result
+            elif result is None and not manager.is_running():
+                raise RuntimeError(f"the engine stopped with {len(ids) - len(done)} request(s) unfinished")
+    return [done[i] for i in ids]
+
+
+def main(argv: list[str] | None = None) -> None:
+    from nsightflow.workloads.hf import load_model
+
+    p = argparse.ArgumentParser(prog="python -m nsightflow.workloads.serving", description=__doc__.splitlines()[0])
+    p.add_argument("--config", help="the model's config as JSON (model_type and sizes); random weights")
+    p.add_argument("--model", help="a local checkpoint directory instead")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--prompt", type=int, default=128, help="prompt tokens, mean")
+    p.add_argument("--prompt-spread", type=int, default=64, help="prompt tokens vary by up to this much")
+    p.add_argument("--new", type=int, default=32, help="tokens generated per request, mean")
+    p.add_argument("--new-spread", type=int, default=16)
+    p.add_argument("--rate", type=float, default=0.0, help="requests a second; 0: all at once")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-warmup", action="store_true", help="skip the engine's own warm-up (CUDA-graph capture)")
+    a = p.parse_args(argv)
+    config = json.loads(a.config) if a.config else None
+    model = load_model(a.model, config, a.dtype, a.device, "sdpa", a.seed)
+    hf_config: Any = model.config
+    vocab = int(hf_config.vocab_size)
+    requests = request_set(a.requests, a.prompt, a.prompt_spread, a.new, a.new_spread, vocab, a.seed)
+    began = time.perf_counter()
+    outputs = serve(model, requests, a.rate, not a.no_warmup)
+    said = own_clock(outputs, began, time.perf_counter())
+    said["lengths"] = [[len(prompt), new] for prompt, new in requests]
+    print(PREFIX + json.dumps(said), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
