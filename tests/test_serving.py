@@ -91,6 +91,10 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
     said = json.loads(next(ln for ln in log.splitlines() if ln.startswith(serving.PREFIX))[len(serving.PREFIX) :])
     prompts, outputs = [p for p, _ in said["lengths"]], [k for _, k in said["lengths"]]
     assert said["tokens"] == sum(outputs) and said["ttft_ms_p50"] > 0
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["program_metrics"] == said  # the timed run's own numbers, on the run page too
+    page = (run / "report.html").read_text()
+    assert "own numbers (its clock, in the timed run)" in page and "<td>ttft_ms_p50</td>" in page
     steps = pd.read_csv(run / "steps.csv")
     inputs = [dict(kv.split("=") for kv in s.split(", ")) for s in steps["inputs"]]
     assert sum(float(i["prefill_tokens"]) for i in inputs) == sum(prompts)
@@ -99,3 +103,15 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
     assert steps["mix"].iloc[0] == "prefill-only" and steps["mix"].str.startswith("decode-only").any()
     counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
     assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]
+
+
+def test_a_programs_own_numbers_are_read_from_its_output_or_refused():
+    from nsightflow.capture.read.own_metrics import own_metrics
+    from nsightflow.errors import CaptureError
+
+    out = 'step 1\nrank 0: nsightflow-metrics: {"tokens_per_s": 10}\nnsightflow-metrics: {"tokens_per_s": 12.5}\n'
+    assert own_metrics(out) == {"tokens_per_s": 12.5} and own_metrics("no line\n") == {}
+    with pytest.raises(CaptureError, match="no JSON object after it"):
+        own_metrics("nsightflow-metrics: tokens=3")
+    with pytest.raises(CaptureError, match="holds list, not an object"):
+        own_metrics("nsightflow-metrics: [1, 2]")

@@ -270,6 +270,8 @@ class Manifest(_Record):
     # step as every_wall_s, and the first error of a summary per stage
     step_inputs: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
     step_inputs_errors: dict[str, str] = field(default_factory=dict)
+    # what the program printed of its own numbers in its timed run (nsightflow.capture.read.own_metrics)
+    program_metrics: dict[str, Any] = field(default_factory=dict)
 
     WHAT = "run manifest (manifest.json)"  # an older one, without a precision, gets none: no peak, never a wrong one
 

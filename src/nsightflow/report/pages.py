@@ -18,7 +18,7 @@ from nsightflow.report.cards_html import cards_html
 from nsightflow.report.experts_html import experts_html
 from nsightflow.report.glossary import glossary_html
 from nsightflow.report.headline import headline_html, headline_line
-from nsightflow.report.steps_html import steps_html
+from nsightflow.report.steps_html import program_metrics_html, steps_html
 from nsightflow.report.style import CSS
 from nsightflow.report.tables import table
 
@@ -151,6 +151,7 @@ def render_run(
         ranks_html(run.get("ranks"), backend),
         experts_html(run.get("experts"), run["stages"]),
         steps_html(run.get("steps")),
+        program_metrics_html((run.get("manifest") or Manifest()).program_metrics),
         glossary_html(),
     ]
     said = run.get("diagnostics", [])

@@ -5,8 +5,8 @@ lengths drawn from a seeded distribution, arriving all at once or at a rate.
 It is a program, run as a command (``python -m nsightflow.workloads.serving ...``) so that the engine runs as it does
 for a user: its scheduler iterations are the steps (config ``step_functions``: :data:`STEP`), each one's batch read
 by :data:`SUMMARY` (config ``step_inputs``). It prints its own clock's numbers, from the engine's request records, as
-one line ``nsightflow-serving: {json}``: requests, tokens generated, tokens per second over the run, and time to first
-token and time per output token (median and 90th percentile) where the engine records token times.
+one line ``nsightflow-metrics: {json}`` (shown on the run page): requests, tokens generated, tokens per second over
+the run, and time to first token and per output token (median and 90th percentile) where the engine records them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 STEP = "transformers.generation.continuous_batching.continuous_api:ContinuousBatchProcessor._generation_step"
 SUMMARY = "nsightflow.capture.inside.summaries:transformers_batch"
-PREFIX = "nsightflow-serving: "
+PREFIX = "nsightflow-metrics: "  # nsightflow.capture.read.own_metrics reads the line
 
 
 def request_set(

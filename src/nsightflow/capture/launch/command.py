@@ -33,6 +33,7 @@ from nsightflow.capture.launch.children import identity
 from nsightflow.capture.launch.hook_site import program_tmp, site_dir
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 from nsightflow.capture.launch.tools import publish_nsys, run_tool, tool_warnings, write_manifest
+from nsightflow.capture.read.own_metrics import own_metrics
 from nsightflow.capture.read.warmup import Window
 from nsightflow.domains import DEFAULT_DOMAIN
 from nsightflow.errors import CaptureError, ConfigError
@@ -181,6 +182,7 @@ def _record(
         "autotuning": found.tuning,
         "step_inputs": found.inputs,
         "step_inputs_errors": found.inputs_errors,
+        "program_metrics": found.metrics,
         "stages": [{"name": s, "repeats": len(found.walls[s]), "steps": len(found.walls[s])} for s in found.stages],
         "ranks": ranks,
         "profiled_rank": call.rank if ranks else None,
@@ -254,6 +256,7 @@ def _timed(
     tuning = mine.get("autotuning") or {}
     inputs = {k: v for k, v in (mine.get("step_inputs") or {}).items() if k in found.stages}
     found = replace(found, inputs=inputs, inputs_errors=mine.get("step_inputs_errors") or {})
+    found = replace(found, metrics=own_metrics(str(mine.get("output") or "")))
     return replace(found, compiles=any(r.get("compiled_graphs") for r in timed), tuning=tuning), timed
 
 

@@ -30,6 +30,7 @@ class Discovery:
     tuning: dict[str, list[str]] = field(default_factory=dict)  # its autotuning choices (capture.hook_tuning)
     inputs: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)  # each step's (hook_steps)
     inputs_errors: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # the program's own numbers (capture.read.own_metrics)
 
     @property
     def skip(self) -> dict[str, list[int]]:
