@@ -1,6 +1,6 @@
 """On the GPU host: gpt-fast ``--compile``'s steady decode wall as nsightflow's timed run measures it (the workflow up
 to ``results/gptfast/manifest.json``) against gpt-fast's own time per decode step from two plain runs (no profiler,
-nothing of nsightflow: tests/test_corpus.py's differential of 8 and 40 new tokens). Needs NSIGHTFLOW_CORPUS with a
+nothing of nsightflow: tests/test_corpus.py's differential of NEW and LONG new tokens). Needs NSIGHTFLOW_CORPUS with a
 snapshot of pytorch-labs/gpt-fast; run from the project's root: ``python3 benchmarks/gpt_fast_wall.py``."""
 
 from __future__ import annotations

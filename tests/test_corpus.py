@@ -155,7 +155,7 @@ STAGES = ("prefill", "decode")
 # which also holds its set-up and copies outside them (2-3% of a sample on a CPU, 10-13% on an H100, where a sample
 # is 10-20 ms of host-bound launches)
 OWN_CLOCK = (0.8, 1.0)
-LONG, OWN_SAMPLES = 40, 5  # plain runs timing a decode step by gpt-fast's own clock: LONG new tokens, samples a run
+LONG, OWN_SAMPLES = 200, 5  # plain runs timing a decode step by gpt-fast's own clock: LONG new tokens, samples a run
 OWN_STEP = 0.05  # nsightflow's steady decode wall per step within 5% of that
 REFERENCE_S = 900  # ncu over the last sample's launches
 RANGES = [  # (a line of generate.py, the lines a user puts around it); the same indentation
