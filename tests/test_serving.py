@@ -62,7 +62,7 @@ def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_
     want = [f"requests={n}, prefill_tokens={prompt}, decode_tokens=0, kv_tokens={prompt}"]
     want += [f"requests={n}, prefill_tokens=0, decode_tokens={n}, kv_tokens={prompt + n * k}" for k in range(1, NEW)]
     assert list(steps["inputs"]) == want
-    assert list(steps["mix"]) == ["prefill-only"] + [f"decode-only, {n} tokens"] * (NEW - 1)
+    assert list(steps["mix"]) == ["prefill-only"] + [f"decode-only, batch {n}"] * (NEW - 1)
     # each iteration's model FLOPs: its matrix work from its tokens, and attention over a cache one token longer each
     # decode iteration (the count's steps sum to the stage's)
     assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]
@@ -70,11 +70,13 @@ def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_
     assert all(a > 0 for a in attention) and attention[1:] == sorted(set(attention[1:]))
 
 
-def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
-    """nsightflow.workloads.serving as a command (requests of drawn lengths, all at once), its iterations the steps
-    and each one's batch summarised: over the iterations, the prompt tokens prefilled are the requests' prompts and
-    the tokens decoded are their outputs less the first (sampled at the end of each prompt's prefill), as the program
-    printed its request set; its own clock (tokens, time to first token) in its output."""
+@pytest.mark.parametrize("rate", [0, 40], ids=["at-once", "at-a-rate"])
+def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path, rate):
+    """nsightflow.workloads.serving as a command (requests of drawn lengths, all at once or 40 a second: then a prompt
+    may join an iteration that decodes others, as the engine's pace allows), its iterations the steps and each one's
+    batch summarised: over the iterations, the prompt tokens prefilled are the requests' prompts and the tokens
+    decoded are their outputs less the first (sampled at the end of each prompt's prefill), as the program printed
+    its request set; its own clock (tokens, time to first token) in its output."""
     if not _engine_step_exists():
         pytest.skip("this transformers has no ContinuousBatchProcessor._generation_step")
     from nsightflow.workloads import serving
@@ -82,6 +84,7 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
     config = {"model_type": "llama", **LLAMA}
     argv = [sys.executable, "-m", "nsightflow.workloads.serving", "--config", json.dumps(config), "--requests", "8"]
     argv += ["--prompt", "16", "--prompt-spread", "8", "--new", "6", "--new-spread", "2", "--no-warmup"]
+    argv += ["--rate", str(rate)]
     workload = {"name": "served", "command": argv, "warmup_steps": 0}
     workload |= {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
     work = torch_workflow(tmp_path, [workload])
@@ -101,6 +104,7 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
     assert sum(float(i["decode_tokens"]) for i in inputs) == sum(k - 1 for k in outputs)
     assert all(0 < float(i["requests"]) <= len(prompts) for i in inputs)
     assert steps["mix"].iloc[0] == "prefill-only" and steps["mix"].str.startswith("decode-only").any()
+    print(f"rate {rate}: iterations by mix {steps['mix'].value_counts().to_dict()}")
     counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
     assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]
 

@@ -348,7 +348,9 @@ STEPS: tuple[Column, ...] = (
     Column("bytes_model", "model bytes", "bytes", "bytes its operators move, the lower bound (steady steps)"),
     Column("mfu_wall", "MFU on wall", "pct", "the step's model FLOPs per second of its wall time, over the peak"),
     Column("bw_util_wall_model", "bandwidth on wall", "pct", "its model bytes per second of wall, over the peak"),
-    Column("mix", "batch mix", "text", "decode-only by tokens, prefill-only, prefill-heavy or mixed; else its inputs"),
+    Column(
+        "mix", "batch mix", "text", "decode-only (by batch size), prefill-only, prefill-heavy or mixed; else its inputs"
+    ),
     Column("inputs", "inputs", "text", "the step's inputs as its step_inputs function summarised them ('?': unread)"),
 )
 

@@ -29,13 +29,13 @@ def inputs_text(summary: dict[str, float] | None, configured: bool) -> str:
 
 def mix_label(summary: dict[str, float] | None, configured: bool) -> str:
     """A step's batch mix: for a summary that counts ``prefill_tokens`` and ``decode_tokens`` (a serving engine's),
-    'decode-only, N tokens' (by batch size), 'prefill-only', 'prefill-heavy' (more prompt tokens than decoded ones)
+    'decode-only, batch N' (by batch size), 'prefill-only', 'prefill-heavy' (more prompt tokens than decoded ones)
     or 'mixed'; any other summary is its own mix (its text)."""
     if summary is None or "prefill_tokens" not in summary or "decode_tokens" not in summary:
         return inputs_text(summary, configured)
     prefill, decode = summary["prefill_tokens"], summary["decode_tokens"]
     if prefill == 0:
-        return f"decode-only, {decode:g} tokens"
+        return f"decode-only, batch {decode:g}"
     if decode == 0:
         return "prefill-only"
     return "prefill-heavy" if prefill > decode else "mixed"
