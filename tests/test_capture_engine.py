@@ -11,7 +11,7 @@ import pytest
 from conftest import DATA, DEFAULT_FOCUS, aggregate_recorded, sql_launches
 
 from nsightflow import ncu_metrics, precisions
-from nsightflow.analysis import aggregate, diagnostics, metrics
+from nsightflow.analysis import aggregate, diagnostics, metrics, steps
 from nsightflow.capture.read import attribution, matching, ncu_csv, plan
 from nsightflow.records import CaptureRecord, Diagnostic, Manifest, Summary
 
@@ -202,19 +202,29 @@ def test_range_replay_totals_beside_the_kernel_totals():
     assert st.loc["prefill", "dram_bytes_ranges"] < st.loc["prefill", "dram_bytes_measured"]
 
 
-def test_unsampled_steps_are_scaled_from_the_first_and_last_of_the_same_launch_sequence():
-    # HuggingFace Llama with GQA (4 KV heads of 16), bf16 on the H200. Its KV cache grows by torch.cat, whose
-    # grid grows every step; this capture was planned when that made each step its own launch sequence, so it
-    # profiled every decode step: the measurement of steps 1-6 is the reference for scaling from 0 and 7.
+TWO_STEPS = {("prefill", 0), ("decode", 0), ("decode", 7)}
+
+
+def _every_decode_step():
+    """The HuggingFace Llama run whose capture profiled every decode step: its timeline, plan, ranged-pass launches,
+    results joined to the plan, and those results with decode's steps 1 to 6 left out (as if only 0 and 7 were
+    sampled: TWO_STEPS)."""
     d = V2 / "llama"
     tl = attribution.read_timeline(d / "timeline.sqlite", "nsightflow")
     ran = plan.CapturePlan.read(d / "plan.json")
     raw, _ = ncu_csv.parse_raw_csv(d / "capture.raw.csv")
     matched = matching.match_to_plan(ncu_csv.result_metrics(raw), plan.expected_frame(ran), "capture")
-    ranged = tl.launches[tl.launches["pass_"] == "ranged"]
-    every = metrics.stage_measured(metrics.launch_values(ranged, matched, {(w.stage, w.step) for w in ran.windows}))
     two = matched[(matched["stage"] != "decode") | matched["step"].isin([0, 7])]
-    scaled = metrics.stage_measured(metrics.launch_values(ranged, two, {("prefill", 0), ("decode", 0), ("decode", 7)}))
+    return tl, ran, tl.launches[tl.launches["pass_"] == "ranged"], matched, two
+
+
+def test_unsampled_steps_are_scaled_from_the_first_and_last_of_the_same_launch_sequence():
+    # HuggingFace Llama with GQA (4 KV heads of 16), bf16 on the H200. Its KV cache grows by torch.cat, whose
+    # grid grows every step; this capture was planned when that made each step its own launch sequence, so it
+    # profiled every decode step: the measurement of steps 1-6 is the reference for scaling from 0 and 7.
+    tl, ran, ranged, matched, two = _every_decode_step()
+    every = metrics.stage_measured(metrics.launch_values(ranged, matched, {(w.stage, w.step) for w in ran.windows}))
+    scaled = metrics.stage_measured(metrics.launch_values(ranged, two, TWO_STEPS))
     every, scaled = every.set_index("stage"), scaled.set_index("stage")
     assert scaled.loc["decode", "flops"] == pytest.approx(every.loc["decode", "flops"], rel=1e-6)
     assert scaled.loc["decode", "dram_bytes"] == pytest.approx(every.loc["decode", "dram_bytes"], rel=1e-3)
@@ -377,3 +387,27 @@ def test_the_plan_and_tables_of_a_probe_pass_timeline_are_those_the_gpu_host_mad
         assert st.loc[stage, "wall_ms"] == pytest.approx(sum(manifest.program_wall_s[stage]) * 1e3)
     assert st["wall_profiled_ms"].isna().all() and (st["coverage"] == 1.0).all()
     assert any("traced the probe pass alone" in n.text for n in agg.notes)
+
+
+def test_each_steps_busy_time_and_counters_are_its_launches(tmp_path):
+    # steps.csv's measured columns, on the HuggingFace Llama run whose capture profiled every decode step: each step's
+    # busy time is its kernels' (plain SQL over the export), and its counters scaled from steps 0 and 7 are those
+    # measured in the step itself.
+    d = V2 / "llama"
+    _, ran, ranged, matched, two = _every_decode_step()
+    every = steps.step_measured(metrics.launch_values(ranged, matched, {(w.stage, w.step) for w in ran.windows}))
+    scaled = steps.step_measured(metrics.launch_values(ranged, two, TWO_STEPS))
+    every, scaled = every.set_index(["stage", "step"]), scaled.set_index(["stage", "step"])
+    by_sql = sql_launches(d / "timeline.sqlite").groupby(["stage", "step"])["duration_ns"].sum()
+    assert sorted(every.index) == sorted(by_sql.index) == [("decode", k) for k in range(8)] + [("prefill", 0)]
+    for key in every.index:
+        assert every.loc[key, "busy_ns"] == scaled.loc[key, "busy_ns"] == by_sql[key]
+        assert scaled.loc[key, "flops_tensor"] == pytest.approx(every.loc[key, "flops_tensor"], rel=1e-6)
+        assert scaled.loc[key, "dram_bytes"] == pytest.approx(every.loc[key, "dram_bytes"], rel=0.005), key  # 0.18%
+    # the run's steps.csv rows, where a command's timed run gave every step a wall (written here for this callable run)
+    walls = {"prefill": [0.010], "decode": [0.002] * 8}
+    Manifest(precision="bf16", every_wall_s=walls, program_wall_s=walls).write(tmp_path / "manifest.json")
+    table = _agg("llama", manifest_json=tmp_path / "manifest.json").steps.set_index(["stage", "step"])
+    for key in every.index:
+        assert table.loc[key, "busy_ms"] == pytest.approx(by_sql[key] / 1e6, rel=1e-12)
+        assert table.loc[key, "flops_tensor_measured"] == pytest.approx(every.loc[key, "flops_tensor"], rel=1e-6)

@@ -348,6 +348,12 @@ STEPS: tuple[Column, ...] = (
     Column("bytes_model", "model bytes", "bytes", "bytes its operators move, the lower bound (steady steps)"),
     Column("mfu_wall", "MFU on wall", "pct", "the step's model FLOPs per second of its wall time, over the peak"),
     Column("bw_util_wall_model", "bandwidth on wall", "pct", "its model bytes per second of wall, over the peak"),
+    Column("busy_ms", "GPU busy", "ms", "its kernels' time on the GPU under nsys (profiled steps)", COUNTERS),
+    Column("flops_tensor_measured", "tensor FLOPs (ncu)", "flop", "ncu's tensor-pipe FLOPs of its launches", COUNTERS),
+    Column("dram_bytes_measured", "DRAM bytes (ncu)", "bytes", "ncu's DRAM bytes of its launches", COUNTERS),
+    Column(
+        "dram_bw_util_busy", "DRAM on busy", "pct", "its DRAM bytes per second of busy time, over the peak", COUNTERS
+    ),
     Column(
         "mix", "batch mix", "text", "decode-only (by batch size), prefill-only, prefill-heavy or mixed; else its inputs"
     ),

@@ -20,6 +20,7 @@ from nsightflow.analysis.focus import Focus
 from nsightflow.analysis.peaks import peaks as device_peaks
 from nsightflow.analysis.peaks import with_ceiling
 from nsightflow.analysis.selection import select_kernels
+from nsightflow.analysis.steps import step_measured
 from nsightflow.capture.read import attribution, ncu_csv
 from nsightflow.errors import InputError
 from nsightflow.records import AnalyticCounts, Ceilings, Diagnostic, Manifest, Peaks, StageCount
@@ -90,8 +91,9 @@ def tables(
     focus: Focus,
     by_call: bool = True,
     program_wall: tuple[dict[str, list[float]] | None, str] = (None, ""),
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(classes, kernels, stages) of a run whose ncu results are joined to its timeline; ``chosen``: the
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(classes, kernels, stages, per step: nsightflow.analysis.steps.step_measured) of a run whose ncu results are
+    joined to its timeline; ``chosen``: the
     (stage, step) pairs the capture measured; ``by_call``: see nsightflow.analysis.metrics.launch_values;
     ``program_wall``: the timed pass's step times and the file they come from
     (nsightflow.analysis.metrics.with_program_wall)."""
@@ -103,7 +105,7 @@ def tables(
         walls["wall_profiled_ns"] = np.nan
     stages = metrics.stage_summary(walls, metrics.stage_measured(values), analytic, pk, focus.divergence)
     stages = metrics.with_kernel_counts(stages, kernels)
-    return classes, kernels, stages
+    return classes, kernels, stages, step_measured(values)
 
 
 def program_wall(manifest_json: str | Path | None) -> tuple[dict[str, list[float]] | None, str]:

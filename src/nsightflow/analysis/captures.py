@@ -116,7 +116,7 @@ def aggregate_captures(
     check_peaks(pk, ", ".join(str(e) for e in exports) or "the captures")
     check_result_rates(results, ", ".join(origin.get(e.name, str(e)) for e in exports))
     windowed = set(zip(results["stage"], results["step"], strict=True)) if len(results) else set()
-    classes, kernels, stages = tables(tl, results, windowed, analytic, pk, focus)
+    classes, kernels, stages, _ = tables(tl, results, windowed, analytic, pk, focus)
     # Every tensor precision's counter and the FLOPs outside the tensor pipes in every result: then GEMM FLOPs under
     # the model's cannot be a counter left out, and an analytic count among the captures must agree with them.
     every = bool(len(results)) and all(

@@ -79,7 +79,7 @@ def aggregate_run(
     check_result_rates(matched, str(export))
     check_dram_floor(matched, caches_flushed(capture_record), str(export))
     wall = program_wall(manifest_json)
-    classes, kernels, stages = tables(
+    classes, kernels, stages, per_step = tables(
         tl, matched, chosen_pairs(plan), analytic, pk, focus, plan.mode == "representatives", wall
     )
     notes = [note("capture", f"{MODE_TEXT[plan.mode]}."), wall_note(wall[0], "nsys", tl.probe_stands_in, stages)]
@@ -124,7 +124,7 @@ def aggregate_run(
         matched,
         per_rank,
         experts=routing_table(analytic),
-        steps=step_table(manifest, analytic, pk),
+        steps=step_table(manifest, analytic, pk, per_step),
     )
 
 

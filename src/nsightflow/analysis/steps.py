@@ -1,5 +1,6 @@
 """A command's stages step by step (``steps.csv``): each step's wall in the program's timed run, its model FLOPs and
-bytes from the count (steady steps), its MFU and bandwidth on wall, and its batch mix (the workload's
+bytes from the count (steady steps), its MFU and bandwidth on wall, its GPU busy time and ncu's numbers (nsys and
+ncu: measured where sampled, else scaled launch by launch as the stages' are), and its batch mix (the workload's
 ``step_inputs``); and the steady steps grouped by mix, for a serving loop whose iterations differ by what they batch
 (prefill-heavy, mixed, decode-only by batch size). A callable's harness repeats identical steps: its table is empty."""
 
@@ -41,6 +42,22 @@ def mix_label(summary: dict[str, float] | None, configured: bool) -> str:
     return "prefill-heavy" if prefill > decode else "mixed"
 
 
+MEASURED = ["flops_tensor", "dram_bytes"]  # ncu's counters a step's row sums (nsightflow.analysis.metrics)
+
+
+def step_measured(values: pd.DataFrame) -> pd.DataFrame:
+    """Per (stage, step) of the timeline: GPU busy time and ncu's tensor FLOPs and DRAM bytes over its launches
+    (``values``: nsightflow.analysis.metrics.launch_values, unsampled steps scaled from the sampled ones); a counter
+    is NaN for a step where any launch lacks it."""
+    if values.empty:
+        return pd.DataFrame(columns=["stage", "step", "busy_ns", *MEASURED])
+    g = values.groupby(["stage", "step"], sort=False)
+    out = g["duration_ns"].sum().rename("busy_ns").to_frame()
+    for c in MEASURED:
+        out[c] = g[c].sum(min_count=1).where(g[c].count() == g.size())
+    return out.reset_index()
+
+
 def _per_step(values: list[float] | None, steady: int) -> list[float]:
     """A stage's per-step counts for its ``steady`` steps, NaN each where the count has none or another number of
     steps (a count that cannot be matched to its steps is not spread over them)."""
@@ -49,12 +66,17 @@ def _per_step(values: list[float] | None, steady: int) -> list[float]:
     return [float(v) for v in values]
 
 
-def step_table(manifest: Manifest, analytic: dict[str, StageCount], pk: Peaks | None) -> pd.DataFrame:
-    """One row per step of each stage of a command's timed run (``manifest.every_wall_s``), in order."""
+def step_table(
+    manifest: Manifest, analytic: dict[str, StageCount], pk: Peaks | None, measured: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per step of each stage of a command's timed run (``manifest.every_wall_s``), in order; with
+    ``measured`` (:func:`step_measured` of the nsys timeline, whose steps are numbered as the timed run's), each
+    profiled step's busy time and ncu's numbers."""
     rows: list[dict[str, Any]] = []
+    by_step = measured.set_index(["stage", "step"]) if measured is not None and len(measured) else None
     apart = {(str(w["stage"]), int(w["step"])) for w in manifest.warmup_steps}
     compute = pk.compute if pk is not None else math.nan
-    dram = pk.dram if pk is not None else math.nan
+    peak_dram = pk.dram if pk is not None else math.nan
     for stage, walls in (manifest.every_wall_s or {}).items():
         steady = [i for i in range(len(walls)) if (stage, i) not in apart]
         count = analytic.get(stage, StageCount())
@@ -65,6 +87,9 @@ def step_table(manifest: Manifest, analytic: dict[str, StageCount], pk: Peaks | 
         for i, wall in enumerate(walls):
             f, b = flops.get(i, math.nan), moved.get(i, math.nan)
             summary = inputs[i] if inputs is not None and i < len(inputs) else None
+            m = by_step.loc[(stage, i)] if by_step is not None and (stage, i) in by_step.index else None
+            busy = float(m["busy_ns"]) * 1e-9 if m is not None else math.nan
+            dram = float(m["dram_bytes"]) if m is not None else math.nan
             rows.append(
                 {
                     "stage": stage,
@@ -74,7 +99,11 @@ def step_table(manifest: Manifest, analytic: dict[str, StageCount], pk: Peaks | 
                     "flops_model": f,
                     "bytes_model": b,
                     "mfu_wall": f / (wall * compute) if wall > 0 else math.nan,
-                    "bw_util_wall_model": b / (wall * dram) if wall > 0 else math.nan,
+                    "bw_util_wall_model": b / (wall * peak_dram) if wall > 0 else math.nan,
+                    "busy_ms": busy * 1e3,
+                    "flops_tensor_measured": float(m["flops_tensor"]) if m is not None else math.nan,
+                    "dram_bytes_measured": dram,
+                    "dram_bw_util_busy": dram / (busy * peak_dram) if busy > 0 else math.nan,
                     "mix": mix_label(summary, said),
                     "inputs": inputs_text(summary, said),
                 }
@@ -89,6 +118,7 @@ def mix_table(steps: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (stage, mix), g in s.groupby(["stage", "mix"], sort=False):
         wall = float(g["wall_ms"].sum())
+        busy = float(g["busy_ms"].sum(min_count=len(g)))  # NaN unless every step was profiled
         out.append(
             {
                 "stage": stage,
@@ -100,6 +130,11 @@ def mix_table(steps: pd.DataFrame) -> pd.DataFrame:
                 "mfu_wall": float((g["mfu_wall"] * g["wall_ms"]).sum(min_count=len(g)) / wall) if wall else np.nan,
                 "bw_util_wall_model": float((g["bw_util_wall_model"] * g["wall_ms"]).sum(min_count=len(g)) / wall)
                 if wall
+                else np.nan,
+                "busy_ms_total": busy,
+                "flops_tensor_measured_per_step": float(g["flops_tensor_measured"].mean(skipna=False)),
+                "dram_bw_util_busy": float((g["dram_bw_util_busy"] * g["busy_ms"]).sum(min_count=len(g)) / busy)
+                if busy > 0
                 else np.nan,
             }
         )

@@ -22,6 +22,9 @@ MIX_COLUMNS = {
     "flops_model_per_step": ("model FLOPs a step", "flop"),
     "mfu_wall": ("MFU on wall", "pct"),
     "bw_util_wall_model": ("model bandwidth on wall", "pct"),
+    "busy_ms_total": ("GPU busy (all)", "ms"),
+    "flops_tensor_measured_per_step": ("tensor FLOPs a step (ncu)", "flop"),
+    "dram_bw_util_busy": ("DRAM on busy (ncu)", "pct"),
 }
 TIPS = {
     "mix": "the steps' inputs as the workload's step_inputs function summarised them ('?': unread)",
