@@ -119,3 +119,95 @@ def test_a_programs_own_numbers_are_read_from_its_output_or_refused():
         own_metrics("nsightflow-metrics: tokens=3")
     with pytest.raises(CaptureError, match="holds list, not an object"):
         own_metrics("nsightflow-metrics: [1, 2]")
+
+
+# A Llama-1B-shaped model (random weights, bf16) served on the GPU host, as the serving targets ask.
+SERVE_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16}
+SERVE_1B |= {"num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}
+
+
+def _nsight_workflow(tmp_path, workload: dict):
+    import yaml
+    from conftest import copy_workflow
+
+    work = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    cfg.update(workloads=[workload], profiler="nsight")
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return work
+
+
+def _gpu_serving(requests: int, prompt: tuple[int, int], new: tuple[int, int]) -> list[str]:
+    from nsightflow.workloads import serving
+
+    argv = [sys.executable, "-m", serving.__name__, "--config", json.dumps(SERVE_1B), "--dtype", "bfloat16"]
+    argv += ["--device", "cuda", "--requests", str(requests), "--prompt", str(prompt[0]), "--prompt-spread"]
+    return argv + [str(prompt[1]), "--new", str(new[0]), "--new-spread", str(new[1])]
+
+
+@pytest.mark.gpu
+def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(tmp_path):
+    """64 requests of mixed lengths through transformers' engine on the GPU, profiled by its iterations: the
+    program's own tokens per second under nsightflow's timed run within 5% of the loop run alone in this test; the
+    GEMM FLOPs counted over its iterations within 1% of those from the requests; the whole workflow at most 5 times
+    the loop alone."""
+    import subprocess
+    import time
+
+    from nsightflow.capture.read.own_metrics import own_metrics
+    from nsightflow.workloads import serving
+
+    argv = _gpu_serving(64, (256, 192), (64, 48))
+    began = time.monotonic()
+    alone = own_metrics(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    alone_s = time.monotonic() - began
+    workload = {"name": "serve", "command": argv, "warmup_steps": 0}
+    workload |= {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
+    work = _nsight_workflow(tmp_path, workload)
+    began = time.monotonic()
+    snakemake(work, "--cores", "1", "results/report.html")
+    workflow_s = time.monotonic() - began
+    run = work / "results" / "serve"
+    manifest = json.loads((run / "manifest.json").read_text())
+    ours = manifest["program_metrics"]
+    steps = pd.read_csv(run / "steps.csv")
+    counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
+    h, i, layers = SERVE_1B["hidden_size"], SERVE_1B["intermediate_size"], SERVE_1B["num_hidden_layers"]
+    kv = h // SERVE_1B["num_attention_heads"] * SERVE_1B["num_key_value_heads"]
+    body = layers * (2 * h * h + 2 * h * kv + 3 * h * i)
+    lengths = ours["lengths"]
+    tokens = sum(p for p, _ in lengths) + sum(k - 1 for _, k in lengths)
+    want = 2 * (body * tokens + h * SERVE_1B["vocab_size"] * sum(k for _, k in lengths))
+    got = (counts.get("by_class") or {}).get("gemm")
+    print(f"serving on the GPU: tokens/s {ours['tokens_per_s']:.1f} under nsightflow's timed run, "
+          f"{alone['tokens_per_s']:.1f} alone ({ours['tokens_per_s'] / alone['tokens_per_s'] - 1:+.2%}); "
+          f"TTFT p50 {ours.get('ttft_ms_p50')} ms, TPOT p50 {ours.get('tpot_ms_p50')} ms; GEMM FLOPs {got} against "
+          f"{want:.6g} from the requests; workflow {workflow_s:.0f} s, the loop alone {alone_s:.0f} s "
+          f"({workflow_s / alone_s:.1f}x); iterations by mix {steps['mix'].value_counts().to_dict()}; "
+          f"not counted: {counts.get('not_counted')}")  # fmt: skip
+    assert abs(ours["tokens_per_s"] / alone["tokens_per_s"] - 1) < 0.05
+    assert got is not None and abs(got / want - 1) < 0.01
+    assert workflow_s / alone_s <= 5
+
+
+@pytest.mark.gpu
+def test_a_window_of_a_long_serving_run_is_all_that_is_profiled_on_the_gpu(tmp_path):
+    """Steps 20 to 39 of a run of about 220 iterations: every iteration timed, the window's 20 profiled, ncu's plan
+    windows inside them only."""
+    from nsightflow.workloads import serving
+
+    argv = _gpu_serving(8, (64, 0), (220, 0))
+    workload = {"name": "window", "command": argv, "warmup_steps": 0, "window": {"start": 20, "steps": 20}}
+    workload |= {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
+    work = _nsight_workflow(tmp_path, workload)
+    snakemake(work, "--cores", "1", "results/report.html")
+    run = work / "results" / "window"
+    manifest = json.loads((run / "manifest.json").read_text())
+    every = len(manifest["every_wall_s"]["iteration"])
+    stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    planned = json.loads((run / "plan.json").read_text())
+    steps = {w["step"] for w in planned["windows"]}
+    print(f"window: {every} iterations timed, {int(stages.loc['iteration', 'range_instances'])} profiled; ncu's "
+          f"windows in steps {sorted(steps)}")  # fmt: skip
+    assert every >= 200 and int(stages.loc["iteration", "range_instances"]) == 20
+    assert steps and all(20 <= s < 40 for s in steps)
