@@ -501,3 +501,35 @@ def test_step_functions_name_the_stages_alone(tmp_path):
         check(_config(command=["python", "serve.py"], step_functions={"decode": "engine.Engine.step"}), SCHEMA)
     with pytest.raises(ConfigError, match="apply to a command: workload only"):
         check(_config(callable="a.b:c", step_functions=functions), SCHEMA)
+
+
+@pytest.mark.gpu
+def test_a_timed_steps_wall_is_its_work_on_the_gpu_with_no_wait():
+    """The timed run's clock (nsightflow.capture.inside.step_clock): a range that queues a few milliseconds of GPU work
+    and returns at once has the GPU's time for that work as its wall, read without the host waiting at its end."""
+    import time
+
+    import torch
+
+    from nsightflow.capture.inside import step_clock
+
+    torch.cuda.init()
+    torch.cuda.synchronize()
+    spans = step_clock.GpuSpans()
+    began = time.perf_counter()
+    start = step_clock.mark()
+    torch.cuda._sleep(1_000_000)  # cycles: under a millisecond at a GPU's clock; five of them
+    for _ in range(4):
+        torch.cuda._sleep(1_000_000)
+    end = step_clock.mark()
+    host_s = time.perf_counter() - began
+    spans.add(0, start, end)
+    gpu_s = spans.settle(wait=True)[0] / 1e9
+    probe = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    probe[0].record()
+    torch.cuda._sleep(5_000_000)
+    probe[1].record()
+    torch.cuda.synchronize()
+    alone_s = probe[0].elapsed_time(probe[1]) / 1e3
+    print(f"queued in {host_s * 1e3:.3f} ms; its wall {gpu_s * 1e3:.3f} ms; the same work alone {alone_s * 1e3:.3f} ms")
+    assert host_s < 0.5 * gpu_s and gpu_s == pytest.approx(alone_s, rel=0.05)

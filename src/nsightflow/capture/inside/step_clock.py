@@ -69,15 +69,19 @@ class GpuSpans:
         self.settle(wait=False)
 
     def settle(self, wait: bool) -> dict[int, int]:
-        """Spans whose events have run (every one with ``wait``: the GPU synchronized first), by key."""
-        if wait and self.pending and (torch := _cuda()) is not None:
-            torch.cuda.synchronize()
-        while self.pending and (wait or self.pending[0][2].query()):
-            key, start, end = self.pending.popleft()
-            try:
-                self.spans[key] = round(start.elapsed_time(end) * 1e6)
-            except RuntimeError:  # recorded on two devices: the host span stands
-                pass
+        """Spans whose events have run (every one with ``wait``: the GPU synchronized first), by key. A CUDA error
+        (a program that ended with its context broken) leaves the rest to their host spans: the record is written."""
+        try:
+            if wait and self.pending and (torch := _cuda()) is not None:
+                torch.cuda.synchronize()
+            while self.pending and (wait or self.pending[0][2].query()):
+                key, start, end = self.pending.popleft()
+                try:
+                    self.spans[key] = round(start.elapsed_time(end) * 1e6)
+                except RuntimeError:  # recorded on two devices: the host span stands
+                    pass
+        except RuntimeError:
+            self.pending.clear()
         return self.spans
 
 
