@@ -107,7 +107,7 @@ def test_stage_numbers_scale_each_class_with_its_timeline_launches():
     raw, _ = ncu_csv.parse_raw_csv(D / "prefill.raw.csv")
     pk = peaks.peaks(ncu_csv.result_metrics(raw), "NVIDIA H200", "bf16")
     windowed = set(zip(matched["stage"], matched["step"], strict=True))
-    classes, kernels, st = aggregate.tables(tl, matched, windowed, model, pk, DEFAULT_FOCUS)
+    classes, kernels, st, _ = aggregate.tables(tl, matched, windowed, model, pk, DEFAULT_FOCUS)
     st = st.set_index("stage")
     # Prefill ran once and every launch was captured: measured FLOPs are the plain sum of the cells.
     pre_flops = _all_flops(D / "prefill.raw.csv")
@@ -191,7 +191,7 @@ def test_filtered_run_counts_only_the_captured_classes():
     raw, _ = ncu_csv.parse_raw_csv(F / "prefill.raw.csv")
     pk = peaks.peaks(ncu_csv.result_metrics(raw), "NVIDIA H200", "bf16")
     model = aggregate.load_analytic(F / "analytic_flops.json")
-    _, _, st = aggregate.tables(
+    _, _, st, _ = aggregate.tables(
         tl, matched, {("prefill", 0), ("decode", 0), ("decode", 3), ("decode", 7)}, model, pk, DEFAULT_FOCUS
     )
     st = st.set_index("stage")

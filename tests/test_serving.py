@@ -70,13 +70,11 @@ def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_
     assert all(a > 0 for a in attention) and attention[1:] == sorted(set(attention[1:]))
 
 
-@pytest.mark.parametrize("rate", [0, 40], ids=["at-once", "at-a-rate"])
-def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path, rate):
-    """nsightflow.workloads.serving as a command (requests of drawn lengths, all at once or 40 a second: then a prompt
-    may join an iteration that decodes others, as the engine's pace allows), its iterations the steps and each one's
-    batch summarised: over the iterations, the prompt tokens prefilled are the requests' prompts and the tokens
-    decoded are their outputs less the first (sampled at the end of each prompt's prefill), as the program printed
-    its request set; its own clock (tokens, time to first token) in its output."""
+def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
+    """nsightflow.workloads.serving as a command (requests of drawn lengths, all at once), its iterations the steps
+    and each one's batch summarised: over the iterations, the prompt tokens prefilled are the requests' prompts and
+    the tokens decoded are their outputs less the first (sampled at the end of each prompt's prefill), as the program
+    printed its request set; its own clock (tokens, time to first token) in its output."""
     if not _engine_step_exists():
         pytest.skip("this transformers has no ContinuousBatchProcessor._generation_step")
     from nsightflow.workloads import serving
@@ -84,7 +82,6 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path, rate
     config = {"model_type": "llama", **LLAMA}
     argv = [sys.executable, "-m", "nsightflow.workloads.serving", "--config", json.dumps(config), "--requests", "8"]
     argv += ["--prompt", "16", "--prompt-spread", "8", "--new", "6", "--new-spread", "2", "--no-warmup"]
-    argv += ["--rate", str(rate)]
     workload = {"name": "served", "command": argv, "warmup_steps": 0}
     workload |= {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
     work = torch_workflow(tmp_path, [workload])
@@ -104,9 +101,24 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path, rate
     assert sum(float(i["decode_tokens"]) for i in inputs) == sum(k - 1 for k in outputs)
     assert all(0 < float(i["requests"]) <= len(prompts) for i in inputs)
     assert steps["mix"].iloc[0] == "prefill-only" and steps["mix"].str.startswith("decode-only").any()
-    print(f"rate {rate}: iterations by mix {steps['mix'].value_counts().to_dict()}")
     counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
     assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]
+
+
+def test_requests_arriving_at_a_rate_are_all_served(capsys):
+    """The serving workload alone, 8 requests 40 a second (the engine's iterations then depend on its pace, so they
+    differ from run to run: a run nsightflow profiles submits them at once): every request served, its own numbers
+    printed."""
+    if not _engine_step_exists():
+        pytest.skip("this transformers has no ContinuousBatchProcessor._generation_step")
+    from nsightflow.capture.read.own_metrics import own_metrics
+    from nsightflow.workloads import serving
+
+    serving.main(["--config", json.dumps({"model_type": "llama", **LLAMA}), "--requests", "8", "--prompt", "16"]
+                 + ["--new", "6", "--new-spread", "2", "--no-warmup", "--rate", "40"])  # fmt: skip
+    said = own_metrics(capsys.readouterr().out)
+    assert said["requests"] == 8 and said["tokens"] == sum(k for _, k in said["lengths"])
+    assert said["tpot_ms_p50"] > 0 and said["ttft_ms_p90"] >= said["ttft_ms_p50"] > 0
 
 
 def test_a_programs_own_numbers_are_read_from_its_output_or_refused():

@@ -1,6 +1,7 @@
 """A serving workload: transformers' continuous batching (a paged KV cache and a scheduler that mixes prefill and
 decode in each forward) of a causal LM from a config or a local checkpoint, over a request set of prompt and output
-lengths drawn from a seeded distribution, arriving all at once or at a rate.
+lengths drawn from a seeded distribution, arriving all at once or at a rate (by the clock: the iterations then
+differ from run to run, which nsightflow's several launches of one program refuse; profile it at once).
 
 It is a program, run as a command (``python -m nsightflow.workloads.serving ...``) so that the engine runs as it does
 for a user: its scheduler iterations are the steps (config ``step_functions``: :data:`STEP`), each one's batch read
