@@ -348,9 +348,11 @@ STEPS: tuple[Column, ...] = (
     Column("bytes_model", "model bytes", "bytes", "bytes its operators move, the lower bound (steady steps)"),
     Column("mfu_wall", "MFU on wall", "pct", "the step's model FLOPs per second of its wall time, over the peak"),
     Column("bw_util_wall_model", "bandwidth on wall", "pct", "its model bytes per second of wall, over the peak"),
-    Column("busy_ms", "GPU busy", "ms", "its kernels' time on the GPU under nsys (profiled steps)", COUNTERS),
-    Column("flops_tensor_measured", "tensor FLOPs (ncu)", "flop", "ncu's tensor-pipe FLOPs of its launches", COUNTERS),
-    Column("dram_bytes_measured", "DRAM bytes (ncu)", "bytes", "ncu's DRAM bytes of its launches", COUNTERS),
+    Column("busy_ms", "GPU busy", "ms", "its kernels' time on the GPU under nsys (steady steps)", COUNTERS),
+    Column(
+        "flops_tensor_measured", "tensor FLOPs (ncu)", "flop", "ncu's, scaled where it sampled other steps", COUNTERS
+    ),
+    Column("dram_bytes_measured", "DRAM bytes (ncu)", "bytes", "ncu's, scaled where it sampled other steps", COUNTERS),
     Column(
         "dram_bw_util_busy", "DRAM on busy", "pct", "its DRAM bytes per second of busy time, over the peak", COUNTERS
     ),
@@ -360,7 +362,24 @@ STEPS: tuple[Column, ...] = (
     Column("inputs", "inputs", "text", "the step's inputs as its step_inputs function summarised them ('?': unread)"),
 )
 
-TABLES = {"stages": STAGES, "kernels": KERNELS, "ranks": RANKS, "experts": EXPERTS, "steps": STEPS}
+# the run page's steady steps by stage and batch mix (nsightflow.analysis.steps.mix_table); not a CSV of its own
+MIXES: tuple[Column, ...] = (
+    Column("stage", "stage", "text"),
+    next(c for c in STEPS if c.name == "mix"),
+    Column("steps", "steps", "count", "the mix's steady steps"),
+    Column("wall_ms_median", "wall a step (median)", "ms"),
+    Column("wall_ms_total", "wall (all)", "ms"),
+    Column("flops_model_per_step", "model FLOPs a step", "flop"),
+    Column("mfu_wall", "MFU on wall", "pct", "its model FLOPs over its summed wall, over the compute peak"),
+    Column("bw_util_wall_model", "model bandwidth on wall", "pct", "its operators' bytes over its wall, over the peak"),
+    Column("busy_ms_total", "GPU busy (all)", "ms", "its steps' kernels under nsys (empty unless all)", COUNTERS),
+    Column("flops_tensor_measured_per_step", "tensor FLOPs a step (ncu)", "flop", backends=COUNTERS),
+    Column(
+        "dram_bw_util_busy", "DRAM on busy (ncu)", "pct", "its DRAM bytes over its busy time, over the peak", COUNTERS
+    ),
+)
+
+TABLES = {"stages": STAGES, "kernels": KERNELS, "ranks": RANKS, "experts": EXPERTS, "steps": STEPS, "mixes": MIXES}
 
 
 def names(table: str) -> list[str]:

@@ -138,4 +138,4 @@ def mix_table(steps: pd.DataFrame) -> pd.DataFrame:
                 else np.nan,
             }
         )
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=columns.names("mixes"))

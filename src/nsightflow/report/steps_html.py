@@ -9,28 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from nsightflow import units
+from nsightflow import columns, units
 from nsightflow.analysis.steps import mix_table
 from nsightflow.report.tables import table
-
-MIX_COLUMNS = {
-    "stage": ("stage", "text"),
-    "mix": ("batch mix", "text"),
-    "steps": ("steps", "count"),
-    "wall_ms_median": ("wall a step (median)", "ms"),
-    "wall_ms_total": ("wall (all)", "ms"),
-    "flops_model_per_step": ("model FLOPs a step", "flop"),
-    "mfu_wall": ("MFU on wall", "pct"),
-    "bw_util_wall_model": ("model bandwidth on wall", "pct"),
-    "busy_ms_total": ("GPU busy (all)", "ms"),
-    "flops_tensor_measured_per_step": ("tensor FLOPs a step (ncu)", "flop"),
-    "dram_bw_util_busy": ("DRAM on busy (ncu)", "pct"),
-}
-TIPS = {
-    "mix": "the steps' inputs as the workload's step_inputs function summarised them ('?': unread)",
-    "mfu_wall": "the mix's model FLOPs over its summed wall time, over the compute peak",
-    "bw_util_wall_model": "the bytes its operators move, the lower bound, over its summed wall time and the peak",
-}
 
 
 def steps_html(steps: pd.DataFrame | None) -> str:
@@ -41,7 +22,10 @@ def steps_html(steps: pd.DataFrame | None) -> str:
     if mixes.empty:
         return ""
     return "<h3>Steps by batch mix (steady steps; steps.csv has every step)</h3>" + table(
-        mixes, MIX_COLUMNS, cls="steps", tips=TIPS
+        mixes,
+        {c.name: (c.header, c.fmt) for c in columns.MIXES if c.shown},
+        cls="steps",
+        tips={c.name: c.definition for c in columns.MIXES if c.definition},
     )
 
 

@@ -27,6 +27,17 @@ def _compiling() -> bool:
     return torch is not None and bool(torch.compiler.is_compiling())
 
 
+def _owner(module: Any, qualname: str) -> tuple[Any, str]:
+    """Where ``qualname`` (``Class.method`` or ``function``) lives in ``module``: its owner and its last name;
+    AttributeError where a part is missing."""
+    *path, attr = qualname.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part)
+    getattr(owner, attr)
+    return owner, attr
+
+
 class StepFunctions:
     """The step functions of one process: stage name by ``module:qualname``, and which ones were wrapped."""
 
@@ -43,15 +54,12 @@ class StepFunctions:
     def wrap(self, module: ModuleType) -> None:
         """Wrap the step functions ``module`` defines (each once; one not found is said on stderr)."""
         for qualname, stage in self.by_module.get(module.__name__, {}).items():
-            *path, attr = qualname.split(".")
-            owner: Any = module
             try:
-                for part in path:
-                    owner = getattr(owner, part)
-                fn = getattr(owner, attr)
+                owner, attr = _owner(module, qualname)
             except AttributeError:
                 sys.stderr.write(f"[nsightflow] step function {module.__name__}:{qualname} not found in its module\n")
                 continue
+            fn = getattr(owner, attr)
             if getattr(fn, "__nsightflow_step__", None) is not None:
                 continue
             setattr(owner, attr, self._step(fn, stage))
@@ -100,10 +108,8 @@ class StepInputs:
                 import importlib
 
                 module, _, qualname = self.where[stage].partition(":")
-                fn: Any = importlib.import_module(module)
-                for part in qualname.split("."):
-                    fn = getattr(fn, part)
-                self.functions[stage] = fn
+                owner, attr = _owner(importlib.import_module(module), qualname)
+                self.functions[stage] = getattr(owner, attr)
             got = self.functions[stage](*args, **kwargs)
             ok = isinstance(got, dict) and all(
                 isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in got.items()

@@ -3,11 +3,11 @@
 The runs under a profiler synchronize the GPU at a step's end, so that the step's window holds its kernels. The timed
 run, whose walls are the program's own, must not: a loop that queues its next step while the GPU still runs the last
 one (gpt-fast's decode steps, any program that never waits for its tokens) runs at the GPU's pace, and a wait at
-each step's end adds the host's launch time to every step (a steady gpt-fast decode step took 0.43 ms so, 0.20 ms
-by its own clock). There a range's wall is read from two CUDA events recorded on the current stream at its start and
-its end: the time the GPU took from reaching the range's work to finishing it. Where the GPU waits for the host, the
-first event runs as soon as it is recorded and the span is the host's; where the host runs ahead, it is the GPU's;
-neither waits. A range with no event (no GPU, a stream being captured into a CUDA graph, two devices) keeps its
+each step's end adds the host's launch time to every step (a steady gpt-fast decode step took 0.43 ms so, where
+its GPU work took 0.19 ms). There a range's wall is read from two CUDA events recorded on the current stream at its
+start and its end: the time the GPU took from reaching the range's work to finishing it. Where the GPU waits for the
+host, the first event runs as soon as it is recorded and the span is the host's; where the host runs ahead, it is the
+GPU's; neither waits. A range with no event (no GPU, a stream being captured into a CUDA graph, two devices) keeps its
 host span. What ``torch.compile`` made while a range was open is read at its push and pop too (:func:`compiled_graphs`).
 """
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nsightflow.errors import CaptureError
+
 PREFIX = "nsightflow-metrics: "
 
 
 def own_metrics(output: str) -> dict[str, Any]:
     """The last such line's object in ``output`` (a process's printing may interleave: the prefix is found anywhere
     in a line); {} where there is none. A line that is not a JSON object is an error naming it."""
-    from nsightflow.errors import CaptureError
-
     found: dict[str, Any] = {}
     for line in output.splitlines():
         at = line.find(PREFIX)
