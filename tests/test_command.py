@@ -51,6 +51,14 @@ def test_a_script_with_its_own_nvtx_ranges_reports_its_stages(tmp_path, nvtx_api
     assert stages.loc["prefill", "flops_analytic"] == _linear_flops(ARGS["batch"] * ARGS["prompt"])
     assert stages.loc["decode", "flops_analytic"] == _linear_flops(ARGS["batch"]) * decode
     assert (stages["wall_ms"] > 0).all() and (stages["kernels"] > 0).all()
+    # pace: the decode steps follow one another (the last has no next); prefill is followed by decode, never itself
+    steps = pd.read_csv(run / "steps.csv").set_index(["stage", "step"])
+    assert steps.loc[("decode", ARGS["steps"] - 1), "pace_ms"] != steps.loc[("decode", ARGS["steps"] - 1), "pace_ms"]
+    follows = steps.loc[("decode", ARGS["steps"] - 2)]
+    assert follows["pace_ms"] >= follows["wall_ms"] > 0  # the next step starts once this one has ended
+    assert stages.loc["decode", "pace_ms"] == pytest.approx(follows["pace_ms"]) and pd.isna(
+        stages.loc["prefill", "pace_ms"]
+    )
     ranks = pd.read_csv(run / "ranks.csv")  # one process: the table's header, no row
     assert ranks.empty and {"rank", "stage", "wall_ms_per_step", "comm_exposed_ms"} <= set(ranks.columns)
     manifest = json.loads((run / "manifest.json").read_text())
@@ -148,6 +156,23 @@ def test_a_timed_range_with_a_span_on_the_gpus_clock_has_that_wall():
         ["LLM", "decode", 0, 1, 500, 650],  # a record written before the column existed
     ]
     assert discover({"ranges": ranges}, "LLM", ["decode"]).every_wall == {"decode": [2.5e-7, 1e-7, 1.5e-7]}
+
+
+def test_a_steps_pace_runs_to_its_stages_next_step_on_the_gpus_clock_where_both_have_it():
+    """A step's pace (nsightflow.capture.launch.discovery.step_paces): from its start to the start of its stage's next
+    step in the same thread, where that is the thread's next step; the GPU's starts (the last column) where both have
+    one (>= 0), else the host's."""
+    ranges = [
+        ["LLM", "prefill", 0, 1, 0, 100, 0, 0, -1],
+        ["LLM", "decode", 0, 1, 200, 300, 0, 90, 1_000],
+        ["LLM", "decode", 0, 2, 320, 330],  # another thread's step between: thread 1's next is still its own
+        ["LLM", "decode", 0, 1, 400, 450, 0, 80, 1_500],  # GPU: 1_500 - 1_000
+        ["LLM", "decode", 0, 1, 600, 700, 0, 0, -1],  # no GPU start: the host's, 600 - 400
+        ["LLM", "prefill", 0, 1, 800, 900],  # another stage comes next: none
+        ["LLM", "decode", 0, 1, 1_000, 1_100],  # the last: none
+    ]
+    found = discover({"ranges": ranges}, "LLM", ["prefill", "decode"], 0)
+    assert found.every_pace == {"prefill": [None, None], "decode": [5e-7, None, 2e-7, None, None]}
 
 
 def test_the_hook_follows_the_programs_child_processes(tmp_path):
@@ -506,7 +531,8 @@ def test_step_functions_name_the_stages_alone(tmp_path):
 @pytest.mark.gpu
 def test_a_timed_steps_wall_is_its_work_on_the_gpu_with_no_wait():
     """The timed run's clock (nsightflow.capture.inside.step_clock): a range that queues a few milliseconds of GPU work
-    and returns at once has the GPU's time for that work as its wall, read without the host waiting at its end."""
+    and returns at once has the GPU's time for that work as its wall, read without the host waiting at its end; the
+    next range, queued behind it, starts on the GPU's clock when that work ends (a step's pace)."""
     import time
 
     import torch
@@ -524,7 +550,11 @@ def test_a_timed_steps_wall_is_its_work_on_the_gpu_with_no_wait():
     end = step_clock.mark()
     host_s = time.perf_counter() - began
     spans.add(0, start, end)
-    gpu_s = spans.settle(wait=True)[0] / 1e9
+    nxt = step_clock.mark()  # the next range, queued behind the first's work: it starts on the GPU when that ends
+    torch.cuda._sleep(1_000_000)
+    spans.add(1, nxt, step_clock.mark())
+    settled = spans.settle(wait=True)
+    gpu_s, at_s = settled[0][0] / 1e9, settled[1][1] / 1e9
     probe = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     probe[0].record()
     torch.cuda._sleep(5_000_000)
@@ -532,4 +562,6 @@ def test_a_timed_steps_wall_is_its_work_on_the_gpu_with_no_wait():
     torch.cuda.synchronize()
     alone_s = probe[0].elapsed_time(probe[1]) / 1e3
     print(f"queued in {host_s * 1e3:.3f} ms; its wall {gpu_s * 1e3:.3f} ms; the same work alone {alone_s * 1e3:.3f} ms")
+    print(f"the next range started {at_s * 1e3:.3f} ms after the first (its pace)")
     assert host_s < 0.5 * gpu_s and gpu_s == pytest.approx(alone_s, rel=0.05)
+    assert settled[0][1] == 0 and at_s == pytest.approx(gpu_s, rel=0.05)

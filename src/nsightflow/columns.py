@@ -15,6 +15,8 @@ from dataclasses import dataclass
 NSIGHT, TORCH, CAPTURES = "nsight", "torch", "captures"
 ALL = frozenset({NSIGHT, TORCH, CAPTURES})
 COUNTERS = frozenset({NSIGHT, CAPTURES})  # where ncu's counters can exist
+HOST_RUN = frozenset({NSIGHT, TORCH})  # where nsightflow ran the program
+NSIGHT_ONLY = frozenset({NSIGHT})
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,8 @@ STAGES: tuple[Column, ...] = (
         "wall_ms",
         "wall ms",
         "ms",
-        "the stage's steps as the program runs them, summed: each step timed (synchronized) after the warm-up with "
-        "no NVTX range and no profiler collecting; captures made elsewhere: from the start to the end of the "
-        "stage's annotated ranges",
+        "the stage's steady steps as the program runs them, summed (no profiler collecting): a callable's each "
+        "synchronized, a command's ranges on the GPU's clock; captures made elsewhere: their annotated ranges'",
         term="wall",
     ),
     Column(
@@ -49,6 +50,15 @@ STAGES: tuple[Column, ...] = (
         "the same steps inside their NVTX (or record_function) ranges under the profiler, which adds time to every "
         "launch (nsys about 30 µs on an H200): what the timeline shows, not what the program takes",
         term="wall under profiler",
+    ),
+    Column(
+        "pace_ms",
+        "pace ms / step",
+        "ms",
+        "a command's steady steps that the stage's next step follows: the median time from one's start to the next's "
+        "(timed run, the GPU's clock), the program's time between its ranges included: its own time per step or token",
+        HOST_RUN,
+        term="pace",
     ),
     Column(
         "gpu_busy_ms",
@@ -127,11 +137,7 @@ STAGES: tuple[Column, ...] = (
         shown=False,
     ),
     Column(
-        "executed_over_model",
-        "executed / model",
-        "intensity",
-        "FLOPs executed over the model's (HFU / MFU)",
-        COUNTERS,
+        "executed_over_model", "executed / model", "intensity", "FLOPs executed over the model's (HFU / MFU)", COUNTERS
     ),
     Column("dram_bytes_measured", "DRAM bytes (ncu)", "bytes", "bytes read and written in device memory", COUNTERS),
     Column("mfu_wall", "MFU on wall", "pct", "model FLOPs per second of wall time, over the compute peak"),
@@ -296,26 +302,20 @@ RANKS: tuple[Column, ...] = (
     Column("steps", "steps", "count", "the rank's steps of the stage (its NVTX ranges)"),
     Column("wall_ms", "wall ms", "ms", "the rank's steps as the program runs them (the timed run, no profiler)"),
     Column("wall_ms_per_step", "wall ms / step", "ms", "the rank's wall over its own steps: ranks compare by it"),
-    Column("gpu_busy_ms", "busy ms", "ms", "time the device ran the rank's kernels of the stage", frozenset({NSIGHT})),
-    Column("compute_ms", "compute ms", "ms", "busy time of kernels other than communication", frozenset({NSIGHT})),
-    Column("comm_ms", "communication ms", "ms", "busy time of communication (NCCL) kernels", frozenset({NSIGHT})),
-    Column(
-        "comm_overlapped_ms",
-        "overlapped ms",
-        "ms",
-        "communication time during which a compute kernel of the same rank ran too (hidden behind compute)",
-        frozenset({NSIGHT}),
-    ),
+    Column("gpu_busy_ms", "busy ms", "ms", "time the device ran the rank's kernels of the stage", NSIGHT_ONLY),
+    Column("compute_ms", "compute ms", "ms", "busy time of kernels other than communication", NSIGHT_ONLY),
+    Column("comm_ms", "communication ms", "ms", "busy time of communication (NCCL) kernels", NSIGHT_ONLY),
+    Column("comm_overlapped_ms", "overlapped ms", "ms", "communication hidden behind the rank's compute", NSIGHT_ONLY),
     Column(
         "comm_exposed_ms",
         "exposed ms",
         "ms",
         "communication time with no compute kernel of the rank running: on the critical path",
-        frozenset({NSIGHT}),
+        NSIGHT_ONLY,
         term="exposed communication",
     ),
-    Column("launches", "launches", "count", "kernel launches of the rank in the stage", frozenset({NSIGHT})),
-    Column("comm_launches", "comm launches", "count", "communication kernel launches", frozenset({NSIGHT})),
+    Column("launches", "launches", "count", "kernel launches of the rank in the stage", NSIGHT_ONLY),
+    Column("comm_launches", "comm launches", "count", "communication kernel launches", NSIGHT_ONLY),
     Column("slowest", "slowest", "bool", "the rank with the longest wall per step in the stage"),
     Column("profiled", "captured", "bool", "the rank whose stages ncu captured (config rank:)"),
 )
@@ -344,6 +344,7 @@ STEPS: tuple[Column, ...] = (
     Column("step", "step", "count", "the stage's step (0 first) in the program's timed run, set-apart steps included"),
     Column("steady", "steady", "bool", "profiled and counted (not warm-up, not outside the workload's window)"),
     Column("wall_ms", "wall", "ms", "the step's wall time in the program's timed run"),
+    Column("pace_ms", "pace", "ms", "from its start to its stage's next step's, where that comes next (see pace)"),
     Column("flops_model", "model FLOPs", "flop", "the step's model FLOPs from its operators' shapes (steady steps)"),
     Column("bytes_model", "model bytes", "bytes", "bytes its operators move, the lower bound (steady steps)"),
     Column("mfu_wall", "MFU on wall", "pct", "the step's model FLOPs per second of its wall time, over the peak"),
@@ -368,6 +369,7 @@ MIXES: tuple[Column, ...] = (
     next(c for c in STEPS if c.name == "mix"),
     Column("steps", "steps", "count", "the mix's steady steps"),
     Column("wall_ms_median", "wall a step (median)", "ms"),
+    Column("pace_ms_median", "pace a step (median)", "ms", "the median of its steps' paces"),
     Column("wall_ms_total", "wall (all)", "ms"),
     Column("flops_model_per_step", "model FLOPs a step", "flop"),
     Column("mfu_wall", "MFU on wall", "pct", "its model FLOPs over its summed wall, over the compute peak"),

@@ -20,7 +20,7 @@ from nsightflow.analysis.focus import Focus
 from nsightflow.analysis.peaks import peaks as device_peaks
 from nsightflow.analysis.peaks import with_ceiling
 from nsightflow.analysis.selection import select_kernels
-from nsightflow.analysis.steps import step_measured
+from nsightflow.analysis.steps import stage_paces, step_measured
 from nsightflow.capture.read import attribution, ncu_csv
 from nsightflow.errors import InputError
 from nsightflow.records import AnalyticCounts, Ceilings, Diagnostic, Manifest, Peaks, StageCount
@@ -118,11 +118,15 @@ def program_wall(manifest_json: str | Path | None) -> tuple[dict[str, list[float
 MEMORY = {"allocated": "memory_allocated_peak", "reserved": "memory_reserved_peak", "rss": "memory_rss_peak"}
 
 
-def with_memory(stages: pd.DataFrame, manifest_json: str | Path | None) -> pd.DataFrame:
+def with_timed_run(stages: pd.DataFrame, manifest_json: str | Path | None) -> pd.DataFrame:
     """Each stage's peak memory in the timed pass (manifest ``program_memory``: nsightflow.capture.inside.memory), NaN
-    where it was not measured (no CUDA allocator, no Linux high-water mark, a command, an older run)."""
-    measured = Manifest.read(manifest_json).program_memory if manifest_json else None
+    where it was not measured (no CUDA allocator, no Linux high-water mark, a command, an older run); and a command's
+    pace a step (nsightflow.analysis.steps.stage_paces), NaN where its steps never follow one another."""
+    manifest = Manifest.read(manifest_json) if manifest_json else None
+    measured = manifest.program_memory if manifest is not None else None
     out = stages.copy()
     for key, col in MEMORY.items():
         out[col] = [float((measured or {}).get(str(s), {}).get(key, np.nan)) for s in out["stage"]]
+    paces = stage_paces(manifest) if manifest is not None else {}
+    out["pace_ms"] = [paces.get(str(s), np.nan) * 1e3 for s in out["stage"]]
     return out

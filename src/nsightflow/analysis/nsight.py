@@ -16,7 +16,7 @@ from nsightflow.analysis.aggregate import (
     peaks_for,
     program_wall,
     tables,
-    with_memory,
+    with_timed_run,
 )
 from nsightflow.analysis.checks import (
     check_analytic,
@@ -107,7 +107,7 @@ def aggregate_run(
         notes.append(note(w.stage, f"step {w.step}: {w.why}."))
     if ranges_export and ranges_plan:
         stages = with_range_totals(stages, ranges_export, ranges_plan, tl)
-    stages = with_memory(stages, manifest_json)
+    stages = with_timed_run(stages, manifest_json)
     notes += stage_notes(stages, analytic)
     check_bounds(stages, pk)
     check_gemm_floor(stages, str(flops_json), every_precision_collected(capture_record))

@@ -66,6 +66,21 @@ def _per_step(values: list[float] | None, steady: int) -> list[float]:
     return [float(v) for v in values]
 
 
+def _ms(seconds: float | None) -> float:
+    return math.nan if seconds is None else seconds * 1e3
+
+
+def stage_paces(manifest: Manifest) -> dict[str, float]:
+    """Each stage's median pace (s) over its steady steps that have one (a command's: Manifest.every_pace_s)."""
+    apart = {(str(w["stage"]), int(w["step"])) for w in manifest.warmup_steps}
+    out = {}
+    for stage, paces in (manifest.every_pace_s or {}).items():
+        mine = [p for i, p in enumerate(paces) if p is not None and (stage, i) not in apart]
+        if mine:
+            out[stage] = float(np.median(mine))
+    return out
+
+
 def step_table(
     manifest: Manifest, analytic: dict[str, StageCount], pk: Peaks | None, measured: pd.DataFrame | None = None
 ) -> pd.DataFrame:
@@ -84,6 +99,7 @@ def step_table(
         moved = dict(zip(steady, _per_step(count.step_bytes, len(steady)), strict=True))
         inputs = manifest.step_inputs.get(stage)
         said = inputs is not None
+        paces = (manifest.every_pace_s or {}).get(stage) or []
         for i, wall in enumerate(walls):
             f, b = flops.get(i, math.nan), moved.get(i, math.nan)
             summary = inputs[i] if inputs is not None and i < len(inputs) else None
@@ -96,6 +112,7 @@ def step_table(
                     "step": i,
                     "steady": i in flops,
                     "wall_ms": wall * 1e3,
+                    "pace_ms": _ms(paces[i] if i < len(paces) else None),
                     "flops_model": f,
                     "bytes_model": b,
                     "mfu_wall": f / (wall * compute) if wall > 0 else math.nan,
@@ -125,6 +142,7 @@ def mix_table(steps: pd.DataFrame) -> pd.DataFrame:
                 "mix": mix,
                 "steps": len(g),
                 "wall_ms_median": float(g["wall_ms"].median()),
+                "pace_ms_median": float(g["pace_ms"].median()),
                 "wall_ms_total": wall,
                 "flops_model_per_step": float(g["flops_model"].mean()),
                 "mfu_wall": float((g["mfu_wall"] * g["wall_ms"]).sum(min_count=len(g)) / wall) if wall else np.nan,

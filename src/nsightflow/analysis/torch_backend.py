@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from nsightflow.analysis import metrics, peaks, ranks
-from nsightflow.analysis.aggregate import RunTables, load_analytic, program_wall, ranked, with_memory
+from nsightflow.analysis.aggregate import RunTables, load_analytic, program_wall, ranked, with_timed_run
 from nsightflow.analysis.checks import check_analytic, check_bounds
 from nsightflow.analysis.diagnostics import note, stage_notes, wall_note
 from nsightflow.analysis.experts import routing_table
@@ -61,7 +61,7 @@ def aggregate_torch(
     ssum = metrics.stage_summary(walls, busy, analytic, pk, focus.divergence)
     check_bounds(ssum, pk)
     ssum, pk, ceiling_notes = within_ceilings(ssum, pk, ceiling)
-    ssum = with_memory(metrics.with_kernel_counts(ssum, kernels), manifest_json)
+    ssum = with_timed_run(metrics.with_kernel_counts(ssum, kernels), manifest_json)
     what = (
         "CUDA kernels (CUPTI)"
         if kind == "gpu"

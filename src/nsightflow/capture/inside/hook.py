@@ -209,18 +209,19 @@ class Tracker:
             self.inside = False
 
     def record(self) -> dict[str, Any]:
-        """The process's record; a timed range's wall (its last column, ns) on the GPU's clock where it has one."""
+        """The process's record; a timed range's wall and start (its last columns, ns) on the GPU's clock where it has
+        them (else 0 and -1)."""
         spans = self.gpu.settle(wait=True)
         walls = {k: list(v) for k, v in self.walls.items()}
         for stage, at in self.wall_ranges.items():
-            walls[stage] = [spans[i] / 1e9 if i in spans else w for i, w in zip(at, walls[stage], strict=True)]
+            walls[stage] = [spans[i][0] / 1e9 if i in spans else w for i, w in zip(at, walls[stage], strict=True)]
         return {
             "mode": self.s.mode,
             "pid": os.getpid(),
             "program_wall_s": time.perf_counter() - self.started,
             "steps": walls,
             "stage_order": list(self.walls),
-            "ranges": [[*r, spans.get(i, 0)] for i, r in enumerate(self.ranges)],
+            "ranges": [[*r, *spans.get(i, (0, -1))] for i, r in enumerate(self.ranges)],
             "main_thread": threading.main_thread().ident,
             "compiled_graphs": step_clock.compiled_graphs(),
             "rank": self.rank if self.rank is not None else rank_of(),

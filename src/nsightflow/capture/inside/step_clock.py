@@ -8,7 +8,10 @@ its GPU work took 0.19 ms). There a range's wall is read from two CUDA events re
 start and its end: the time the GPU took from reaching the range's work to finishing it. Where the GPU waits for the
 host, the first event runs as soon as it is recorded and the span is the host's; where the host runs ahead, it is the
 GPU's; neither waits. A range with no event (no GPU, a stream being captured into a CUDA graph, two devices) keeps its
-host span. What ``torch.compile`` made while a range was open is read at its push and pop too (:func:`compiled_graphs`).
+host span. Each range's start is also kept on that clock (from the first event the process recorded), so that a
+step's pace, from its start to the next step's, holds what the program does between its ranges too
+(nsightflow.capture.launch.discovery). What ``torch.compile`` made while a range was open is read at its push and pop
+too (:func:`compiled_graphs`).
 """
 
 from __future__ import annotations
@@ -56,28 +59,33 @@ def mark() -> Any:
 
 
 class GpuSpans:
-    """Ranges' spans on the GPU's clock, kept by key until both events have run; read without waiting as the
-    program goes (so that a long run keeps few events), and once more, waiting, when the record is written."""
+    """Ranges' spans on the GPU's clock, and their starts from the first event recorded (``origin``), kept by key
+    until both events have run; read without waiting as the program goes (so that a long run keeps few events), and
+    once more, waiting, when the record is written."""
 
     def __init__(self) -> None:
         self.pending: deque[tuple[int, Any, Any]] = deque()
-        self.spans: dict[int, int] = {}  # key -> ns
+        self.spans: dict[int, tuple[int, int]] = {}  # key -> (span, start from the origin), ns
+        self.origin: Any = None
 
     def add(self, key: int, start: Any, end: Any) -> None:
         if start is not None and end is not None:
+            self.origin = start if self.origin is None else self.origin
             self.pending.append((key, start, end))
         self.settle(wait=False)
 
-    def settle(self, wait: bool) -> dict[int, int]:
-        """Spans whose events have run (every one with ``wait``: the GPU synchronized first), by key. A CUDA error
-        (a program that ended with its context broken) leaves the rest to their host spans: the record is written."""
+    def settle(self, wait: bool) -> dict[int, tuple[int, int]]:
+        """(span, start) of the ranges whose events have run (every one with ``wait``: the GPU synchronized first),
+        by key. A CUDA error (a program that ended with its context broken) leaves the rest to their host spans: the
+        record is written."""
         try:
             if wait and self.pending and (torch := _cuda()) is not None:
                 torch.cuda.synchronize()
             while self.pending and (wait or self.pending[0][2].query()):
                 key, start, end = self.pending.popleft()
                 try:
-                    self.spans[key] = round(start.elapsed_time(end) * 1e6)
+                    at = self.origin.elapsed_time(start) if start is not self.origin else 0.0
+                    self.spans[key] = (round(start.elapsed_time(end) * 1e6), round(at * 1e6))
                 except RuntimeError:  # recorded on two devices: the host span stands
                     pass
         except RuntimeError:

@@ -178,6 +178,7 @@ def _record(
         "stage_wall_s": profiled.get("steps") or {},
         "program_wall_s": found.walls,
         "every_wall_s": found.every_wall,
+        "every_pace_s": found.every_pace,
         "warmup_steps": [asdict(w) for w in found.warmup],
         "autotuning": found.tuning,
         "step_inputs": found.inputs,

@@ -31,6 +31,7 @@ class Discovery:
     inputs: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)  # each step's (hook_steps)
     inputs_errors: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)  # the program's own numbers (capture.read.own_metrics)
+    every_pace: dict[str, list[float | None]] = field(default_factory=dict)  # each step's pace (step_paces)
 
     @property
     def skip(self) -> dict[str, list[int]]:
@@ -51,9 +52,10 @@ class Discovery:
         return {k: [x for i, x in enumerate(v) if i not in skip.get(k, ())] for k, v in every.items()}
 
 
-# gpu_wall: the timed run's span of the range on the GPU's clock (ns; 0: none, the host's span stands):
-# nsightflow.capture.inside.step_clock
-RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end", "graphs", "gpu_wall"]
+# gpu_wall, gpu_start: the timed run's span of the range and its start on the GPU's clock (ns; 0 and -1: none, the
+# host's stand): nsightflow.capture.inside.step_clock
+RANGE_COLUMNS = ["domain", "name", "depth", "tid", "start", "end", "graphs", "gpu_wall", "gpu_start"]
+_NONE = {"gpu_start": -1}  # a column a record lacks; else 0
 MAX_SHAPES = 4  # automatic stages: a kind of call with more input shapes than this is one stage, not one per shape
 AUTO_HOW = (
     "Automatic stages (the program opened no NVTX range): training iterations between optimizer steps and top-level "
@@ -85,7 +87,7 @@ def discover(
     steps set apart (nsightflow.capture.read.warmup): "auto", or the first N of each stage. ``partial``: a stage this
     process never ran is left out, not an error (a rank of a job that does not evaluate, as nanoGPT's rank 1).
     ``window``: the steps profiled (the workload's ``window:``); the others are set apart with the warm-up."""
-    rows = [list(r) + [0] * (len(RANGE_COLUMNS) - len(r)) for r in record.get("ranges") or []]
+    rows = [list(r) + [_NONE.get(c, 0) for c in RANGE_COLUMNS[len(r) :]] for r in record.get("ranges") or []]
     ranges = auto_names(pd.DataFrame(rows, columns=RANGE_COLUMNS))
     how = AUTO_HOW if domain == AUTO_DOMAIN else f"the configured domain {domain!r}"
     own = ranges[ranges["domain"] != AUTO_DOMAIN]
@@ -130,6 +132,7 @@ def discover(
             f"{seen[:20] or 'none'}; fix the workload's stages: (or domain:, '' for the default domain)"
         )
     walls: dict[str, list[float]] = {}
+    paces = step_paces(mine)
     graphs: dict[str, list[int]] = {}
     inside: dict[str, list[bool]] = {}
     for ordinal, (name, start, end, made, gpu) in enumerate(
@@ -146,14 +149,35 @@ def discover(
                 f"at most at step {len(mine) - 1}, or run the program longer"
             )
         for k in outside:  # a stage that never ran inside the window is not one of the window's stages
-            del walls[k], graphs[k], inside[k]
+            del walls[k], graphs[k], inside[k], paces[k]
     apart = [
         w
         for stage, v in walls.items()
         for w in set_apart(stage, v, graphs[stage], warmup_n, inside[stage] if window else None)
     ]
     found = Discovery(domain, list(walls), walls, how, walls, apart, bool(record.get("compiled_graphs")))
-    return Discovery(domain, list(walls), found.steady(walls), how, walls, apart, found.compiles)
+    paces = {k: paces.get(k, []) for k in walls}
+    return Discovery(domain, list(walls), found.steady(walls), how, walls, apart, found.compiles, every_pace=paces)
+
+
+def step_paces(steps: pd.DataFrame) -> dict[str, list[float | None]]:
+    """Each step's pace (s): from its start to the start of its stage's next step where that is the next step its
+    thread runs, on the GPU's clock where both have a start there (else the host's); None where another stage's step,
+    or none, comes next. Unlike its range's wall it holds what the program does between two steps (the loop's own
+    Python, a context manager around the range): what a loop's own clock, its time per token, measures.
+
+    ``steps``: a run's stage steps (RANGE_COLUMNS), in the order they started."""
+    out: dict[str, list[float | None]] = {}
+    last: dict[int, tuple[str, int, int, int]] = {}  # thread -> its last step: stage, index in out, start, GPU start
+    for name, tid, start, gpu in zip(steps["name"], steps["tid"], steps["start"], steps["gpu_start"], strict=True):
+        mine = out.setdefault(str(name), [])
+        before = last.get(int(tid))
+        if before is not None and before[0] == name:
+            on_gpu = gpu >= 0 and before[3] >= 0
+            out[before[0]][before[1]] = ((gpu - before[3]) if on_gpu else (start - before[2])) / 1e9
+        mine.append(None)
+        last[int(tid)] = (str(name), len(mine) - 1, int(start), int(gpu))
+    return out
 
 
 def _active(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
