@@ -616,8 +616,10 @@ def _idle_8b() -> tuple[float, int]:
             "ncu, NCCL filter": base + NCU_FILTER + program,
             "ncu, neither": base + program,
             "timeline program alone": timeline,
-            "nsys + sqlite export (as captured)": nsys.profile_argv(nsys_bin, f"{tmp}/a", timeline, capture_range=True),
-            "nsys, no export": _no_export(nsys.profile_argv(nsys_bin, f"{tmp}/b", timeline, capture_range=True)),
+            "nsys + sqlite export (as captured)": nsys.profile_argv(
+                nsys_bin, f"{tmp}/a", timeline, capture_range="none"
+            ),
+            "nsys, no export": _no_export(nsys.profile_argv(nsys_bin, f"{tmp}/b", timeline, capture_range="none")),
             "nsys export of that": [
                 nsys_bin,
                 "export",

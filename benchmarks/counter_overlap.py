@@ -90,7 +90,7 @@ def main() -> None:
         call = timeline_call(tmp)
         if os.environ.get("SHAPE") == "default":
             call = replace(call, args={"batch": 4, "prompt": 512, "decode_steps": 8, "dtype": "bfloat16"})
-        argv = report_only(nsys.profile_argv(nsys_bin, f"{tmp}/t", call.argv(), capture_range=True))
+        argv = report_only(nsys.profile_argv(nsys_bin, f"{tmp}/t", call.argv(), capture_range="none"))
         arms: list[tuple[str, float | None]] = [("alone", None)] + [(f"check at +{d:g} s", d) for d in delays]
         for _ in range(rounds):
             for name, delay in arms:

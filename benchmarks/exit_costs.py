@@ -44,7 +44,7 @@ def main() -> None:
         for name in ("normal", "os._exit", "normal", "os._exit"):
             argv = _normal(call.argv()) if name == "normal" else call.argv()
             base = Path(tmp, f"t_{len(rows)}")
-            total, after, out = timed_launch(nsys.profile_argv(nsys_bin, base, argv, capture_range=True))
+            total, after, out = timed_launch(nsys.profile_argv(nsys_bin, base, argv, capture_range="none"))
             with sqlite3.connect(f"{base}.sqlite") as con:
                 kernels = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
                 ranges = con.execute("SELECT COUNT(*) FROM NVTX_EVENTS").fetchone()[0]

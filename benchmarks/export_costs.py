@@ -25,7 +25,7 @@ from nsightflow.capture.launch import ncu, nsys
 
 
 def _nsys(nsys_bin: str, tmp: str) -> None:
-    argv = nsys.profile_argv(nsys_bin, f"{tmp}/t", timeline_call(tmp).argv(), capture_range=True)
+    argv = nsys.profile_argv(nsys_bin, f"{tmp}/t", timeline_call(tmp).argv(), capture_range="none")
     total, after, out = timed_launch(report_only(argv))
     print(f"nsys profile --export=none: launch {total:.2f} s, after the program {after:.2f} s")
     print("  " + "\n  ".join(ln for ln in out.splitlines() if ln.startswith("nsightflow:")))

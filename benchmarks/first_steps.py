@@ -41,7 +41,7 @@ def main() -> None:
             "program alone": HarnessCall("nsightflow.workloads.decoder:build", EIGHT_B).argv(),
             "timeline call, no profiler": timeline,
             "timeline call under nsys": report_only(
-                nsys.profile_argv(nsys_bin, f"{tmp}/t", timeline, capture_range=True)
+                nsys.profile_argv(nsys_bin, f"{tmp}/t", timeline, capture_range="none")
             ),
             "program under ncu, nothing profiled": [ncu_bin, "--profile-from-start", "off", "--clock-control=none"]
             + HarnessCall("nsightflow.workloads.decoder:build", EIGHT_B).argv(),

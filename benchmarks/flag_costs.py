@@ -81,7 +81,7 @@ def _nsys_rows(nsys_bin: str, tmp: str) -> None:
     flags = [ln.strip().split()[0] for ln in help_text.splitlines() if ln.strip().startswith("--cuda")]
     print("nsys profile's --cuda* flags:", ", ".join(flags), flush=True)
     program = timeline_call(tmp).argv()
-    base = nsys.profile_argv(nsys_bin, f"{tmp}/t", program, capture_range=True)
+    base = nsys.profile_argv(nsys_bin, f"{tmp}/t", program, capture_range="none")
     variants = {"as captured": base}
     if "--cuda-event-trace" in " ".join(flags):
         variants["--cuda-event-trace=false"] = base[:2] + ["--cuda-event-trace=false"] + base[2:]

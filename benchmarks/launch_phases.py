@@ -41,10 +41,10 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         program = timeline_call(tmp).argv()
-        traced = report_only(nsys.profile_argv(nsys_bin, f"{tmp}/t", program, capture_range=True))
+        traced = report_only(nsys.profile_argv(nsys_bin, f"{tmp}/t", program, capture_range="none"))
         for name, argv in [("alone", program), ("nsys", traced)] * 2:
             rows.append((name, *_launch(argv)))
-        tiny = nsys.profile_argv(nsys_bin, f"{tmp}/tiny", [sys.executable, "-c", TINY], capture_range=True)
+        tiny = nsys.profile_argv(nsys_bin, f"{tmp}/tiny", [sys.executable, "-c", TINY], capture_range="none")
         tiny_total, _, _ = _launch(report_only(tiny))
         plain_tiny, _, _ = _launch([sys.executable, "-c", TINY])
     keys = list(dict.fromkeys(k for r in rows for k in r[3]))

@@ -46,7 +46,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         variants = {
             "as the job runs it": nsys.profile_argv(
-                nsys_bin, f"{tmp}/a", timeline_call(tmp).argv(), capture_range=True
+                nsys_bin, f"{tmp}/a", timeline_call(tmp).argv(), capture_range="none"
             ),
             "first pass traced, then stop": [
                 ("--capture-range-end=stop" if a == "--capture-range-end=none" else a)
@@ -54,7 +54,7 @@ def main() -> None:
                     nsys_bin,
                     f"{tmp}/b",
                     [sys.executable, "-c", FIRST_PASS_TRACED, json.dumps(EIGHT_B)],
-                    capture_range=True,
+                    capture_range="none",
                 )
             ],
         }

@@ -20,5 +20,5 @@ def launch_argv(tmp: str | Path, i: int, profiled: bool, wrap: list[str] | None 
     argv = [*(wrap or []), sys.executable, "-m", "nsightflow.capture.inside.harness", "--args", json.dumps(ARGS)]
     argv += ["--out", str(out), "--timed"]
     if profiled:
-        argv = nsys.profile_argv(shutil.which("nsys"), Path(tmp) / f"t{i}", argv, capture_range=True)
+        argv = nsys.profile_argv(shutil.which("nsys"), Path(tmp) / f"t{i}", argv, capture_range="none")
     return argv, out

@@ -300,7 +300,7 @@ def test_the_probe_pass_traced_alone_launches_what_the_ranged_pass_does(run_dir,
     assert manifest["traced_pass"] == "probe" and manifest["first_pass_work"] == [] and manifest["stage_wall_s"] is None
     program = [sys.executable, "-m", "nsightflow.capture.inside.harness", "--callable", manifest["callable"]]
     program += ["--args", json.dumps(manifest["args"]), "--timed"]
-    argv = nsys.profile_argv(shutil.which("nsys"), tmp_path / "ranged", program, capture_range=True)
+    argv = nsys.profile_argv(shutil.which("nsys"), tmp_path / "ranged", program, capture_range="none")
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     con = sqlite3.connect(tmp_path / "ranged.sqlite")
     assert con.execute("SELECT COUNT(*) FROM NVTX_EVENTS WHERE text = 'nsightflow.probe'").fetchone()[0] == 0
@@ -490,7 +490,7 @@ def test_wall_time_is_the_programs_not_the_profilers(tmp_path):
         return program
 
     def timeline(program, i):  # the timeline job's command line (nsightflow.capture.launch.tools.timeline)
-        return nsys.profile_argv(nsys_bin, tmp_path / f"t{i}", program, capture_range=True)
+        return nsys.profile_argv(nsys_bin, tmp_path / f"t{i}", program, capture_range="none")
 
     def traced(program, i):  # no SQLite export of its many kernels: only its passes' walls are wanted
         return [a if a != "--export=sqlite" else "--export=none" for a in timeline(program, i)]

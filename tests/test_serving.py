@@ -4,6 +4,7 @@ the workflow with its scheduler iterations as steps (config step_functions), on 
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 
 import pandas as pd
@@ -219,7 +220,19 @@ def test_a_window_of_a_long_serving_run_is_all_that_is_profiled_on_the_gpu(tmp_p
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
     planned = json.loads((run / "plan.json").read_text())
     steps = {w["step"] for w in planned["windows"]}
+    # nothing outside the window traced: no kernel launched before its first step's range or after its last's
+    con = sqlite3.connect(run / "timeline" / "timeline.sqlite")
+    mirrored = 'SELECT n.start, n."end" FROM NVTX_EVENTS n JOIN NVTX_EVENTS d ON d.eventType = 75 AND '
+    mirrored += "d.domainId = n.domainId AND d.text = 'nsightflow' WHERE n.eventType = 59"
+    first, last, ranged = con.execute(f'SELECT MIN(start), MAX("end"), COUNT(*) FROM ({mirrored})').fetchone()
+    launch = "SELECT rt.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt "
+    launch += "ON rt.correlationId = k.correlationId"
+    kernels, outside = con.execute(
+        f"SELECT COUNT(*), SUM(start < ? OR start > ?) FROM ({launch})", (first, last)
+    ).fetchone()
     print(f"window: {every} iterations timed, {int(stages.loc['iteration', 'range_instances'])} profiled; ncu's "
-          f"windows in steps {sorted(steps)}")  # fmt: skip
-    assert every >= 200 and int(stages.loc["iteration", "range_instances"]) == 20
+          f"windows in steps {sorted(steps)}; the timeline: {ranged} step ranges, {kernels} kernels, {outside} "
+          "launched outside them")  # fmt: skip
+    assert every >= 200 and int(stages.loc["iteration", "range_instances"]) == 20 == ranged
     assert steps and all(20 <= s < 40 for s in steps)
+    assert kernels > 0 and outside == 0

@@ -104,8 +104,9 @@ class Tracker:
                     gate.wait_ready(self.s.gate, self.s.gate_pid)
             else:
                 found = gate.wait_open(self.s.gate)
-                skip, tuning = found.get("skip") or {}, found.get("tuning") or None
+                skip, tuning, steps = found.get("skip") or {}, found.get("tuning") or None, found.get("steps") or {}
                 self.s = replace(self.s, domain=found["domain"], stages=found["stages"], skip=skip, tuning=tuning)
+                self.s = replace(self.s, steps=steps)
                 if not found.get("probe", True):  # the program compiles: its steps run as they are, unprobed
                     self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
             self.gated = False

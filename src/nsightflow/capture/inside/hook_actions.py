@@ -67,12 +67,18 @@ class ProbeActions:
         self.probing = s.mode != "ranged"  # no TorchDispatchMode where the program compiles and is measured
         self.marks = _Ranges(domains) if domains else None
         self.probe: Any = None
+        self.capturing = False  # a window's capture range is open (HookSettings.capture_range)
         self._replays = graph_replays_counted(self.tally)
         self._replays.__enter__()  # for the whole program: a replay inside a step is that step's
 
     def begin(self, stage: str, step: int) -> None:
         from nsightflow.capture.inside.probe import op_probe
 
+        if self.s.capture_range and not self.capturing:  # the window's first profiled step: nsys starts tracing
+            from nsightflow.capture.inside.passes import capture_range
+
+            self.capturing = True
+            capture_range(True)
         if self.marks is not None:
             self.marks.push(stage, step)
         if self.tally is not None:
@@ -99,7 +105,12 @@ class ProbeActions:
             self.marks.pop()
 
     def last_step(self) -> None:
-        pass
+        """After the last profiled step: a window's trace ends (nsys stops collecting; the program runs on)."""
+        if self.capturing:
+            from nsightflow.capture.inside.passes import capture_range
+
+            self.capturing = False
+            capture_range(False)
 
     def finish(self) -> dict[str, Any]:
         from nsightflow.capture.inside.harness import environment, measure_ceilings

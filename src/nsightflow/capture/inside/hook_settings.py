@@ -40,6 +40,8 @@ class HookSettings:
     step_functions: dict[str, str] = field(default_factory=dict)
     # stage name -> 'module:qualname' summarising each step's inputs, called in the timed run (hook_steps)
     step_inputs: dict[str, str] = field(default_factory=dict)
+    # under nsys with --capture-range (a window): trace from the first profiled step to the last one (``steps``) only
+    capture_range: bool = False
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -273,7 +273,7 @@ def timed_beside(
         timed_run.append(_timed(call, tmp, log, timeout_s, (gate, pid), devices))
         found = timed_run[0][0]
         opened = {"domain": found.domain, "stages": found.stages, "skip": found.skip, "probe": not found.compiles}
-        opened["tuning"] = found.tuning
+        opened.update(tuning=found.tuning, steps=found.last_steps())
         open_gate(gate, opened)
 
     runs = _run(call, replace(profile, gate=gate), log, timeout_s, wrap, beside=timed_first)
@@ -299,10 +299,11 @@ def timeline(
             flops_out=str(Path(flops).resolve()),
             ceilings_out=str(Path(ceilings).resolve()),
             rank=call.rank,
+            capture_range=call.steps_window() is not None,  # a window: nsys traces its steps only
         )
         rep = Path(rep)
         tmp_base = rep.with_name(rep.stem + ".tmp")
-        wrap = nsys.profile_argv(nsys_bin, tmp_base, [])
+        wrap = nsys.profile_argv(nsys_bin, tmp_base, [], capture_range="stop" if probe.capture_range else "")
         found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap)
         profiled = primary(runs, call.rank)
         same_steps(found, profiled, "nsys")

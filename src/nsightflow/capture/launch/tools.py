@@ -132,7 +132,7 @@ def timeline(
     tmp_base = rep.with_name(rep.stem + ".tmp")
     harness_json = Path(str(out.manifest) + ".harness.json")
     program = replace(call, timed=True, out=str(harness_json), flops_out=str(out.flops), ceilings_out=str(out.ceilings))
-    argv = nsys.profile_argv(nsys_bin, tmp_base, program.argv(), capture_range=True)
+    argv = nsys.profile_argv(nsys_bin, tmp_base, program.argv(), capture_range="none")
     output, _ = run_tool(argv, out.log, run.timeout_s, gpu=True)
     publish_nsys(tmp_base, rep, sqlite_out, out.log)
     what = "Timeline (nsys), wall times, analytic count and ceilings in the same launch"
