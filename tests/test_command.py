@@ -540,6 +540,7 @@ def test_a_timed_steps_wall_is_its_work_on_the_gpu_with_no_wait():
     from nsightflow.capture.inside import step_clock
 
     torch.cuda.init()
+    torch.cuda._sleep(1_000)  # its kernel loaded (lazily, on first use) before anything is timed
     torch.cuda.synchronize()
     spans = step_clock.GpuSpans()
     began = time.perf_counter()
