@@ -71,7 +71,8 @@ def serve(model: Any, requests: list[tuple[list[int], int]], rate: float, warmup
     gen = GenerationConfig(max_new_tokens=max(k for _, k in requests), do_sample=False, eos_token_id=-1, pad_token_id=0)  # type: ignore[no-untyped-call]
     # a KV cache the requests fit in, not one sized from free memory (on a CPU: gigabytes zeroed before step 0)
     default = ContinuousBatchingConfig()
-    page: int = getattr(default, "page_size", None) or default.block_size  # block_size: transformers 5.17
+    named = [k for k in ("page_size", "block_size") if hasattr(default, k)]  # its name in transformers 5.17: block_size
+    page = int(getattr(default, named[0]))
     blocks = sum(-(-(len(p) + k) // page) for p, k in requests) + len(requests)
     cb = ContinuousBatchingConfig(num_blocks=blocks)
     ctx = model.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb, warmup=warmup)

@@ -147,6 +147,8 @@ class Tracker:
             # every range starts once the hook's own work is done: none of it is part of the program's time
             event = step_clock.mark() if self._timed_on_gpu(name, depth) else None
             stack[-1] = (domain, name, time.perf_counter_ns(), stack[-1][3], event)
+            if self.step is not None and self.step[2] == tid and self.step[3] == len(stack) - 1:
+                self.t0 = stack[-1][2]  # a step's host wall starts with its range, after the hook's work
 
     def pop(self, domain: str | None) -> None:
         if self.inside:
@@ -168,7 +170,8 @@ class Tracker:
             if self.s.mode == "timed":
                 depth = sum(1 for x, *_ in stack[:at] if x == d)
                 end = end if end is not None else time.perf_counter_ns()
-                self.gpu.add(len(self.ranges), began, step_clock.mark() if began is not None else None)
+                ran = began is not None and not step_clock.idle()  # the GPU still runs its work: its end on the GPU
+                self.gpu.add(len(self.ranges), began, step_clock.mark() if ran else None)
                 self.ranges.append((d, name, depth, tid, t0, end, step_clock.compiled_graphs() - graphs))
 
     def _begin(self, stage: str, step: int) -> None:
@@ -215,7 +218,8 @@ class Tracker:
         spans = self.gpu.settle(wait=True)
         walls = {k: list(v) for k, v in self.walls.items()}
         for stage, at in self.wall_ranges.items():
-            walls[stage] = [spans[i][0] / 1e9 if i in spans else w for i, w in zip(at, walls[stage], strict=True)]
+            gpu = [spans.get(i, (0, -1))[0] for i in at]
+            walls[stage] = [g / 1e9 if g > 0 else w for g, w in zip(gpu, walls[stage], strict=True)]
         return {
             "mode": self.s.mode,
             "pid": os.getpid(),
