@@ -198,6 +198,8 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
           f"{want:.6g} from the requests; workflow {workflow_s:.0f} s, the loop alone {alone_s:.0f} s "
           f"({workflow_s / alone_s:.1f}x); iterations by mix {steps['mix'].value_counts().to_dict()}; "
           f"not counted: {counts.get('not_counted')}")  # fmt: skip
+    jobs = {t.stem: float(pd.read_csv(t, sep="\t")["s"].iloc[0]) for t in (run / "benchmarks").glob("*.tsv")}
+    print(f"serving on the GPU, seconds by job: {jobs}")
     assert abs(ours["tokens_per_s"] / alone["tokens_per_s"] - 1) < 0.05
     assert got is not None and abs(got / want - 1) < 0.01
     assert workflow_s / alone_s <= 5

@@ -22,6 +22,8 @@ rule ncu_capture:
         cmd="results/{run}/ncu/capture.cmd.json",
     log:
         "results/{run}/logs/ncu_capture.log",
+    benchmark:
+        "results/{run}/benchmarks/ncu_capture.tsv"
     conda:
         "../../envs/nsightflow.yaml"
     resources:
@@ -68,6 +70,8 @@ use rule ncu_capture as ncu_ranges with:
         cmd="results/{run}/ncu/ranges.cmd.json",
     log:
         "results/{run}/logs/ncu_ranges.log",
+    benchmark:
+        "results/{run}/benchmarks/ncu_ranges.tsv"
     params:
         versions=TOOL_VERSIONS,
         harness=harness_call,
@@ -112,6 +116,8 @@ use rule ncu_capture as ncu_deep with:
         details="results/{run}/ncu/deep.details.txt",
     log:
         "results/{run}/logs/ncu_deep.log",
+    benchmark:
+        "results/{run}/benchmarks/ncu_deep.tsv"
     params:
         versions=TOOL_VERSIONS,
         harness=harness_call,

@@ -9,6 +9,8 @@ rule timeline:
         ceilings="results/{run}/ceilings.json",
     log:
         "results/{run}/logs/timeline.log",
+    benchmark:
+        "results/{run}/benchmarks/timeline.tsv"
     conda:
         "../../envs/nsightflow.yaml"
     threads: profile_threads

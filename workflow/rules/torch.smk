@@ -11,6 +11,8 @@ rule torch_profile:
         ceilings="results/{run}/ceilings.json",
     log:
         "results/{run}/logs/torch_profile.log",
+    benchmark:
+        "results/{run}/benchmarks/torch_profile.tsv"
     conda:
         "../../envs/nsightflow.yaml"
     threads: profile_threads
