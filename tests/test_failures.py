@@ -201,6 +201,35 @@ def test_timeout_stops_the_program_the_tool_launched(tmp_path):
     assert not os.path.exists(f"/proc/{child}") or "zombie" in open(f"/proc/{child}/status").read().lower()
 
 
+def test_a_tools_output_is_in_its_log_while_it_runs(tmp_path):
+    """A long ncu launch says nothing for minutes unless its log follows it: each line is in the log as it comes,
+    once, under the command line, with the timeout's note after it."""
+    import threading
+
+    from nsightflow.capture.launch.tools import ToolError, run_tool
+
+    log = tmp_path / "log"
+    script = "import time; print('==PROF== Connected to process 1', flush=True); time.sleep(300)"
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_tool([sys.executable, "-c", script], log, timeout_s=20)
+        except ToolError as exc:
+            failed.append(exc)
+
+    tool = threading.Thread(target=run)
+    tool.start()
+    deadline = time.time() + 15
+    while "Connected" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
+        time.sleep(0.1)
+    assert "Connected to process 1" in log.read_text() and tool.is_alive()  # in the log, the tool still running
+    tool.join(60)
+    text = log.read_text()
+    assert failed and text.count("$ ") == 1 and text.count("\n==PROF== Connected to process 1\n") == 1
+    assert text.index("\n==PROF==") < text.index("stopped after the 20 s timeout")
+
+
 def _pid_written(marker: Path) -> int:
     """The pid a process wrote to ``marker`` once it started (waiting up to 2 minutes), checked alive."""
     deadline = time.time() + 120

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -35,8 +36,9 @@ def run_tool(
     beside: Callable[[dict[str, str], int], None] | None = None,
     nested: bool = False,
 ) -> tuple[str, int]:
-    """Run ``argv`` (never through a shell; ``env`` added to the environment, in ``cwd``), append its output to
-    ``log``; return (output, exit code).
+    """Run ``argv`` (never through a shell; ``env`` added to the environment, in ``cwd``), its output appended to
+    ``log`` as it comes (a ``nested`` run's, which runs beside another, as one block when it ends); return (output,
+    exit code).
 
     With ``gpu`` the child runs on ``gpus`` devices of its own (see nsightflow.capture.launch.gpus.claim). With
     ``check`` a non-zero exit raises ToolError with the output's last lines. ``beside(environment, pid)`` runs while
@@ -47,29 +49,31 @@ def run_tool(
     from nsightflow.capture.launch.hostfacts import as_the_user_set
 
     require(argv[0])
+    live = None if nested else LiveLog(log, argv)
     with claim(n_devices=None if gpu else 0, want=gpus) as (child_env, decision):
         started = time.time()
         inner = None if beside is None else lambda pid: beside(child_env, pid)
+        seen = on_line if live is None else live.follow(on_line)
         try:
             program_env = {**as_the_user_set(child_env), **(env or {})}
-            stdout, code = children.run(argv, program_env, timeout_s, on_line, cwd, inner, nested)
+            stdout, code = children.run(argv, program_env, timeout_s, seen, cwd, inner, nested)
         except subprocess.TimeoutExpired as exc:
-            append_log(log, argv, (exc.output or "") + f"\n[nsightflow] stopped after the {timeout_s} s timeout\n")
+            said = f"\n[nsightflow] stopped after the {timeout_s} s timeout\n"
+            _end_log(log, argv, live, exc.output or "", said)
             raise ToolError(f"{argv[0]} did not finish within {timeout_s} s (config: timeout_s); log: {log}") from exc
         except (KeyboardInterrupt, children.Stopped) as exc:
-            append_log(
-                log,
-                argv,
+            said = (
                 f"\n[nsightflow] stopped ({type(exc).__name__} {exc}): the tool and its program were killed"
                 + "".join(f"\n[nsightflow] {n}" for n in getattr(exc, "__notes__", []))
-                + "\n",
+                + "\n"
             )
+            _end_log(log, argv, live, "", said)
             raise
     gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""
     gpu_note += harmless_notes(stdout)
     how = children.describe_exit(code)
     try:
-        append_log(log, argv, gpu_note + stdout + f"\n[nsightflow] {Path(argv[0]).name} {how}\n")
+        _end_log(log, argv, live, stdout, "\n" + gpu_note + f"[nsightflow] {Path(argv[0]).name} {how}\n")
     except OSError as exc:  # a full disk must not hide why the tool failed
         if check and code != 0:
             raise ToolError(
@@ -120,6 +124,56 @@ def require(binary: str) -> None:
 def append_log(log: str | Path, argv: list[str], text: str) -> None:
     with open(log, "a") as fh:
         fh.write("$ " + " ".join(argv) + "\n" + text)
+
+
+class LiveLog:
+    """A tool's output written to its log line by line as it runs (``tail -f`` shows a long ncu launch's progress,
+    and a job killed from outside leaves what its tool said). A write that fails (a full disk) stops the stream;
+    the output is then appended whole when the tool ends (:func:`_end_log`)."""
+
+    def __init__(self, log: str | Path, argv: list[str]) -> None:
+        self.lock = threading.Lock()
+        self.ok = True
+        self.fh: Any = None
+        try:
+            self.fh = open(log, "a")  # held while the tool runs, closed by end()
+            self.fh.write("$ " + " ".join(argv) + "\n")
+            self.fh.flush()
+        except OSError:
+            self.ok = False
+
+    def follow(self, on_line: Callable[[str], None] | None) -> Callable[[str], None]:
+        def seen(line: str) -> None:
+            with self.lock:
+                if self.ok:
+                    try:
+                        self.fh.write(line)
+                        self.fh.flush()
+                    except OSError:
+                        self.ok = False
+            if on_line is not None:
+                on_line(line)
+
+        return seen
+
+    def end(self, text: str) -> bool:
+        """Write ``text`` and close; whether the whole output is in the log."""
+        with self.lock:
+            done, self.ok = self.ok, False
+            if self.fh is not None:
+                try:
+                    if done:
+                        self.fh.write(text)
+                    self.fh.close()
+                except OSError:
+                    done = False
+            return done
+
+
+def _end_log(log: str | Path, argv: list[str], live: LiveLog | None, output: str, text: str) -> None:
+    """End a tool's log: ``text`` after the output streamed (``live``), else the whole block (``output``, ``text``)."""
+    if live is None or not live.end(text):
+        append_log(log, argv, output + text)
 
 
 def timeline(
