@@ -71,7 +71,6 @@ class Tracker:
         self.step: tuple[str, int, int, int, bool] | None = None  # stage, step, thread, depth of its range, set apart
         self.counts: dict[str, int] = {}
         self.walls: dict[str, list[float]] = {}
-        self.wall_ranges: dict[str, list[int]] = {}  # timed: each step's range (its index in ranges)
         self.gpu = step_clock.GpuSpans()  # timed: ranges' spans on the GPU's clock, by index in ranges
         self.started = time.perf_counter()
         self.inside = False  # the hook's own NVTX calls are not the program's
@@ -198,8 +197,6 @@ class Tracker:
         if self.actions is not None:
             self._own(self.actions.end)
         self.walls.setdefault(stage, []).append((ended - self.t0) / 1e9)
-        if self.s.mode == "timed":  # its wall read from its range's events once they have run (record)
-            self.wall_ranges.setdefault(stage, []).append(len(self.ranges))
         self.step = None
         if self.s.steps and all(self.counts.get(k, 0) >= n for k, n in self.s.steps.items()):
             self._own(self.actions.last_step)  # torch.profiler stops on the thread that started it
@@ -216,15 +213,11 @@ class Tracker:
         """The process's record; a timed range's wall and start (its last columns, ns) on the GPU's clock where it has
         them (else 0 and -1)."""
         spans = self.gpu.settle(wait=True)
-        walls = {k: list(v) for k, v in self.walls.items()}
-        for stage, at in self.wall_ranges.items():
-            gpu = [spans.get(i, (0, -1))[0] for i in at]
-            walls[stage] = [g / 1e9 if g > 0 else w for g, w in zip(gpu, walls[stage], strict=True)]
         return {
             "mode": self.s.mode,
             "pid": os.getpid(),
             "program_wall_s": time.perf_counter() - self.started,
-            "steps": walls,
+            "steps": self.walls,  # the host's: a timed run's walls are its ranges' (discovery reads them)
             "stage_order": list(self.walls),
             "ranges": [[*r, *spans.get(i, (0, -1))] for i, r in enumerate(self.ranges)],
             "main_thread": threading.main_thread().ident,
