@@ -71,11 +71,14 @@ def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_
     assert all(a > 0 for a in attention) and attention[1:] == sorted(set(attention[1:]))
 
 
-def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
-    """nsightflow.workloads.serving as a command (requests of drawn lengths, all at once), its iterations the steps
-    and each one's batch summarised: over the iterations, the prompt tokens prefilled are the requests' prompts and
-    the tokens decoded are their outputs less the first (sampled at the end of each prompt's prefill), as the program
-    printed its request set; its own clock (tokens, time to first token) in its output."""
+@pytest.mark.parametrize("per_step", [0, 2], ids=["at-once", "two-per-step"])
+def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path, per_step):
+    """nsightflow.workloads.serving as a command (requests of drawn lengths, all at once or two joining before each
+    of the engine's iterations), its iterations the steps and each one's batch summarised: over the iterations, the
+    prompt tokens prefilled are the requests' prompts and the tokens decoded are their outputs less the first
+    (sampled at the end of each prompt's prefill), as the program printed its request set; its own clock (tokens,
+    time to first token) in its output. Arrivals per step are the same in every launch (nsightflow refuses a program
+    whose steps differ between launches), and batches mix new prompts with others' decoding."""
     if not _engine_step_exists():
         pytest.skip("this transformers has no ContinuousBatchProcessor._generation_step")
     from nsightflow.workloads import serving
@@ -83,6 +86,7 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
     config = {"model_type": "llama", **LLAMA}
     argv = [sys.executable, "-m", "nsightflow.workloads.serving", "--config", json.dumps(config), "--requests", "8"]
     argv += ["--prompt", "16", "--prompt-spread", "8", "--new", "6", "--new-spread", "2", "--no-warmup"]
+    argv += ["--per-step", str(per_step)]
     workload = {"name": "served", "command": argv, "warmup_steps": 0}
     workload |= {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
     work = torch_workflow(tmp_path, [workload])
@@ -102,6 +106,9 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path):
     assert sum(float(i["decode_tokens"]) for i in inputs) == sum(k - 1 for k in outputs)
     assert all(0 < float(i["requests"]) <= len(prompts) for i in inputs)
     assert steps["mix"].iloc[0] == "prefill-only" and steps["mix"].str.startswith("decode-only").any()
+    if per_step:  # iteration 0: the first two prompts alone; iteration 1: two more beside their first decode
+        assert float(inputs[0]["requests"]) == per_step and float(inputs[0]["prefill_tokens"]) == sum(prompts[:2])
+        assert float(inputs[1]["decode_tokens"]) == per_step and steps["mix"].iloc[1] in ("mixed", "prefill-heavy")
     counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
     assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]
 

@@ -1,7 +1,9 @@
 """A serving workload: transformers' continuous batching (a paged KV cache and a scheduler that mixes prefill and
 decode in each forward) of a causal LM from a config or a local checkpoint, over a request set of prompt and output
-lengths drawn from a seeded distribution, arriving all at once or at a rate (by the clock: the iterations then
-differ from run to run, which nsightflow's several launches of one program refuse; profile it at once).
+lengths drawn from a seeded distribution, arriving all at once, a few after each of the engine's iterations
+(``--per-step``: the same iterations in every run, so prefill of new requests mixes with decode of the others), or at
+a rate (by the clock: the iterations then differ from run to run, which nsightflow's several launches of one program
+refuse; profile it at once or per step).
 
 It is a program, run as a command (``python -m nsightflow.workloads.serving ...``) so that the engine runs as it does
 for a user: its scheduler iterations are the steps (config ``step_functions``: :data:`STEP`), each one's batch read
@@ -13,15 +15,21 @@ the run, and time to first token and per output token (median and 90th percentil
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
 import random
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 STEP = "transformers.generation.continuous_batching.continuous_api:ContinuousBatchProcessor._generation_step"
 SUMMARY = "nsightflow.capture.inside.summaries:transformers_batch"
+# where the engine drains its queue of new requests before each iteration (arrivals per step are submitted there)
+ARRIVE = "transformers.generation.continuous_batching.continuous_api:ContinuousBatchProcessor.prepare_next_batch"
 PREFIX = "nsightflow-metrics: "  # nsightflow.capture.read.own_metrics reads the line
 
 
@@ -60,10 +68,11 @@ def own_clock(outputs: list[Any], began: float, ended: float) -> dict[str, Any]:
     return said
 
 
-def serve(model: Any, requests: list[tuple[list[int], int]], rate: float, warmup: bool) -> list[Any]:
+def serve(model: Any, requests: list[tuple[list[int], int]], rate: float, warmup: bool, per_step: int = 0) -> list[Any]:
     """Run ``requests`` through the model's continuous-batching manager (as ``generate_batch`` runs it: no gradients,
-    the engine's own warm-up where ``warmup``), submitted at once (``rate`` 0) or ``rate`` a second; their finished
-    records, in submission order."""
+    the engine's own warm-up where ``warmup``), submitted at once (``rate`` and ``per_step`` 0), ``rate`` a second,
+    or ``per_step`` each time the engine prepares an iteration (:func:`arrivals`); their finished records, in
+    submission order."""
     import torch
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -77,19 +86,57 @@ def serve(model: Any, requests: list[tuple[list[int], int]], rate: float, warmup
     cb = ContinuousBatchingConfig(num_blocks=blocks)
     ctx = model.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb, warmup=warmup)
     with torch.no_grad(), ctx as manager:
-        ids, began = [], time.perf_counter()
-        for i, (prompt, new) in enumerate(requests):
-            if rate > 0:
-                time.sleep(max(0.0, began + i / rate - time.perf_counter()))
+        ids: list[str] = []
+
+        def submit(prompt: list[int], new: int) -> None:
             ids.append(manager.add_request(prompt, max_new_tokens=new, record_timestamps=True))
-        done: dict[str, Any] = {}
-        while len(done) < len(ids):
-            result = manager.get_result(timeout=1)
-            if result is not None and result.is_finished():
-                done[result.request_id] = result
-            elif result is None and not manager.is_running():
-                raise RuntimeError(f"the engine stopped with {len(ids) - len(done)} request(s) unfinished")
+
+        with arrivals(requests if per_step else [], per_step, submit):
+            began = time.perf_counter()
+            for i, (prompt, new) in enumerate([] if per_step else requests):
+                if rate > 0:
+                    time.sleep(max(0.0, began + i / rate - time.perf_counter()))
+                submit(prompt, new)
+            done: dict[str, Any] = {}
+            while len(done) < len(requests):
+                result = manager.get_result(timeout=1)
+                if result is not None and result.is_finished():
+                    done[result.request_id] = result
+                elif result is None and not manager.is_running():
+                    raise RuntimeError(f"the engine stopped with {len(requests) - len(done)} request(s) unfinished")
     return [done[i] for i in ids]
+
+
+@contextmanager
+def arrivals(
+    pending: list[tuple[list[int], int]], per_step: int, submit: Callable[[list[int], int], None]
+) -> Iterator[None]:
+    """While open, ``per_step`` of the ``pending`` requests are submitted each time the engine prepares an iteration
+    (:data:`ARRIVE`, wrapped on its class), from the engine's own thread, just before it drains its queue: iteration k
+    holds the first k+1 groups (less those finished), and every run of the program has the same iterations (arrivals
+    by the clock do not)."""
+    if not pending:
+        yield
+        return
+    module, qualname = ARRIVE.split(":")
+    owner, name = qualname.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), owner)
+    if name not in cls.__dict__:
+        raise SystemExit(f"--per-step: this transformers has no {qualname} to submit requests at; use --rate 0")
+    prepare = cls.__dict__[name]
+    left = list(pending)
+
+    def prepared(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for prompt, new in left[:per_step]:
+            submit(prompt, new)
+        del left[:per_step]
+        return prepare(self, *args, **kwargs)
+
+    setattr(cls, name, functools.wraps(prepare)(prepared))
+    try:
+        yield
+    finally:
+        setattr(cls, name, prepare)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--new", type=int, default=32, help="tokens generated per request, mean")
     p.add_argument("--new-spread", type=int, default=16)
     p.add_argument("--rate", type=float, default=0.0, help="requests a second; 0: all at once")
+    p.add_argument("--per-step", type=int, default=0, help="this many requests join before each engine iteration")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-warmup", action="store_true", help="skip the engine's own warm-up (CUDA-graph capture)")
     a = p.parse_args(argv)
@@ -115,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     vocab = int(hf_config.vocab_size)
     requests = request_set(a.requests, a.prompt, a.prompt_spread, a.new, a.new_spread, vocab, a.seed)
     began = time.perf_counter()
-    outputs = serve(model, requests, a.rate, not a.no_warmup)
+    outputs = serve(model, requests, a.rate, not a.no_warmup, a.per_step)
     said = own_clock(outputs, began, time.perf_counter())
     said["lengths"] = [[len(prompt), new] for prompt, new in requests]
     print(PREFIX + json.dumps(said), flush=True)
