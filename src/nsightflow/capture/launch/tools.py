@@ -69,6 +69,10 @@ def run_tool(
             )
             _end_log(log, argv, live, "", said)
             raise
+        except BaseException as exc:  # a run beside it gave up (a plan that needs other counters): the log is closed
+            if live is not None:
+                live.end(f"\n[nsightflow] stopped: {type(exc).__name__}: {str(exc)[:300]}\n")
+            raise
     gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""
     gpu_note += harmless_notes(stdout)
     how = children.describe_exit(code)
