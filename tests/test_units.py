@@ -45,4 +45,4 @@ def test_tables_never_show_nan_and_hide_what_has_nothing_to_say():
     assert "<td>4.39</td>" in html and "<td>1,235</td>" in html and "<td>88.7 MFLOP</td>" in html
     assert "<td>3.07%</td>" in html and html.count("<td>—</td>") == 2
     assert "wall ≫ busy" not in html  # a flag column with no flag set is not shown
-    assert '<th title="the stage&#x27;s steps as the program runs them' in html
+    assert '<th title="the stage&#x27;s steady steps as the program runs them' in html
