@@ -3,8 +3,8 @@
 # start <pytest args...>` copies the tree to /tmp/nf (later calls re-send the working tree; the running tests keep
 # their own copy), activates .gpu-bundle there and starts one pytest session in a process session of its own, which
 # runs on while the machine stays warm; every call (`bash benchmarks/gpu_session.sh`, and start) then waits up to
-# WAIT seconds (default 560) for it, prints the tail, and brings the log back under $OUT (the tests' logs too, as
-# logs.tgz, once it has ended). Call again within the machine's idle release (30 s) or the session is lost.
+# WAIT seconds (default 560) for it, prints the tail, and brings the log back under $OUT (the tests' logs so far too,
+# as logs.tgz). Call again within the machine's idle release (30 s) or the session is lost.
 # Needs NSIGHTFLOW_CORPUS's programs in .corpus/ for the corpus tests; carry .gpu-bundle, .corpus and benchmarks.
 W=/tmp/nf
 if [ "$1" = start ]; then
@@ -23,6 +23,5 @@ echo "== elapsed $(( $(date +%s) - $(cat /tmp/nf.began) )) s"
 grep -E " (PASSED|FAILED|ERROR)|^EXIT|^(FAILED|ERROR|PASSED) " /tmp/nf.log | tail -30
 echo "== tail"; tail -c 7000 /tmp/nf.log
 cp /tmp/nf.log "$OUT/"
-if grep -q '^EXIT' /tmp/nf.log; then
-  (cd /tmp/nf-bt && find . -name '*.log' -size -4M | tar czf "$OUT/logs.tgz" -T -)
-fi
+# the tests' logs so far, running or ended (a job's log follows its tool as it runs: where a long one stands)
+(cd /tmp/nf-bt 2>/dev/null && find . -name '*.log' -size -4M | tar czf "$OUT/logs.tgz" -T -)
