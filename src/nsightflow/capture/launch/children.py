@@ -224,6 +224,9 @@ def stop_signals() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+LIMIT_BYTES = 4 << 20  # of a tool's output, what a job keeps (Output) and writes to its log
+
+
 class Output:
     """A child's output as the job keeps it: every line a profiler's diagnosis needs (ncu's ``==PROF==``,
     ``==WARNING==``, ``==ERROR==``, the harness's ``nsightflow:``, a traceback's end), and of the rest the first
@@ -232,7 +235,7 @@ class Output:
 
     KEEP = ("==PROF==", "==WARNING==", "==ERROR==", "nsightflow: ")
 
-    def __init__(self, limit_bytes: int = 4 << 20) -> None:
+    def __init__(self, limit_bytes: int = LIMIT_BYTES) -> None:
         self.half = limit_bytes // 2
         self.head: list[str] = []
         self.head_bytes = 0

@@ -71,7 +71,7 @@ def run_tool(
             raise
         except BaseException as exc:  # a run beside it gave up (a plan that needs other counters): the log is closed
             if live is not None:
-                live.end(f"\n[nsightflow] stopped: {type(exc).__name__}: {str(exc)[:300]}\n")
+                live.end("", f"\n[nsightflow] stopped: {type(exc).__name__}: {str(exc)[:300]}\n")
             raise
     gpu_note = f"[nsightflow] {decision}; ran from {started:.3f} to {time.time():.3f}\n" if gpu else ""
     gpu_note += harmless_notes(stdout)
@@ -132,13 +132,17 @@ def append_log(log: str | Path, argv: list[str], text: str) -> None:
 
 class LiveLog:
     """A tool's output written to its log line by line as it runs (``tail -f`` shows a long ncu launch's progress,
-    and a job killed from outside leaves what its tool said). A write that fails (a full disk) stops the stream;
-    the output is then appended whole when the tool ends (:func:`_end_log`)."""
+    and a job killed from outside leaves what its tool said), up to the start the job keeps of a long output
+    (nsightflow.capture.launch.children.Output); the rest of what it keeps (the end, what was left out) follows when
+    the tool ends. A write that fails (a full disk) stops the stream; the output is then appended whole at the end
+    (:func:`_end_log`)."""
 
     def __init__(self, log: str | Path, argv: list[str]) -> None:
         self.lock = threading.Lock()
         self.ok = True
         self.fh: Any = None
+        self.streamed: list[str] = []
+        self.room = children.LIMIT_BYTES // 2  # the start of an output the job keeps (Output's head)
         try:
             self.fh = open(log, "a")  # held while the tool runs, closed by end()
             self.fh.write("$ " + " ".join(argv) + "\n")
@@ -149,25 +153,32 @@ class LiveLog:
     def follow(self, on_line: Callable[[str], None] | None) -> Callable[[str], None]:
         def seen(line: str) -> None:
             with self.lock:
-                if self.ok:
+                if self.ok and self.room >= len(line):
                     try:
                         self.fh.write(line)
                         self.fh.flush()
+                        self.streamed.append(line)
+                        self.room -= len(line)
                     except OSError:
                         self.ok = False
+                else:
+                    self.room = -1  # the stream stops at the first line past it: what it wrote starts the output
             if on_line is not None:
                 on_line(line)
 
         return seen
 
-    def end(self, text: str) -> bool:
-        """Write ``text`` and close; whether the whole output is in the log."""
+    def end(self, output: str, text: str) -> bool:
+        """Write what ``output`` (the output as the job keeps it) has beyond what was streamed, then ``text``, and
+        close; whether the whole output is in the log."""
         with self.lock:
             done, self.ok = self.ok, False
+            streamed = "".join(self.streamed)
+            rest = output[len(streamed) :] if output.startswith(streamed) else output
             if self.fh is not None:
                 try:
                     if done:
-                        self.fh.write(text)
+                        self.fh.write(rest + text)
                     self.fh.close()
                 except OSError:
                     done = False
@@ -175,8 +186,9 @@ class LiveLog:
 
 
 def _end_log(log: str | Path, argv: list[str], live: LiveLog | None, output: str, text: str) -> None:
-    """End a tool's log: ``text`` after the output streamed (``live``), else the whole block (``output``, ``text``)."""
-    if live is None or not live.end(text):
+    """End a tool's log: after the output streamed (``live``), what it lacks of ``output`` and ``text``; else the
+    whole block."""
+    if live is None or not live.end(output, text):
         append_log(log, argv, output + text)
 
 
