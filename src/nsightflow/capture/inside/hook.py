@@ -104,8 +104,9 @@ class Tracker:
             else:
                 found = gate.wait_open(self.s.gate)
                 skip, tuning, steps = found.get("skip") or {}, found.get("tuning") or None, found.get("steps") or {}
-                self.s = replace(self.s, domain=found["domain"], stages=found["stages"], skip=skip, tuning=tuning)
-                self.s = replace(self.s, steps=steps)
+                self.s = replace(
+                    self.s, domain=found["domain"], stages=found["stages"], skip=skip, tuning=tuning, steps=steps
+                )
                 if not found.get("probe", True):  # the program compiles: its steps run as they are, unprobed
                     self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
             self.gated = False
@@ -177,7 +178,6 @@ class Tracker:
         if DEBUG:
             # One write, the line and its end: print() writes them apart, and another rank's line came between.
             sys.stderr.write(f"[nsightflow hook] pid {os.getpid()} {self.s.mode}: step {stage!r} {step}\n")
-        self.t0 = time.perf_counter_ns()
         if self.actions is None:  # the first step: the rank is known by now (torch.distributed initialised)
             from nsightflow.capture.inside import hook_actions
 

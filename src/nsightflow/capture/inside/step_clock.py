@@ -85,7 +85,7 @@ class GpuSpans:
         try:
             if wait and self.pending and (torch := _cuda()) is not None:
                 torch.cuda.synchronize()
-            while self.pending and (wait or (self.pending[0][2] or self.pending[0][1]).query()):
+            while self.pending and (wait or _last(self.pending[0]).query()):
                 key, start, end = self.pending.popleft()
                 try:
                     at = self.origin.elapsed_time(start) if start is not self.origin else 0.0
@@ -96,6 +96,11 @@ class GpuSpans:
         except RuntimeError:
             self.pending.clear()
         return self.spans
+
+
+def _last(pending: tuple[int, Any, Any]) -> Any:
+    """A pending range's last event: its end's, or its start's where it has no end event."""
+    return pending[2] if pending[2] is not None else pending[1]
 
 
 _COUNTERS: Any = None

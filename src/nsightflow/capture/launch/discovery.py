@@ -156,7 +156,6 @@ def discover(
         for w in set_apart(stage, v, graphs[stage], warmup_n, inside[stage] if window else None)
     ]
     found = Discovery(domain, list(walls), walls, how, walls, apart, bool(record.get("compiled_graphs")))
-    paces = {k: paces.get(k, []) for k in walls}
     return Discovery(domain, list(walls), found.steady(walls), how, walls, apart, found.compiles, every_pace=paces)
 
 

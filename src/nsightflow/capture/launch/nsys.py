@@ -4,12 +4,17 @@ nsightflow.capture.read.nsys_stats and nsightflow.capture.read.attribution)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 STATS_REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum")
 
 
 def profile_argv(
-    nsys: str, out_base: str | Path, program: list[str], trace: str = "cuda,nvtx", capture_range: str = ""
+    nsys: str,
+    out_base: str | Path,
+    program: list[str],
+    trace: str = "cuda,nvtx",
+    capture_range: Literal["", "none", "stop"] = "",
 ) -> list[str]:
     """``nsys profile`` of ``program``; writes ``out_base.nsys-rep`` and its SQLite export ``out_base.sqlite``.
 
