@@ -23,5 +23,11 @@ echo "== elapsed $(( $(date +%s) - $(cat /tmp/nf.began) )) s"
 grep -E " (PASSED|FAILED|ERROR)|^EXIT|^(FAILED|ERROR|PASSED) " /tmp/nf.log | tail -30
 echo "== tail"; tail -c 7000 /tmp/nf.log
 cp /tmp/nf.log "$OUT/"
+# where a running session stands: its processes, the GPUs, and (py-spy where the bundle has it) each program's stacks
+if ! grep -q '^EXIT' /tmp/nf.log 2>/dev/null; then
+  { ps -eo pid,ppid,etime,pcpu,rss,args --forest | grep -v -E ' (ps|grep|bash -c) ' | tail -60; nvidia-smi
+    for p in $(pgrep -f "${DIAG:-train.py}"); do echo "== py-spy $p"; timeout 20 py-spy dump --pid "$p" 2>&1 | head -40; done
+  } > "$OUT/host.txt" 2>&1
+fi
 # the tests' logs so far, running or ended (a job's log follows its tool as it runs: where a long one stands)
 (cd /tmp/nf-bt 2>/dev/null && find . -name '*.log' -size -4M | tar czf "$OUT/logs.tgz" -T -)
