@@ -292,6 +292,31 @@ def test_a_commands_ncu_launch_never_starts_before_its_plan(tmp_path):
     assert [launch.awaits_plan for launch in got] == [False]
 
 
+@pytest.mark.parametrize(
+    "gpus, env, expect",
+    [
+        (1, {}, {}),
+        (2, {}, {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}),
+        (2, {"NCCL_P2P_DISABLE": 0}, {"NCCL_P2P_DISABLE": "0", "NCCL_NVLS_ENABLE": "0"}),
+    ],
+)
+def test_ncu_launch_of_several_gpus_runs_nccl_with_no_peer_writes_and_nsys_as_configured(tmp_path, gpus, env, expect):
+    # ncu's replay restores the profiled rank's memory between passes; a peer's NVLink write landing between them
+    # is undone and the collective never ends (a hung nanoGPT under torchrun, 2 of 3 launches on two H100s)
+    from nsightflow.capture.inside.hook_settings import HookSettings
+    from nsightflow.capture.launch.command import CommandCall
+    from nsightflow.capture.launch.program import ncu_launches
+    from nsightflow.records import Manifest
+
+    Manifest(stage_domain="D", stages=[{"name": "work"}]).write(tmp_path / "manifest.json")
+    fields = {"command": [sys.executable, "program.py"], "gpus": gpus, "env": env}
+    (launch,) = ncu_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json", False)
+    nccl = {k: v for k, v in launch.env.items() if k.startswith("NCCL_")}
+    assert nccl == expect and launch.gpus == gpus
+    timeline = CommandCall(**fields).launch(HookSettings("nsys", None), tmp_path)
+    assert {k: v for k, v in timeline.env.items() if k.startswith("NCCL_")} == {k: str(v) for k, v in env.items()}
+
+
 def test_stage_ranges_in_a_worker_thread_are_profiled_under_torch_profiler(tmp_path):
     """torch.profiler is thread-local: it starts and stops on the thread of the steps (kineto killed the process with
     SIGSEGV when it was stopped from the main thread at exit)."""

@@ -33,6 +33,7 @@ from nsightflow.capture.launch.children import identity
 from nsightflow.capture.launch.hook_site import program_tmp, site_dir
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 from nsightflow.capture.launch.tools import publish_nsys, run_tool, tool_warnings, write_manifest
+from nsightflow.capture.read.comm import REPLAY_SAFE_ENV
 from nsightflow.capture.read.own_metrics import own_metrics
 from nsightflow.capture.read.warmup import Window
 from nsightflow.domains import DEFAULT_DOMAIN
@@ -121,7 +122,10 @@ class CommandCall:
             skip=skip,
             tuning=manifest.autotuning or None,  # the timed run's choices: ncu's slowed timing picks none
         )
-        return self.launch(settings, Path(plan_json).resolve().parent)
+        launch = self.launch(settings, Path(plan_json).resolve().parent)
+        if self.gpus > 1:  # ranks on several GPUs: no peer writes into memory ncu restores between replay passes
+            launch = replace(launch, env={**REPLAY_SAFE_ENV, **launch.env})
+        return launch
 
 
 def _run(
