@@ -384,8 +384,8 @@ def kernels_per_range(sqlite: Path, domain: str, name: str) -> list[pd.DataFrame
 
 def sql_rank_kernels(sqlite, domain):
     """Every kernel whose launch call lies in one of its own process's ranges of ``domain`` (domain ids are
-    numbered per process): pid, range name, kernel, start, end. Plain SQL over an nsys export, independent of
-    nsightflow's attribution."""
+    numbered per process): pid, range name, kernel, start, end, and the range's start. Plain SQL over an nsys
+    export, independent of nsightflow's attribution."""
 
     con = sqlite3.connect(sqlite)
     q = """
@@ -397,12 +397,12 @@ def sql_rank_kernels(sqlite, domain):
           FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds kn ON kn.id = k.demangledName
           JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.correlationId = k.correlationId
            AND ((rt.globalTid >> 24) & 16777215) = ((k.globalPid >> 24) & 16777215))
-    SELECT r.pid, r.name, k.kernel, k.start, k."end"
+    SELECT r.pid, r.name, k.kernel, k.start, k."end", r.start
       FROM r JOIN k ON k.pid = r.pid AND k.launch BETWEEN r.start AND r."end"
     """
     rows = con.execute(q, (domain,)).fetchall()
     con.close()
-    return pd.DataFrame(rows, columns=["pid", "stage", "kernel", "start", "end"])
+    return pd.DataFrame(rows, columns=["pid", "stage", "kernel", "start", "end", "range_start"])
 
 
 def torch_workflow(tmp_path: Path, workloads: list[dict]) -> Path:
@@ -414,6 +414,16 @@ def torch_workflow(tmp_path: Path, workloads: list[dict]) -> Path:
     cfg.update(workloads=workloads, profiler="torch")
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return work
+
+
+def steady_rows(sql: pd.DataFrame, warmup_steps: list[dict]) -> pd.DataFrame:
+    """sql_rank_kernels' rows less those of warm-up steps (``[{"stage", "step"}]``, a step by its ordinal among its
+    process's ranges of that stage; a range without kernels is not counted here: a test that needs it fails)."""
+    ordinal = sql.groupby(["pid", "stage"])["range_start"].rank(method="dense").astype(int) - 1
+    warm = pd.Series(False, index=sql.index)
+    for w in warmup_steps:
+        warm |= (sql["stage"] == w["stage"]) & (ordinal == int(w["step"]))
+    return sql[~warm]
 
 
 def exposed_by_hand(g: pd.DataFrame) -> int:

@@ -36,6 +36,7 @@ from conftest import (
     snakemake,
     sql_launches,
     sql_rank_kernels,
+    steady_rows,
     steady_steps,
     wait_gone,
 )
@@ -1169,7 +1170,8 @@ def _check_ranks(run, parallel, reference, profiled_rank=0):
     table = pd.DataFrame(json.loads((run / "summary.json").read_text())["ranks"])
     csv = pd.read_csv(run / "ranks.csv")  # the same rows, for pandas
     assert csv[["rank", "stage", "launches"]].values.tolist() == table[["rank", "stage", "launches"]].values.tolist()
-    sql = sql_rank_kernels(run / "timeline" / "timeline.sqlite", domain)
+    # the table's kernels are of the steps its walls are (the steady ones)
+    sql = steady_rows(sql_rank_kernels(run / "timeline" / "timeline.sqlite", domain), manifest.get("warmup_steps", []))
     for _, row in table.iterrows():
         held = sql[(sql["pid"] == row["pid"]) & (sql["stage"] == row["stage"])]
         n, comm = len(held), int(held["kernel"].str.startswith("nccl").sum())

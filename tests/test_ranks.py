@@ -20,6 +20,7 @@ from conftest import (
     slow_ranks_script,
     snakemake,
     sql_rank_kernels,
+    steady_rows,
     steady_steps,
     torch_workflow,
     wait_gone,
@@ -198,6 +199,32 @@ def test_a_real_two_rank_timeline_gives_each_rank_its_own_kernels():
         assert row["comm_ms"] == pytest.approx((comm["end"] - comm["start"]).sum() / 1e6)
         assert row["comm_exposed_ms"] == pytest.approx(exposed_by_hand(g) / 1e6)
         assert row["comm_overlapped_ms"] + row["comm_exposed_ms"] == pytest.approx(row["comm_ms"])
+
+
+def test_a_ranks_busy_time_is_of_its_steady_steps_with_kernels_running_at_once_counted_once():
+    """The walls are the steady steps': busy and communication leave the warm-up steps out too (a rank's first
+    collective waits for the others to start: 300 ms of "busy" against a 62 ms wall on nanoGPT's rank 0), and a
+    kernel overlapping another counts once (busy never exceeds the time the kernels spanned)."""
+    from dataclasses import replace
+
+    from nsightflow.analysis import ranks
+    from nsightflow.records import Manifest
+
+    manifest = replace(Manifest.read(TP / "manifest.json"), warmup_steps=[{"stage": "decode", "step": 0}])
+    truth = sql_rank_kernels(TP / "timeline.sqlite", "LLM")
+    steady = steady_rows(truth, manifest.warmup_steps)
+    table = ranks.rank_table(ranks.rank_launches(TP / "timeline.sqlite", "nsightflow"), manifest)
+    for _, row in table.iterrows():
+        g = steady[(steady["pid"] == row["pid"]) & (steady["stage"] == row["stage"])]
+        assert row["launches"] == len(g) > 0
+        spans, busy, reach = sorted(zip(g["start"], g["end"], strict=True)), 0, None
+        for s, e in spans:  # the union by hand
+            reach = s if reach is None else max(reach, s)
+            busy, reach = busy + max(0, e - reach), max(reach, e)
+        assert row["gpu_busy_ms"] == pytest.approx(busy / 1e6)
+        assert row["gpu_busy_ms"] <= (max(g["end"]) - min(g["start"])) / 1e6
+    decode = table[table["stage"] == "decode"]
+    assert (decode["launches"] < truth[truth["stage"] == "decode"].groupby("pid").size().min()).all()
 
 
 def test_ranks_with_unequal_step_counts_are_compared_per_step():

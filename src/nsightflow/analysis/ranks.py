@@ -4,7 +4,9 @@ communication ran while the rank's compute did (overlapped) and how much did not
 
 The timeline (nsys, following the process tree) holds every rank's stage steps in nsightflow's ranks domain
 (nsightflow.capture.inside.hook); a kernel belongs to the step of its own process whose range holds its launch call,
-from any thread of that process. The wall times come from the timed run in the manifest (the program unslowed).
+from any thread of that process. The wall times come from the timed run in the manifest (the program unslowed), its
+steady steps; the kernels' times are of the same steps, the warm-up steps (manifest ``warmup_steps``, by ordinal)
+set apart in both: a rank's first collective, waiting for the others to start, is no part of its steady busy time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from nsightflow import columns
 from nsightflow.analysis.diagnostics import note
 from nsightflow.capture.read import nsys_sqlite
 from nsightflow.capture.read.attribution import top_level, window_of
-from nsightflow.capture.read.comm import is_comm, overlapped
+from nsightflow.capture.read.comm import busy_ns, is_comm, overlapped
 from nsightflow.capture.read.nsys_sqlite import PUSH_POP
 from nsightflow.domains import ranks_domain
 from nsightflow.records import Diagnostic, Manifest
@@ -30,7 +32,8 @@ def empty() -> pd.DataFrame:
 
 
 def rank_launches(sqlite: str | Path, mirror: str) -> pd.DataFrame:
-    """Every kernel launched inside a rank's stage step: pid, stage, step, kernel, start, end (from the export)."""
+    """Every kernel launched inside a rank's stage step: pid, stage, step (the step's ordinal in its stage on that
+    rank, as warm-up steps are named), kernel, start, end (from the export)."""
     con, _ = nsys_sqlite.connect(Path(sqlite))
     with con:  # millions of kernels over many ranks: only the ranks' step ranges and the kernels' times and names
         nvtx = nsys_sqlite.nvtx_events(con, domain=ranks_domain(mirror))
@@ -41,6 +44,7 @@ def rank_launches(sqlite: str | Path, mirror: str) -> pd.DataFrame:
     parts = []
     for pid, mine in r.groupby("pid"):
         steps = top_level(mine.sort_values(["start", "end"], ascending=[True, False]))
+        steps = steps.assign(ordinal=steps.groupby("name", sort=False).cumcount())
         kk = k[k["pid"] == pid]
         owner = window_of(kk["launch_ns"].to_numpy(), steps["start"].to_numpy(), steps["end"].to_numpy())
         hit, own = kk[owner >= 0], steps.iloc[owner[owner >= 0]]
@@ -49,7 +53,7 @@ def rank_launches(sqlite: str | Path, mirror: str) -> pd.DataFrame:
                 {
                     "pid": int(pid),
                     "stage": own["name"].to_numpy(),
-                    "step": own["payload"].fillna(-1).astype("int64").to_numpy(),
+                    "step": own["ordinal"].astype("int64").to_numpy(),
                     "name_id": hit["demangledName"].to_numpy(),
                     "start": hit["start"].to_numpy(),
                     "end": hit["end"].to_numpy(),
@@ -76,6 +80,12 @@ def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
         return empty()
     if "comm" not in launches:
         launches = launches.assign(comm=is_comm(launches["kernel"]) if len(launches) else np.zeros(0, dtype=bool))
+    if manifest.warmup_steps and len(launches):  # the same steps as the walls: the steady ones (a few warm-up steps)
+        warm = np.zeros(len(launches), dtype=bool)
+        stage, step = launches["stage"].astype(str).to_numpy(), launches["step"].to_numpy()
+        for w in manifest.warmup_steps:
+            warm |= (stage == str(w["stage"])) & (step == int(w["step"]))
+        launches = launches[~warm]
     # one pass over the (millions of) launches: each rank's stage
     groups = {
         (int(key[0]), str(key[1])): g
@@ -121,9 +131,10 @@ def _busy(g: pd.DataFrame) -> dict[str, Any]:
         c["start"].to_numpy(), c["end"].to_numpy(), compute["start"].to_numpy(), compute["end"].to_numpy()
     ).sum()
     comm_ns = float(dur[comm].sum())
-    return {
-        "gpu_busy_ms": float(dur.sum()) / 1e6,
-        "compute_ms": float(dur[~comm].sum()) / 1e6,
+    starts, ends = g["start"].to_numpy(), g["end"].to_numpy()
+    return {  # busy and compute: the time some such kernel ran (streams overlap: counted once)
+        "gpu_busy_ms": busy_ns(starts, ends) / 1e6,
+        "compute_ms": busy_ns(starts[~comm], ends[~comm]) / 1e6,
         "comm_ms": comm_ns / 1e6,
         "comm_overlapped_ms": float(hidden) / 1e6,
         "comm_exposed_ms": (comm_ns - float(hidden)) / 1e6,

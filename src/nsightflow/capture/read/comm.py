@@ -61,6 +61,14 @@ def overlapped(starts: np.ndarray, ends: np.ndarray, busy_starts: np.ndarray, bu
     return covered(ends.astype("int64")) - covered(starts.astype("int64"))
 
 
+def busy_ns(starts: np.ndarray, ends: np.ndarray) -> float:
+    """The time some interval ran (ns): their union's length, what overlaps counted once."""
+    import numpy as np
+
+    u_s, u_e = _union(starts, ends)
+    return float(np.sum(u_e - u_s, dtype="float64"))
+
+
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
 
