@@ -146,21 +146,22 @@ SERVE_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 819
 SERVE_1B |= {"num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}
 
 
-def _nsight_workflow(tmp_path, workload: dict):
+def _nsight_workflow(tmp_path, workload: dict, ncu: dict | None = None):
     import yaml
     from conftest import copy_workflow
 
     work = copy_workflow(tmp_path / "wf")
     cfg = yaml.safe_load((work / "config" / "config.yaml").read_text())
     cfg.update(workloads=[workload], profiler="nsight")
+    cfg["ncu"].update(ncu or {})
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return work
 
 
-def _gpu_serving(requests: int, prompt: tuple[int, int], new: tuple[int, int]) -> list[str]:
+def _gpu_serving(requests: int, prompt: tuple[int, int], new: tuple[int, int], config: dict = SERVE_1B) -> list[str]:
     from nsightflow.workloads import serving
 
-    argv = [sys.executable, "-m", serving.__name__, "--config", json.dumps(SERVE_1B), "--dtype", "bfloat16"]
+    argv = [sys.executable, "-m", serving.__name__, "--config", json.dumps(config), "--dtype", "bfloat16"]
     argv += ["--device", "cuda", "--requests", str(requests), "--prompt", str(prompt[0]), "--prompt-spread"]
     return argv + [str(prompt[1]), "--new", str(new[0]), "--new-spread", str(new[1])]
 
@@ -245,3 +246,32 @@ def test_a_window_of_a_long_serving_run_is_all_that_is_profiled_on_the_gpu(tmp_p
     assert every >= 200 and int(stages.loc["iteration", "range_instances"]) == 20 == ranged
     assert steps and all(20 <= s < 40 for s in steps)
     assert kernels > 0 and outside == 0
+
+
+@pytest.mark.gpu
+def test_a_serving_windows_counters_match_ncu_over_every_launch_of_its_steps(tmp_path):
+    """Requests joining two per iteration (prefills sharing batches with decodes: iterations of several mixes), steps
+    6 to 11 profiled: the window's tensor FLOPs and DRAM bytes, from sampled steps and one launch per class, within
+    1% of nsightflow's capture of every launch of every one of those steps, made by a second run of the same command
+    (the 1B shape at 4 layers, so that every launch of six iterations is a few minutes of ncu)."""
+    from nsightflow.workloads import serving
+
+    argv = _gpu_serving(16, (128, 64), (24, 8), {**SERVE_1B, "num_hidden_layers": 4}) + ["--per-step", "2"]
+    workload = {"name": "serve", "command": argv, "warmup_steps": 0, "window": {"start": 6, "steps": 6}}
+    workload |= {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
+    got = {}
+    for name, ncu in (("sampled", {}), ("every", {"capture": "every_launch", "sample_steps": ["every:1"]})):
+        work = _nsight_workflow(tmp_path / name, workload, ncu)
+        snakemake(work, "--cores", "1", "results/report.html")
+        run = work / "results" / "serve"
+        got[name] = pd.read_csv(run / "stages.csv").set_index("stage").loc["iteration"]
+        steps = pd.read_csv(run / "steps.csv")
+        plan = json.loads((run / "plan.json").read_text())
+        print(f"serving window, {name}: {len(plan['expected'])} launches profiled in {len(plan['windows'])} windows; "
+              f"mixes {steps['mix'].value_counts().to_dict()}")  # fmt: skip
+    sampled, every = got["sampled"], got["every"]
+    assert int(sampled["range_instances"]) == int(every["range_instances"]) == 6
+    for column in ("flops_tensor_measured", "dram_bytes_measured"):
+        print(f"serving window {column}: {sampled[column]:.6g} vs every launch {every[column]:.6g} "
+              f"({sampled[column] / every[column] - 1:+.3%})")  # fmt: skip
+        assert abs(sampled[column] / every[column] - 1) < 0.01
