@@ -22,12 +22,12 @@ PATTERN = r"(?:^|[\s:])nccl"
 # ncu's kernel filter that profiles every kernel but NCCL's (--kernel-name matches the function's base name).
 NCU_FILTER = ["--kernel-name", "regex:^(?!nccl)"]
 
-# NCCL's transports in ncu's launch of a job of several GPUs. Kernel replay saves the profiled rank's memory before a
-# kernel's first pass and restores it before each next one; a peer that writes into that memory meanwhile (NVLink
-# peer-to-peer, NVLink SHARP) has its writes undone, and both ranks then wait in the collective for ever. On an H100
-# pair nanoGPT under torchrun hung so in 2 of 3 ncu launches, in none of 4 with peer-to-peer off (docs/gpu-host.md).
-# Without it NCCL moves data through shared host memory, which ncu does not restore; the kernels ncu measures are the
-# same (NCCL's are never profiled). The nsys launch keeps the program's own transports. A workload's env wins.
+# NCCL's transports in ncu's launch of a job of several GPUs. nanoGPT under torchrun (DDP) hung in 2 of 3 ncu launches
+# on two GPUs, in none of 6 with peer-to-peer off (docs/gpu-host.md). The explanation that fits (not proven): kernel
+# replay saves the profiled rank's memory before a kernel's first pass and restores it before each next one, undoing
+# a peer's writes into it meanwhile (NVLink peer-to-peer, NVLink SHARP), and both ranks then wait in the collective
+# for ever. Without them NCCL moves data through shared host memory; the kernels ncu measures are the same (NCCL's
+# are never profiled). The nsys launch keeps the program's own transports. A workload's env wins.
 REPLAY_SAFE_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
 
 
