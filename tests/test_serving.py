@@ -271,6 +271,8 @@ def test_a_serving_windows_counters_match_ncu_over_every_launch_of_its_steps(tmp
               f"mixes {steps['mix'].value_counts().to_dict()}")  # fmt: skip
     sampled, every = got["sampled"], got["every"]
     assert int(sampled["range_instances"]) == int(every["range_instances"]) == 6
+    for column in ("flops_measured_gemm", "flops_measured_attention", "flops_analytic_attention"):
+        print(f"serving window {column}: {sampled[column]:.6g} (every launch: {every[column]:.6g})")
     for column in ("flops_tensor_measured", "dram_bytes_measured"):
         print(f"serving window {column}: {sampled[column]:.6g} vs every launch {every[column]:.6g} "
               f"({sampled[column] / every[column] - 1:+.3%})")  # fmt: skip
