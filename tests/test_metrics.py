@@ -165,6 +165,49 @@ def test_a_missing_cell_is_never_a_zero():
     assert st.loc["prefill", "covered_ns"] < st.loc["prefill", "busy_ns"]  # and coverage says so
 
 
+def test_a_call_profiled_in_no_step_is_named_an_estimate_with_its_share_of_the_stage():
+    """An operator call whose shapes no profiled launch had (a serving iteration's batch, a growing cache) takes
+    the counters of the launch at its position in the profiled steps of its launch sequence: each such launch is
+    marked, and the stage says how much of its GPU time they are. The default decoder's capture on an H100."""
+    from nsightflow.analysis.steps import step_measured, stood_in_shares
+
+    run = DATA / "h100_probe"
+    tl = attribution.read_timeline(run / "timeline.sqlite", "nsightflow")
+    ran = plan.CapturePlan.read(run / "plan.json")
+    raw, _ = ncu_csv.parse_raw_csv(run / "capture.raw.csv")
+    matched = matching.match_to_plan(ncu_csv.result_metrics(raw), plan.expected_frame(ran), "capture")
+    ranged = tl.launches[tl.launches["pass_"] == "ranged"]
+    chosen = plan.chosen_pairs(ran)
+    profiled = set(zip(matched["stage"], matched["class_key"], strict=True))
+
+    def standing(r):  # a call's launch outside the chosen steps whose class no profiled launch has: by sets
+        keys = zip(r["stage"], r["step"], r["class_key"], strict=True)
+        out = [(st, int(n)) not in chosen and (st, k) not in profiled for st, n, k in keys]
+        return np.array(out) & attribution.call_classes(r)
+
+    def share(r, mask):
+        return {st: float(r["duration_ns"][mask & (r["stage"] == st).to_numpy()].sum()) / float(
+            r["duration_ns"][(r["stage"] == st).to_numpy()].sum()) for st in r["stage"].unique()}  # fmt: skip
+
+    values = metrics.launch_values(ranged, matched, chosen)
+    want = standing(ranged)
+    assert values["stood_in"].to_numpy().tolist() == want.tolist()
+    assert stood_in_shares(step_measured(values)) == pytest.approx(share(ranged, want))
+    # One unprofiled decode step's calls given other shapes: they now stand on the profiled steps' launches too.
+    other = ranged.copy()
+    steps = zip(other["stage"], other["step"], strict=True)
+    step = min(n for st, n in steps if st == "decode" and (st, n) not in chosen)
+    one = (other["stage"] == "decode").to_numpy() & (other["step"] == step).to_numpy() & attribution.call_classes(other)
+    other.loc[one, "class_key"] = other.loc[one, "class_key"].astype(str) + " (other shapes)"
+    values = metrics.launch_values(other, matched, chosen)
+    more = standing(other)
+    assert (more == (want | one)).all()
+    assert values["stood_in"].to_numpy().tolist() == more.tolist() and more.sum() > want.sum()
+    shares = stood_in_shares(step_measured(values))
+    assert shares == pytest.approx(share(other, more)) and 0 < shares["decode"] < 1
+    assert values.loc[one, "flops_tensor"].notna().all()  # another launch's numbers, named an estimate, never NaN
+
+
 def test_range_exports_are_not_joined_per_kernel(tmp_path):
     # A range-replay export has no Grid/Block columns (one row per range): derived here from the real
     # prefill export by dropping them, since aggregation must refuse to join it per kernel.

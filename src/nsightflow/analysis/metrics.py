@@ -58,9 +58,12 @@ def launch_values(
     the launch at its position: decode steps repeat their kernels while the work of some (attention over a
     growing cache, a replayed CUDA graph) changes. NaN where nothing measured stands for it: never a zero.
     ``by_call`` is off for captures of every launch (calls whose work depends on data, e.g. MoE routing).
+    ``stood_in``: an operator call profiled in no step (other shapes than every profiled launch's: a serving
+    iteration's batch) that took the counters of another call's launch at its position: an estimate.
     """
     cols = ["stage", "step", "seq", "class_key", "structure", "kernel", "duration_ns"]
     out = ranged[cols].copy()
+    out["stood_in"] = False
     if matched.empty:
         for c in COUNTERS:
             out[c] = np.nan
@@ -70,13 +73,15 @@ def launch_values(
     reps = strict(g[COUNTERS], "mean").join(g.size().rename("profiled"))
     out = out.merge(reps, left_on=["stage", "step", "class_key"], right_index=True, how="left")
     out["profiled"] = out["profiled"].fillna(0).astype("int64")
+    calls = pd.Series(call_classes(ranged), index=ranged.index)
     if by_call:
-        calls = pd.Series(call_classes(ranged), index=ranged.index)
         per_call = strict(out[calls & (out["profiled"] > 0)].groupby(["stage", "class_key"])[COUNTERS], "mean")
         _fill(out, calls & (out["profiled"] == 0), per_call, ["stage", "class_key"])
     win = pd.Series(pd.MultiIndex.from_frame(out[["stage", "step"]]).isin(list(chosen)), index=out.index)
     slots = strict(out[win].groupby(["stage", "structure", "seq"])[COUNTERS], "mean")
-    _fill(out, ~win & out[COUNTERS].isna().all(axis=1), slots, ["stage", "structure", "seq"])
+    by_position = ~win & out[COUNTERS].isna().all(axis=1)
+    _fill(out, by_position, slots, ["stage", "structure", "seq"])
+    out["stood_in"] = (by_position & calls & out[COUNTERS].notna().any(axis=1)).to_numpy()
     return out
 
 

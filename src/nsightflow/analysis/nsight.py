@@ -32,7 +32,7 @@ from nsightflow.analysis.checks import (
 from nsightflow.analysis.diagnostics import MODE_TEXT, note, stage_notes, wall_note
 from nsightflow.analysis.experts import routing_table
 from nsightflow.analysis.focus import Focus
-from nsightflow.analysis.steps import step_table
+from nsightflow.analysis.steps import step_table, stood_in_shares
 from nsightflow.capture.read import attribution, ncu_csv
 from nsightflow.capture.read.matching import match_to_plan
 from nsightflow.capture.read.plan import CapturePlan, chosen_pairs, expected_frame
@@ -84,6 +84,7 @@ def aggregate_run(
     )
     notes = [note("capture", f"{MODE_TEXT[plan.mode]}."), wall_note(wall[0], "nsys", tl.probe_stands_in, stages)]
     estimates = []
+    stood = stood_in_shares(per_step)
     for stage, s in plan.stages.items():
         text = f"{s.profiled} of {s.launches} launches profiled ({s.classes} classes of identical launches)"
         if s.steps > 1:
@@ -98,6 +99,12 @@ def aggregate_run(
                 )
                 + "; the other steps scaled launch by launch from the same calls, or from the sampled steps' launch "
                 "at the same position"
+            )
+        if stood.get(stage, 0.0) > 0:
+            text += (
+                f"; {stood[stage]:.1%} of its GPU time is in operator calls profiled in no step (shapes no profiled "
+                "step had: a serving iteration's batch, a growing cache), which take the counters of the launch at "
+                "their position in the profiled steps of the same launch sequence: estimates"
             )
         notes.append(note(stage, f"{text}."))
         if s.profiled < s.launches:

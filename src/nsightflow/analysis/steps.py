@@ -48,14 +48,27 @@ MEASURED = ["flops_tensor", "dram_bytes"]  # ncu's counters a step's row sums (n
 def step_measured(values: pd.DataFrame) -> pd.DataFrame:
     """Per (stage, step) of the timeline: GPU busy time and ncu's tensor FLOPs and DRAM bytes over its launches
     (``values``: nsightflow.analysis.metrics.launch_values, unsampled steps scaled from the sampled ones); a counter
-    is NaN for a step where any launch lacks it."""
+    is NaN for a step where any launch lacks it; ``stood_in_ns``, the busy time of its launches whose counters are
+    another call's (launch_values ``stood_in``)."""
     if values.empty:
-        return pd.DataFrame(columns=["stage", "step", "busy_ns", *MEASURED])
+        return pd.DataFrame(columns=["stage", "step", "busy_ns", *MEASURED, "stood_in_ns"])
     g = values.groupby(["stage", "step"], sort=False)
     out = g["duration_ns"].sum().rename("busy_ns").to_frame()
     for c in MEASURED:
         out[c] = g[c].sum(min_count=1).where(g[c].count() == g.size())
+    stood = values["duration_ns"].where(values["stood_in"], 0.0)
+    out["stood_in_ns"] = stood.groupby([values["stage"], values["step"]], sort=False).sum()
     return out.reset_index()
+
+
+def stood_in_shares(per_step: pd.DataFrame) -> dict[str, float]:
+    """Per stage (of :func:`step_measured`), the share of its GPU time whose counters are another call's: 0 where
+    every launch has its own call's or a launch no call identifies stands for it."""
+    if per_step.empty:
+        return {}
+    g = per_step.groupby("stage", sort=False)
+    busy = g["busy_ns"].sum()
+    return {str(k): float(v) for k, v in (g["stood_in_ns"].sum() / busy.where(busy > 0)).fillna(0.0).items()}
 
 
 def _per_step(values: list[float] | None, steady: int) -> list[float]:
