@@ -269,6 +269,9 @@ def test_a_serving_windows_counters_match_ncu_over_every_launch_of_its_steps(tmp
         plan = json.loads((run / "plan.json").read_text())
         print(f"serving window, {name}: {len(plan['expected'])} launches profiled in {len(plan['windows'])} windows; "
               f"mixes {steps['mix'].value_counts().to_dict()}")  # fmt: skip
+        from nsightflow.records import Summary
+
+        print([n for n in Summary.read(run / "summary.json").notes() if "profiled in no step" in n])
     sampled, every = got["sampled"], got["every"]
     assert int(sampled["range_instances"]) == int(every["range_instances"]) == 6
     for column in ("flops_measured_gemm", "flops_measured_attention", "flops_analytic_attention"):
