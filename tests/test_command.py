@@ -301,8 +301,8 @@ def test_a_commands_ncu_launch_never_starts_before_its_plan(tmp_path):
     ],
 )
 def test_ncu_launch_of_several_gpus_runs_nccl_with_no_peer_writes_and_nsys_as_configured(tmp_path, gpus, env, expect):
-    # ncu's replay restores the profiled rank's memory between passes; a peer's NVLink write landing between them
-    # is undone and the collective never ends (a hung nanoGPT under torchrun, 2 of 3 launches on two H100s)
+    # nanoGPT under torchrun hung in 2 of 3 ncu launches on two GPUs, in none of 6 with peer-to-peer off; the
+    # explanation that fits (not proven): ncu's replay restores the profiled rank's memory, undoing a peer's writes
     from nsightflow.capture.inside.hook_settings import HookSettings
     from nsightflow.capture.launch.command import CommandCall
     from nsightflow.capture.launch.program import ncu_launches
