@@ -1178,8 +1178,10 @@ def _check_ranks(run, parallel, reference, profiled_rank=0):
         print(
             f"{parallel} rank {row['rank']} {row['stage']}: launches {row['launches']} (SQL {n}), comm "
             f"{row['comm_launches']} (SQL {comm}), wall {row['wall_ms']:.3f} ms, busy {row['gpu_busy_ms']:.3f}, comm "
-            f"{row['comm_ms']:.3f} ms of which exposed {row['comm_exposed_ms']:.3f}, slowest {row['slowest']}"
+            f"{row['comm_ms']:.3f} ms of which exposed {row['comm_exposed_ms']:.3f}, waiting "
+            f"{row['comm_wait_ms']:.3f}, slowest {row['slowest']}"
         )
+        assert 0 <= row["comm_wait_ms"] <= row["comm_ms"] + 1e-9  # each collective's time beyond its shortest rank's
         assert (row["launches"], row["comm_launches"]) == (n, comm)
         assert row["comm_overlapped_ms"] + row["comm_exposed_ms"] == pytest.approx(row["comm_ms"])
         assert row["comm_exposed_ms"] == pytest.approx(exposed_by_hand(held) / 1e6)

@@ -314,6 +314,7 @@ RANKS: tuple[Column, ...] = (
         NSIGHT_ONLY,
         term="exposed communication",
     ),
+    Column("comm_wait_ms", "waiting ms", "ms", "collective time beyond its shortest rank's: waiting", NSIGHT_ONLY),
     Column("launches", "launches", "count", "kernel launches of the rank in the stage", NSIGHT_ONLY),
     Column("comm_launches", "comm launches", "count", "communication kernel launches", NSIGHT_ONLY),
     Column("slowest", "slowest", "bool", "the rank with the longest wall per step in the stage"),

@@ -86,6 +86,7 @@ def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
         for w in manifest.warmup_steps:
             warm |= (stage == str(w["stage"])) & (step == int(w["step"]))
         launches = launches[~warm]
+    launches = launches.assign(wait=collective_waits(launches))
     # one pass over the (millions of) launches: each rank's stage
     groups = {
         (int(key[0]), str(key[1])): g
@@ -115,6 +116,24 @@ def rank_table(launches: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     return out.reindex(columns=columns.names("ranks"))
 
 
+def collective_waits(launches: pd.DataFrame) -> np.ndarray:
+    """Each launch's time waiting for a slower rank (ns): a collective runs until its last rank joins, so the n-th
+    launch of a communication kernel in a step of a stage takes, on each rank, its transfer plus its wait for the
+    others; the shortest of it over the ranks is the transfer (the last to join waits least), the rest waiting. A
+    launch seen on one rank alone is NaN (nothing to compare with); a compute launch 0."""
+    out = np.zeros(len(launches), dtype="float64")
+    comm = launches["comm"].to_numpy(dtype=bool) if len(launches) else out.astype(bool)
+    if not comm.any():
+        return out
+    pos = np.flatnonzero(comm)
+    c = launches.iloc[pos].reset_index(drop=True).assign(at=pos).sort_values("start", kind="stable")
+    dur = (c["end"] - c["start"]).astype("float64")
+    nth = c.groupby(["pid", "stage", "step", "kernel"], observed=True, sort=False).cumcount()
+    same = dur.groupby([c["stage"].astype(str), c["step"], c["kernel"].astype(str), nth], sort=False)
+    out[c["at"].to_numpy()] = (dur - same.transform("min")).where(same.transform("size") > 1).to_numpy()
+    return out
+
+
 def per_step_ms(table: pd.DataFrame) -> pd.Series:
     """Each rank's stage wall per step (ms): its total over its own step count."""
     steps = pd.to_numeric(table["steps"], errors="coerce")
@@ -138,6 +157,7 @@ def _busy(g: pd.DataFrame) -> dict[str, Any]:
         "comm_ms": comm_ns / 1e6,
         "comm_overlapped_ms": float(hidden) / 1e6,
         "comm_exposed_ms": (comm_ns - float(hidden)) / 1e6,
+        "comm_wait_ms": float(g["wait"].to_numpy()[comm].sum()) / 1e6 if "wait" in g else np.nan,
         "launches": int(len(g)),
         "comm_launches": int(comm.sum()),
     }
@@ -181,18 +201,25 @@ def rank_notes(table: pd.DataFrame, manifest: Manifest) -> list[Diagnostic]:
                 note(
                     str(stage),
                     f"rank(s) {list(over['rank'])} spent longer in communication kernels under nsys than the "
-                    "stage takes in the program: they waited in a collective for a peer slowed by profiling, so their "
-                    "communication time is the profiled run's, not the program's.",
+                    "stage takes in the program: they waited in a collective for a peer slowed by profiling (the "
+                    "waiting column), so their communication time is the profiled run's, not the program's.",
                 )
             )
         if comm.max() > 0:
             exposed = g["comm_exposed_ms"].fillna(0)
             worst = g.loc[exposed.sort_values().index[-1]]
+            wait = worst.get("comm_wait_ms", np.nan)
+            waited = (
+                f"; {wait:.3f} ms of it waiting for a slower rank (each collective's time beyond its shortest "
+                "rank's), the rest moving data"
+                if np.isfinite(wait)
+                else ""
+            )
             notes.append(
                 note(
                     str(stage),
                     f"rank {worst['rank']} spends {worst['comm_ms']:.3f} ms in communication kernels, "
-                    f"{worst['comm_exposed_ms']:.3f} ms of it exposed (no compute kernel of the rank running).",
+                    f"{worst['comm_exposed_ms']:.3f} ms of it exposed (no compute kernel of the rank running){waited}.",
                 )
             )
     return notes
