@@ -122,3 +122,11 @@ def test_the_profiling_jobs_start_their_profiler_without_importing_pandas_or_tor
     probe = imports + "\nimport sys\nprint(sorted(m for m in ('pandas', 'numpy', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_the_architecture_map_names_every_module():
+    """docs/architecture.md is the newcomer's map: every module of the library is in it, by its path."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    files = [f.relative_to(SRC / "nsightflow").as_posix() for f in (SRC / "nsightflow").rglob("*.py")]
+    missing = [f for f in files if not f.endswith("__init__.py") and f not in text and f"`{f[:-3]}`" not in text]
+    assert missing == [], f"docs/architecture.md does not name {missing}"
