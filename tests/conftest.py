@@ -277,22 +277,15 @@ def pytest_sessionfinish(session, exitstatus):
             print(f"\nthe test run's temporary folder is kept: {folder}", file=sys.stderr)
 
 
-def aggregate_recorded(d: Path, precision: str = "bf16", **kw):
+def aggregate_recorded(d: Path, precision: str = "bf16", manifest_json=None, capture_record=None, **files):
     """A recorded run folder (timeline.sqlite, plan.json, capture.raw.csv, analytic_flops.json, ceilings.json)
-    aggregated as the workflow does with the default config (divergence 0.5, top 10, coverage 0.9)."""
+    aggregated as the workflow does with the default config (divergence 0.5, top 10, coverage 0.9); ``files``: other
+    fields of its record (a range capture: ranges_export, ranges_plan)."""
     from nsightflow.analysis import nsight
 
-    return nsight.aggregate_run(
-        d / "timeline.sqlite",
-        "nsightflow",
-        d / "plan.json",
-        d / "capture.raw.csv",
-        d / "analytic_flops.json",
-        precision,
-        DEFAULT_FOCUS,
-        ceiling_json=d / "ceilings.json",
-        **kw,
-    )
+    paths = (d / "timeline.sqlite", d / "plan.json", d / "capture.raw.csv", d / "analytic_flops.json")
+    run = nsight.NsightInputs(*paths, ceilings=d / "ceilings.json", manifest=manifest_json, **files)
+    return nsight.aggregate_run(run, "nsightflow", precision, DEFAULT_FOCUS, capture_record=capture_record)
 
 
 def sql_launches(sqlite, domain="nsightflow"):

@@ -5,6 +5,7 @@ measurements made in the same GPU session (a full capture, an eager run, range r
 import json
 import sqlite3
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -366,6 +367,22 @@ def test_a_timeline_of_the_probe_pass_alone_is_attributed_to_its_steps():
     nested = attribution.read_timeline(H100_PROBE / "timeline.sqlite", "nsightflow", nested=True)
     assert nested.probe_stands_in
     assert nested.ranges.groupby("stage").size().to_dict() == tl.ranges.groupby("stage").size().to_dict()
+
+
+def test_the_aggregate_rules_inputs_by_their_snakemake_names_are_the_runs_files():
+    """The rule's named inputs (snakemake's own container, ``ranges`` only with config ncu.ranges) become the run's
+    record field by field: a name mistyped in one place would aggregate another file or none."""
+    from snakemake.iocontainers import InputFiles
+
+    from nsightflow.analysis.nsight import NsightInputs
+
+    names = ("sqlite", "plan", "export", "flops", "ceilings", "manifest")
+    given = {n: f"results/r/{n}.x" for n in (*names, "cmd")}
+    got = NsightInputs.of(InputFiles(fromdict=given))
+    assert [getattr(got, n) for n in names] == [Path(given[n]) for n in names]
+    assert got.ranges_export is None and got.ranges_plan is None
+    ranged = NsightInputs.of(InputFiles(fromdict=given | {"ranges": "r.csv", "ranges_plan": "rp.json"}))
+    assert (ranged.ranges_export, ranged.ranges_plan) == (Path("r.csv"), Path("rp.json"))
 
 
 def test_the_plan_and_tables_of_a_probe_pass_timeline_are_those_the_gpu_host_made():

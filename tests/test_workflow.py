@@ -132,3 +132,26 @@ def test_command_line_overrides_arrive_typed(tmp_path):
     kept = {"steps": "010", "version": "1.10", "mode": "off", "tag": "", "ratio": "0.5", "lr": "1e-3", "on": "true"}
     got = coerce({"workloads": [{"name": "a", "callable": "m:f", "args": kept}]}, schema)["workloads"][0]["args"]
     assert got == {"steps": "010", "version": "1.10", "mode": "off", "tag": "", "ratio": 0.5, "lr": 1e-3, "on": True}
+
+
+def test_the_aggregate_rule_on_a_gpu_hosts_recorded_files_gives_that_hosts_tables(tmp_path):
+    """The Nsight aggregate rule (its script, its named inputs) run by Snakemake on a CPU over the files an H100 run
+    made (tests/data/h100_probe, placed where the workflow writes them): the stage table the GPU host wrote."""
+    import shutil
+
+    work = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    cfg["profiler"] = "nsight"
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    run, src = work / "results" / cfg["workloads"][0]["name"], DATA / "h100_probe"
+    places = {"timeline.sqlite": "timeline", "capture.raw.csv": "ncu", "capture.cmd.json": "ncu"}
+    for name in ("timeline.sqlite", "plan.json", "capture.raw.csv", "capture.cmd.json", "analytic_flops.json"):
+        (run / places.get(name, "")).mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / name, run / places.get(name, "") / name)
+    for name in ("ceilings.json", "manifest.json"):
+        shutil.copy(src / name, run / name)
+    snakemake(work, "--cores", "1", str((run / "stages.csv").relative_to(work)), "--allowed-rules", "aggregate")
+    got, host = (pd.read_csv(p / "stages.csv").set_index("stage") for p in (run, src))
+    cols = ("wall_ms", "gpu_busy_ms", "flops_tensor_measured", "dram_bytes_measured", "coverage", "mfu_busy")
+    for col in (*cols, "mfu_busy_ceiling"):  # the timed walls (manifest) and the measured ceilings (ceilings) read
+        assert got[col].to_dict() == pytest.approx(host[col].to_dict(), rel=1e-9), col

@@ -2,7 +2,7 @@
 
 from nsightflow.analysis.diagnostics import command_records, diagnose
 from nsightflow.analysis.focus import Focus
-from nsightflow.analysis.nsight import aggregate_run
+from nsightflow.analysis.nsight import NsightInputs, aggregate_run
 from nsightflow.analysis.runfiles import RunFiles, write_run
 from nsightflow.records import CaptureRecord, Manifest
 from nsightflow.rules.rulejob import rule_job
@@ -13,17 +13,10 @@ with rule_job(sm.log[0], sm.output):
     ranges = sm.input.get("ranges")
     records = [CaptureRecord.read(c) for c in [sm.input.cmd] + ([sm.input.ranges_cmd] if ranges else [])]
     agg = aggregate_run(
-        sm.input.sqlite,
+        NsightInputs.of(sm.input),
         sm.params.domain,
-        sm.input.plan,
-        sm.input.export,
-        sm.input.flops,
         manifest.precision,
         Focus.from_params(sm.params.focus),
-        ceiling_json=sm.input.ceilings,
-        ranges_export=ranges,
-        ranges_plan=sm.input.get("ranges_plan"),
-        manifest_json=sm.input.manifest,
         capture_record=records[0],
     )
     write_run(

@@ -3,7 +3,9 @@ count and the measured ceilings, checked against one another (nsightflow.analysi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -41,24 +43,43 @@ from nsightflow.precisions import SIMT
 from nsightflow.records import CaptureRecord, Ceilings, Diagnostic, Manifest
 
 
+@dataclass(frozen=True)
+class NsightInputs:
+    """One Nsight run's files as the aggregate rule is given them: the nsys export, the plan and ncu's raw CSV of its
+    capture, the analytic count, and where the run has them the measured ceilings, the manifest (its timed walls,
+    ranks, warm-up steps) and a range capture with its plan (config ``ncu.ranges``)."""
+
+    sqlite: Path
+    plan: Path
+    export: Path
+    flops: Path
+    ceilings: Path | None = None
+    manifest: Path | None = None
+    ranges_export: Path | None = None
+    ranges_plan: Path | None = None
+
+    @classmethod
+    def of(cls, given: Any) -> NsightInputs:
+        """A rule's named inputs (``ranges`` and ``ranges_plan`` only with config ``ncu.ranges``)."""
+
+        def opt(name: str) -> Path | None:
+            value = given.get(name)
+            return Path(value) if value else None
+
+        files = (Path(given.sqlite), Path(given.plan), Path(given.export), Path(given.flops))
+        return cls(*files, opt("ceilings"), opt("manifest"), opt("ranges"), opt("ranges_plan"))
+
+
 def aggregate_run(
-    sqlite: str | Path,
-    domain: str,
-    plan_json: str | Path,
-    export: str | Path,
-    flops_json: str | Path,
-    precision: str,
-    focus: Focus,
-    ceiling_json: str | Path | None = None,
-    ranges_export: str | Path | None = None,
-    ranges_plan: str | Path | None = None,
-    manifest_json: str | Path | None = None,
-    capture_record: CaptureRecord | None = None,
+    run: NsightInputs, domain: str, precision: str, focus: Focus, capture_record: CaptureRecord | None = None
 ) -> RunTables:
     """Per-class, per-kernel and per-stage tables of one Nsight run, plus peaks, notes and estimates. Wall times are
-    the timed pass's in ``manifest_json`` (the program unslowed by nsys) where it has one. The inputs are checked
+    the timed pass's in the run's manifest (the program unslowed by nsys) where it has one. The inputs are checked
     against one another (nsightflow.analysis.checks); ``capture_record`` (capture.cmd.json) says which counters ncu
     collected."""
+    sqlite, plan_json, export, flops_json = run.sqlite, run.plan, run.export, run.flops
+    ceiling_json, manifest_json = run.ceilings, run.manifest
+    ranges_export, ranges_plan = run.ranges_export, run.ranges_plan
     tl = attribution.read_timeline(sqlite, domain)
     plan = CapturePlan.read(plan_json)
     raw, _ = ncu_csv.parse_raw_csv(Path(export))
