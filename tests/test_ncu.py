@@ -3,6 +3,7 @@
 import csv
 import io
 import re
+from pathlib import Path
 
 import pytest
 from conftest import DATA
@@ -281,7 +282,8 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
     import os
     import time
 
-    from nsightflow.capture.launch.ncu_capture import Counters, _Planner, _Replan
+    from nsightflow.capture.launch.ncu_capture import _Planner, _Replan
+    from nsightflow.capture.launch.ncu_inputs import Counters
     from nsightflow.capture.launch.tools import run_tool
     from nsightflow.errors import InputError
 
@@ -341,7 +343,7 @@ def test_counters_before_the_plan_are_those_the_plan_then_asks_for(tmp_path):
     import dataclasses
     import json
 
-    from nsightflow.capture.launch.ncu_capture import capture_counters, counters_before_plan
+    from nsightflow.capture.launch.ncu_inputs import capture_counters, counters_before_plan
 
     run = DATA / "h100_probe"
     units = {int(e["unit"]) % 2 for e in json.loads((run / "plan.json").read_text())["expected"]}
@@ -377,3 +379,33 @@ def test_a_capture_rules_ncu_settings_are_one_param_that_follows_the_config():
     assert repr(NcuSettings.of(other).params()) != repr(made.params())  # a changed key reruns the rule
     ranges = NcuSettings.of(other, tensor_precisions="all", ranges=True, sections=[])
     assert ranges.clock_control == flipped and ranges.tensor_precisions == "all" and ranges.ranges
+
+
+def test_a_capture_rules_files_and_plan_source_by_their_snakemake_names():
+    """ncu_capture makes its plan (an output named plan, from the timeline under the rule's params); ncu_ranges and
+    ncu_deep are given theirs (an input named plan): the records say which, with the files where the rule put them."""
+    from types import SimpleNamespace
+
+    from snakemake.iocontainers import InputFiles, OutputFiles
+
+    from nsightflow.capture.launch.ncu_inputs import CaptureFiles, PlanSource
+    from nsightflow.capture.launch.ncu_settings import NcuSettings
+
+    given = {"sqlite": "r/timeline.sqlite", "flops": "r/analytic_flops.json", "manifest": "r/manifest.json"}
+    made = {"plan": "r/plan.json", "rep": "r/ncu/capture.ncu-rep", "csv": "r/ncu/capture.raw.csv"}
+    made |= {"cmd": "r/ncu/capture.cmd.json"}
+    params = SimpleNamespace(domain="nsightflow", sample_steps=["first", "last"], mode="representatives")
+    to = CaptureFiles.of(OutputFiles(fromdict=made), InputFiles(fromdict=given), "r/logs/ncu.log")
+    source = PlanSource.of(InputFiles(fromdict=given), OutputFiles(fromdict=made), params)
+    assert (to.plan, to.rep, to.csv, to.cmd, to.log, to.details) == (
+        *(Path(made[k]) for k in ("plan", "rep", "csv", "cmd")),
+        Path("r/logs/ncu.log"),
+        None,
+    )
+    assert source.made and source.timeline == Path(given["sqlite"]) and source.sample_steps == ("first", "last")
+    deep = {"rep": "r/deep.ncu-rep", "csv": "r/deep.raw.csv", "cmd": "r/deep.cmd.json", "details": "r/deep.txt"}
+    given_plan = given | {"plan": "r/deep.plan.json"}
+    to = CaptureFiles.of(OutputFiles(fromdict=deep), InputFiles(fromdict=given_plan), "r/logs/deep.log")
+    source = PlanSource.of(InputFiles(fromdict=given_plan), OutputFiles(fromdict=deep), params)
+    assert (to.plan, to.details) == (Path("r/deep.plan.json"), Path("r/deep.txt"))
+    assert not source.made and source.maker(NcuSettings("ncu", "default"), to.log) is None

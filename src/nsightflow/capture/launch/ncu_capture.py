@@ -14,108 +14,27 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nsightflow import files, ncu_metrics
 from nsightflow.capture.inside.harness import Launch
 from nsightflow.capture.inside.progress import LaunchProgress
 from nsightflow.capture.launch import ncu
+from nsightflow.capture.launch.ncu_inputs import CaptureFiles, Counters, PlanSource, read_plan
 from nsightflow.capture.launch.ncu_settings import NcuSettings
 from nsightflow.capture.launch.tools import append_log, require, run_tool
 from nsightflow.errors import CaptureError, MatchError, ToolError
-from nsightflow.records import AnalyticCounts, CaptureRecord
+from nsightflow.records import CaptureRecord
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from nsightflow.capture.read.plan import CaptureMode, CapturePlan
+    from nsightflow.capture.read.plan import CapturePlan
 
 # The plan, the export's parser and the match (pandas) are imported once ncu has started: importing them first cost
 # the job about 0.8 to 1.2 s on the GPU host before the profiler could start.
-
-
-@dataclass
-class Counters:
-    """Which FLOP counters a capture collects, and why (each tensor precision costs a replay pass; the SASS
-    counts of non-tensor FLOPs an instrumented run of every profiled launch)."""
-
-    precisions: list[str]
-    non_tensor: bool
-    seen: list[str] | None  # the GEMM and attention precisions the probe pass saw; None: it could not tell
-    simt_share: float | None = None  # largest share of a stage's analytic FLOPs in FMA-unit GEMMs and attentions
-    seen_how: list[str] = field(default_factory=list)  # per stage, where its precisions came from
-
-
-def capture_counters(
-    precisions: ncu_metrics.TensorPrecisions,
-    non_tensor: ncu_metrics.NonTensorFlops,
-    flops_json: str | Path,
-    plan: str | Path | CapturePlan,
-) -> Counters:
-    """The FLOP counters of a run's capture (config ``ncu.tensor_precisions``, ``ncu.non_tensor_flops``), from
-    the GEMM and attention operators the probe pass saw in the planned stages
-    (nsightflow.ncu_metrics.seen_precisions). ``plan``: the capture plan, or its file."""
-    if isinstance(plan, (str, Path)):
-        plan = _read_plan(plan)
-    launches = [(e.stage, e.unit, e.class_key, e.kernel) for e in plan.expected]
-    return _counters(precisions, non_tensor, AnalyticCounts.read(flops_json), launches, list(plan.stages))
-
-
-def counters_before_plan(
-    precisions: ncu_metrics.TensorPrecisions, non_tensor: ncu_metrics.NonTensorFlops, flops_json: str | Path
-) -> Counters | None:
-    """The counters ``capture_counters`` gives a plan that profiles operators of every stage the count saw, what a
-    capture starts with while its plan is made; None where the count cannot tell what the plan will need (a stage
-    not counted, or replaying CUDA graphs, whose launches fall between operators): that plan is made first."""
-    analytic = AnalyticCounts.read(flops_json)
-    if not analytic.stages or any(not e.counted or e.graph_replays for e in analytic.stages.values()):
-        return None
-    stages = list(analytic.stages)
-    # (the planned launches' kernels are not known yet: one an operator without a formula launched asks for a replan)
-    return _counters(precisions, non_tensor, analytic, [(stage, 1, "", "") for stage in stages], stages)
-
-
-def _counters(
-    precisions: ncu_metrics.TensorPrecisions,
-    non_tensor: ncu_metrics.NonTensorFlops,
-    analytic: AnalyticCounts,
-    launches: list[tuple[str, int, str, str]],
-    stages: list[str],
-) -> Counters:
-    seen, how = ncu_metrics.seen_precisions(analytic, launches)
-    share = ncu_metrics.simt_share(analytic, stages)
-    return Counters(
-        ncu_metrics.tensor_precisions(precisions, seen),
-        ncu_metrics.non_tensor_flops(non_tensor, seen, share),
-        seen,
-        share,
-        how,
-    )
-
-
-def plan_maker(
-    sqlite: str | Path,
-    domain: str,
-    sample_steps: list[Any],
-    mode: CaptureMode,
-    log: str | Path,
-    precisions: ncu_metrics.TensorPrecisions,
-    non_tensor: ncu_metrics.NonTensorFlops,
-    flops_json: str | Path,
-) -> Callable[[Path], tuple[CapturePlan, Counters]]:
-    """What ``ncu_capture`` calls to make the capture's plan from the timeline (nsightflow.capture.read.plan.make_plan),
-    written where it says, and learn the FLOP counters it needs."""
-
-    def make(plan_json: Path) -> tuple[CapturePlan, Counters]:
-        from nsightflow.capture.read.plan import make_plan
-
-        plan = make_plan(sqlite, domain, sample_steps, mode, plan_json, log)
-        return plan, capture_counters(precisions, non_tensor, flops_json, plan)
-
-    return make
 
 
 class _Replan(Exception):
@@ -157,12 +76,6 @@ class _Planner:
         files.publish(self.staged, self.plan_json)
 
 
-def _read_plan(plan_json: str | Path) -> CapturePlan:
-    from nsightflow.capture.read.plan import CapturePlan
-
-    return CapturePlan.read(plan_json)
-
-
 def _note(log: str | Path, text: str) -> None:
     """A line for the terminal and the job's log."""
     print(f"[nsightflow] {text}", file=sys.stderr, flush=True)
@@ -170,42 +83,31 @@ def _note(log: str | Path, text: str) -> None:
         fh.write(f"\n[nsightflow] {text}\n")
 
 
-def ncu_capture(
-    settings: NcuSettings,
-    plan_json: str | Path,
-    programs: list[Launch],
-    rep: str | Path,
-    csv_out: str | Path,
-    cmd_json: str | Path,
-    log: str | Path,
-    *,
-    counters: Counters | None,
-    details_out: str | Path | None = None,
-    make_plan: Callable[[Path], tuple[CapturePlan, Counters]] | None = None,
-) -> None:
+def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, programs: list[Launch]) -> None:
     """One ncu run of the whole program (``--profile-from-start off``; the program, the harness or a command's hook,
     opens the plan's windows), exported to raw CSV and checked against the plan before anything is published: every
     planned launch profiled, nothing else, in order, with matching grid, block and name (ranges: one result per
     window). ``programs``: launches to try in order (nsightflow.capture.launch.program.ncu_launches): a capture that
     differs from the plan is made again with the next one; the last one's difference is the error. The default
-    metrics collect the FLOP counters ``counters`` names.
+    metrics collect the FLOP counters the plan's operators need.
 
-    ``make_plan``: writes the plan where it is told (``plan_json``) and returns it with the counters it needs. Where the
-    first launch awaits its plan and ``counters`` are given (``counters_before_plan``), it starts with them and no
-    NCCL filter while the plan is made beside ``plan_json`` and put there once the launch is found to be the one the
-    plan asks for (see the module's docstring); otherwise the plan is made before ncu starts."""
+    A plan made here (``source``) is made while ncu starts the program where the first launch awaits its plan and
+    the counters can be told before it (``counters_before_plan``): the launch starts with them and no NCCL filter
+    while the plan is made beside ``to.plan`` and put there once the launch is found to be the one the plan asks
+    for (see the module's docstring); otherwise the plan is made before ncu starts."""
     s, ncu_bin, ranges = settings, settings.ncu, settings.ranges
-    rep = Path(rep)
+    rep, log, plan_json = to.rep, to.log, to.plan
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
     produced = Path(str(tmp_base) + ".ncu-rep")
     tries = programs[-1:] if ranges else programs
+    counters, make_plan = source.counters(settings, plan_json), source.maker(settings, log)
     plan: CapturePlan | None = None
     if make_plan is not None:
-        Path(plan_json).unlink(missing_ok=True)  # a launch that awaits its plan must never read an older one
+        plan_json.unlink(missing_ok=True)  # a launch that awaits its plan must never read an older one
         if counters is None or not tries[0].awaits_plan:
-            (plan, counters), make_plan = make_plan(Path(plan_json)), None
+            (plan, counters), make_plan = make_plan(plan_json), None
     else:
-        plan = _read_plan(plan_json)
+        plan = read_plan(plan_json)
     assert counters is not None, "a plan given needs its counters"
 
     def argv_for(program: Launch, chosen: Counters, comm_filter: bool) -> list[str]:
@@ -278,13 +180,28 @@ def ncu_capture(
                 "program's steady state; capturing again after its warm-up passes",
             )
     assert plan is not None
-    record = CaptureRecord(
+    record = _record(s, argv, plan, raw, ncu.warnings(out), counters, set_aside, report=rep.name)
+    _publish(s, to, produced, record, text)
+
+
+def _record(
+    s: NcuSettings,
+    argv: list[str],
+    plan: CapturePlan,
+    raw: pd.DataFrame,
+    warnings: list[str],
+    counters: Counters,
+    set_aside: str | None,
+    report: str = "",
+) -> CaptureRecord:
+    """What a capture ran and collected (capture.cmd.json)."""
+    return CaptureRecord(
         argv=argv,
-        what="ranges" if ranges else plan.mode,
+        what="ranges" if s.ranges else plan.mode,
         replay_mode=s.replay_mode,
-        report=rep.name,
+        report=report,
         results=len(raw),
-        warnings=ncu.warnings(out),
+        warnings=warnings,
         clock_control=s.clock_control,
         tensor_precisions=counters.precisions if s.metrics == "default" else None,
         non_tensor_flops=counters.non_tensor if s.metrics == "default" else None,
@@ -293,11 +210,16 @@ def ncu_capture(
         simt_share=counters.simt_share,
         set_aside=set_aside,
     )
-    files.write_text(Path(csv_out), text)
-    if details_out is not None:  # the sections as ncu prints them, with its rule messages
-        files.write_text(Path(details_out), export(ncu_bin, produced, log, page="details"))
-    record.write(cmd_json)
-    files.publish(produced, rep)
+
+
+def _publish(s: NcuSettings, out: CaptureFiles, produced: Path, record: CaptureRecord, text: str) -> None:
+    """The export, the details page (the sections as ncu prints them, with its rule messages) where asked, the
+    record, then the report: each moved into place whole."""
+    files.write_text(out.csv, text)
+    if out.details is not None:
+        files.write_text(out.details, export(s.ncu, produced, out.log, page="details"))
+    record.write(out.cmd)
+    files.publish(produced, out.rep)
 
 
 def _checked_capture(
