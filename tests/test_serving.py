@@ -260,6 +260,7 @@ def test_a_serving_windows_counters_match_ncu_over_every_launch_of_its_steps(tmp
     6 to 11 profiled: the window's tensor FLOPs and DRAM bytes, from sampled steps and one launch per class, within
     1% of nsightflow's capture of every launch of every one of those steps, made by a second run of the same command
     (the 1B shape at 4 layers, so that every launch of six iterations is a few minutes of ncu)."""
+    from nsightflow.records import Summary
     from nsightflow.workloads import serving
 
     argv = _gpu_serving(16, (128, 64), (24, 8), {**SERVE_1B, "num_hidden_layers": 4}) + ["--per-step", "2"]
@@ -275,8 +276,6 @@ def test_a_serving_windows_counters_match_ncu_over_every_launch_of_its_steps(tmp
         plan = json.loads((run / "plan.json").read_text())
         print(f"serving window, {name}: {len(plan['expected'])} launches profiled in {len(plan['windows'])} windows; "
               f"mixes {steps['mix'].value_counts().to_dict()}")  # fmt: skip
-        from nsightflow.records import Summary
-
         print([n for n in Summary.read(run / "summary.json").notes() if "profiled in no step" in n])
     sampled, every = got["sampled"], got["every"]
     assert int(sampled["range_instances"]) == int(every["range_instances"]) == 6

@@ -77,29 +77,26 @@ def aggregate_run(
     the timed pass's in the run's manifest (the program unslowed by nsys) where it has one. The inputs are checked
     against one another (nsightflow.analysis.checks); ``capture_record`` (capture.cmd.json) says which counters ncu
     collected."""
-    sqlite, plan_json, export, flops_json = run.sqlite, run.plan, run.export, run.flops
-    ceiling_json, manifest_json = run.ceilings, run.manifest
-    ranges_export, ranges_plan = run.ranges_export, run.ranges_plan
-    tl = attribution.read_timeline(sqlite, domain)
-    plan = CapturePlan.read(plan_json)
-    raw, _ = ncu_csv.parse_raw_csv(Path(export))
-    matched = match_to_plan(kernel_results(raw, export), expected_frame(plan), Path(export).name)
-    check_durations(matched, tl.launches, str(export))
-    check_streams(tl.launches[tl.launches["pass_"] == "ranged"], str(sqlite))
-    check_kernel_records(tl.launches[tl.launches["pass_"] == "ranged"], str(sqlite))
-    analytic = load_analytic(flops_json)
-    check_analytic(analytic, attribution.stage_table(tl), str(flops_json), tl.probe_calls)
-    ceiling = Ceilings.read(ceiling_json) if ceiling_json else None
+    tl = attribution.read_timeline(run.sqlite, domain)
+    plan = CapturePlan.read(run.plan)
+    raw, _ = ncu_csv.parse_raw_csv(run.export)
+    matched = match_to_plan(kernel_results(raw, run.export), expected_frame(plan), run.export.name)
+    check_durations(matched, tl.launches, str(run.export))
+    check_streams(tl.launches[tl.launches["pass_"] == "ranged"], str(run.sqlite))
+    check_kernel_records(tl.launches[tl.launches["pass_"] == "ranged"], str(run.sqlite))
+    analytic = load_analytic(run.flops)
+    check_analytic(analytic, attribution.stage_table(tl), str(run.flops), tl.probe_calls)
+    ceiling = Ceilings.read(run.ceilings) if run.ceilings else None
     device = (
         next(iter(raw["device__attribute_display_name"].dropna()), None)
         if "device__attribute_display_name" in raw.columns
         else None
     )
     pk = peaks_for(matched, device or tl.gpu_name, precision, ceiling)
-    check_peaks(pk, str(export))
-    check_result_rates(matched, str(export))
-    check_dram_floor(matched, caches_flushed(capture_record), str(export))
-    wall = program_wall(manifest_json)
+    check_peaks(pk, str(run.export))
+    check_result_rates(matched, str(run.export))
+    check_dram_floor(matched, caches_flushed(capture_record), str(run.export))
+    wall = program_wall(run.manifest)
     classes, kernels, stages, per_step = tables(
         tl, matched, chosen_pairs(plan), analytic, pk, focus, plan.mode == "representatives", wall
     )
@@ -133,14 +130,14 @@ def aggregate_run(
     whole = [w for w in plan.windows if w.units is None and plan.mode == "representatives"]
     for w in whole:
         notes.append(note(w.stage, f"step {w.step}: {w.why}."))
-    if ranges_export and ranges_plan:
-        stages = with_range_totals(stages, ranges_export, ranges_plan, tl)
-    stages = with_timed_run(stages, manifest_json)
+    if run.ranges_export and run.ranges_plan:
+        stages = with_range_totals(stages, run.ranges_export, run.ranges_plan, tl)
+    stages = with_timed_run(stages, run.manifest)
     notes += stage_notes(stages, analytic)
     check_bounds(stages, pk)
-    check_gemm_floor(stages, str(flops_json), every_precision_collected(capture_record))
-    manifest = Manifest.read(manifest_json) if manifest_json else Manifest()
-    per_rank = ranks.rank_table(ranks.rank_launches(sqlite, domain), manifest) if manifest.ranks else ranks.empty()
+    check_gemm_floor(stages, str(run.flops), every_precision_collected(capture_record))
+    manifest = Manifest.read(run.manifest) if run.manifest else Manifest()
+    per_rank = ranks.rank_table(ranks.rank_launches(run.sqlite, domain), manifest) if manifest.ranks else ranks.empty()
     notes += ranks.rank_notes(per_rank, manifest)
     return RunTables(
         kernels,

@@ -157,7 +157,7 @@ def _busy(g: pd.DataFrame) -> dict[str, Any]:
         "comm_ms": comm_ns / 1e6,
         "comm_overlapped_ms": float(hidden) / 1e6,
         "comm_exposed_ms": (comm_ns - float(hidden)) / 1e6,
-        "comm_wait_ms": float(g["wait"].to_numpy()[comm].sum()) / 1e6 if "wait" in g else np.nan,
+        "comm_wait_ms": float(g["wait"].to_numpy()[comm].sum()) / 1e6,
         "launches": int(len(g)),
         "comm_launches": int(comm.sum()),
     }
