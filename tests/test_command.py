@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -280,16 +281,48 @@ def test_ncu_windows_a_callables_first_pass_only_where_the_timeline_saw_no_one_t
     assert [HarnessCall.parse(launch.argv[3:]).warmup for launch in got] == [0]
 
 
-def test_a_commands_ncu_launch_never_starts_before_its_plan(tmp_path):
-    # Its hook reads the plan as the program starts (nsightflow.capture.inside.hook_actions), so ncu_capture makes a
-    # command's plan before ncu starts, whatever the rule asks.
+AWAITING_PROGRAM = """
+import sys, time
+import nvtx
+from pathlib import Path
+log = Path(sys.argv[1])
+log.write_text("started\\n")  # its start-up (a model's build, say) runs before the plan exists
+for step in range(3):
+    with nvtx.annotate("work", domain="D"):
+        with log.open("a") as f:
+            print(f"step {step}", file=f)
+"""
+
+
+def test_a_commands_ncu_launch_starts_before_its_plan_and_waits_for_it_at_its_first_step(tmp_path):
+    """ncu_capture makes a command's plan while ncu starts the program (Launch.awaits_plan): the program's start-up
+    runs meanwhile, and the hook holds its first step until the plan is published, so no window can open before
+    the plan says where."""
+    from nsightflow import files
     from nsightflow.capture.launch.program import ncu_launches
     from nsightflow.records import Manifest
 
     Manifest(stage_domain="D", stages=[{"name": "work"}]).write(tmp_path / "manifest.json")
-    fields = {"command": [sys.executable, "program.py"]}
-    got = ncu_launches(fields, tmp_path / "plan.json", tmp_path / "manifest.json", True)
-    assert [launch.awaits_plan for launch in got] == [False]
+    (tmp_path / "program.py").write_text(AWAITING_PROGRAM)
+    log, plan = tmp_path / "log.txt", tmp_path / "plan.json"
+    fields = {"command": [sys.executable, str(tmp_path / "program.py"), str(log)]}
+    assert [launch.awaits_plan for launch in ncu_launches(fields, plan, tmp_path / "manifest.json", False)] == [False]
+    (launch,) = ncu_launches(fields, plan, tmp_path / "manifest.json", True)
+    assert launch.awaits_plan
+    proc = subprocess.Popen(launch.argv, env={**os.environ, **launch.env}, cwd=launch.cwd)
+    try:
+        deadline = time.monotonic() + 120
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert proc.poll() is None and log.read_text() == "started\n"  # at its first step, waiting
+        staged = files.staging(plan)  # as the job publishes it: written whole, then renamed into place
+        staged.write_text(json.dumps({"windows": [{"stage": "work", "step": 99, "units": None}]}))
+        files.publish(staged, plan)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+    assert log.read_text().splitlines() == ["started", "step 0", "step 1", "step 2"]
 
 
 @pytest.mark.parametrize(

@@ -52,10 +52,9 @@ class ProbeActions:
         self.ops_base = s.mirror if profiled else ranks_domain(s.mirror)  # where its operator marks go
         self.tally = Tally() if s.mode in ("probe", "count") else None
         self.windows = None
-        if s.mode == "ncu" and s.windows:
-            from nsightflow.capture.inside.harness import read_windows
-
-            self.windows = read_windows(Path(s.windows))
+        self._plan = Path(s.windows) if s.mode == "ncu" and s.windows else None
+        if self._plan is not None and not s.await_windows:
+            self.windows = self._windows()
         # As the harness does: the probe run's steps in the stages' and the probe domain, the ncu run's in the probe
         # domain (its results' NVTX stacks say which step and operator); operators marked in both.
         probe = [ranks_domain(s.mirror), s.mirror, probe_domain(s.mirror)]
@@ -71,9 +70,20 @@ class ProbeActions:
         self._replays = graph_replays_counted(self.tally)
         self._replays.__enter__()  # for the whole program: a replay inside a step is that step's
 
+    def _windows(self) -> Any:
+        """The plan's windows (read at the first step where the plan is made while the program starts: the job
+        makes it beside the program's own start-up, and kills this launch should it fail)."""
+        from nsightflow.capture.inside.harness import read_windows
+
+        plan, self._plan = self._plan, None
+        assert plan is not None
+        return read_windows(plan, wait=self.s.await_windows)
+
     def begin(self, stage: str, step: int) -> None:
         from nsightflow.capture.inside.probe import op_probe
 
+        if self._plan is not None:
+            self.windows = self._windows()
         if self.s.capture_range and not self.capturing:  # the window's first profiled step: nsys starts tracing
             from nsightflow.capture.inside.passes import capture_range
 

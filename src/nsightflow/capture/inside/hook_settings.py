@@ -28,6 +28,7 @@ class HookSettings:
     flops_out: str | None = None
     ceilings_out: str | None = None
     windows: str | None = None  # capture plan (mode ncu)
+    await_windows: bool = False  # mode ncu: the plan is made while the program starts; wait for it at the first step
     trace: str | None = None  # Chrome trace (mode torch); another rank's: trace_path(trace, rank)
     rank: int = 0  # in a job of several processes: the rank that is probed, counted and captured
     gate: str | None = None  # a launch beside another (nsightflow.capture.inside.gate): probe waits there, timed for it

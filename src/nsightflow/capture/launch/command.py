@@ -105,9 +105,10 @@ class CommandCall:
         cwd = str(Path(self.cwd).resolve()) if self.cwd else None  # every path a tool is given is absolute
         return Launch(self.argv(), env, cwd, self.gpus)
 
-    def windowed(self, plan_json: str | Path, manifest: Manifest) -> Launch:
+    def windowed(self, plan_json: str | Path, manifest: Manifest, await_plan: bool = False) -> Launch:
         """The launch ncu runs: the hook opens the plan's windows in the stages the timeline found, never in their
-        warm-up steps (its site folder beside the plan, in the run's own results)."""
+        warm-up steps (its site folder beside the plan, in the run's own results). ``await_plan``: the plan is made
+        while the program starts; the hook waits for it at the first step."""
         skip: dict[str, list[int]] = {}
         for w in manifest.warmup_steps:
             skip.setdefault(str(w["stage"]), []).append(int(w["step"]))
@@ -118,6 +119,7 @@ class CommandCall:
             stages=[s["name"] for s in manifest.stages],
             mirror=self.mirror,
             windows=str(Path(plan_json).resolve()),
+            await_windows=await_plan,
             rank=self.rank,
             skip=skip,
             tuning=manifest.autotuning or None,  # the timed run's choices: ncu's slowed timing picks none
@@ -125,7 +127,7 @@ class CommandCall:
         launch = self.launch(settings, Path(plan_json).resolve().parent)
         if self.gpus > 1:  # ranks on several GPUs: no peer writes into memory ncu restores between replay passes
             launch = replace(launch, env={**REPLAY_SAFE_ENV, **launch.env})
-        return launch
+        return replace(launch, awaits_plan=await_plan)
 
 
 def _run(

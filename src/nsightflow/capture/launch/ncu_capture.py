@@ -3,10 +3,11 @@ retried after the program's warm-up should its first pass differ from the plan, 
 against the plan before anything is published.
 
 A plan made in the capture's own job is made while ncu starts the program (a callable's launch waits for it before
-its windowed pass: ``Launch.awaits_plan``): on the 8B-shaped decoder the job's imports and its plan took about 2 to 4 s
-before ncu could start, and ncu's start and the program's build 5 to 8 s. The launch starts with the FLOP counters a
-plan of every counted stage's operators needs; should the plan made meanwhile need others, that launch is stopped
-before its first window and ncu starts again with them: the capture is always the one its plan asks for.
+its windowed pass, a command's hook at the program's first step: ``Launch.awaits_plan``): on the 8B-shaped decoder
+the job's imports and its plan took about 2 to 4 s before ncu could start, and ncu's start and the program's build 5
+to 8 s. The launch starts with the FLOP counters a plan of every counted stage's operators needs; should the plan
+made meanwhile need others, that launch is stopped before its first window and ncu starts again with them: the
+capture is always the one its plan asks for.
 """
 
 from __future__ import annotations

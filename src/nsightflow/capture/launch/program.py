@@ -68,9 +68,9 @@ class CommandProgram:
         command.torch_profile(self.call, trace, out, run)
 
     def ncu_launches(self, plan_json: Path, manifest: Manifest, await_plan: bool) -> list[Launch]:
-        """The command with the hook opening the plan's windows; the hook reads its plan as the program starts, so
-        the launch never waits for one."""
-        return [self.call.windowed(plan_json, manifest)]
+        """The command with the hook opening the plan's windows. ``await_plan``: the launch may start before the plan
+        is made; the hook waits for it at the program's first step (its start-up hides the plan's making)."""
+        return [self.call.windowed(plan_json, manifest, await_plan)]
 
 
 def program(fields: dict[str, Any]) -> Program:
