@@ -1,8 +1,10 @@
 """What each layer of a command's profiled launches costs the program's own pace: the command alone; under the hook
 timed (what the timed run adds); probed with no profiler (the operator probe and count); under nsys with its steps
 mirrored and no probe (what nsys's tracing adds); under nsys probed (the timeline job's launch); and under ncu with
-the hook's windows from an empty plan (what ncu adds to launches it never profiles). Each line: the program's own
-figure (its ``nsightflow-metrics`` tokens_per_s, tpot_ms_p50) and the launch's wall seconds, in rounds.
+the hook's windows from an empty plan (what ncu adds to launches it never profiles); and the timed run as the timeline
+job runs it, beside the probed launch gated until it ends, under nsys (``beside-nsys``) or not (``beside``): what
+that neighbour does to the timed run. Each line: the program's own figure (its ``nsightflow-metrics`` tokens_per_s,
+tpot_ms_p50) and the launch's wall seconds, in rounds.
 
     python3 benchmarks/launch_layers.py --rounds 1 -- python3 -m nsightflow.workloads.serving --device cuda ...
     --step-function iteration=MODULE:QUALNAME   (a loop without ranges: its steps, as config step_functions)
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from nsightflow.capture.inside.hook_settings import HookSettings
 from nsightflow.capture.launch import ncu, nsys
-from nsightflow.capture.launch.command import CommandCall, _run, _timed
+from nsightflow.capture.launch.command import CommandCall, _run, _timed, timed_beside
 from nsightflow.capture.read.own_metrics import own_metrics
 from nsightflow.ncu_metrics import DEFAULT_METRICS
 
@@ -37,7 +39,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--step-function", action="append", default=[], help="STAGE=module:qualname")
     ap.add_argument("--step-input", action="append", default=[], help="STAGE=module:qualname (timed run only)")
-    ap.add_argument("--only", help="comma-separated layers to run (alone,timed,probe,nsys,nsys+probe,ncu)")
+    ap.add_argument("--only", help="comma-separated layers (probe,nsys,nsys+probe,ncu,beside,beside-nsys)")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -77,12 +79,22 @@ def main() -> None:
                 ),
             ),
         }
+        layers["beside"] = (replace(base, flops_out=f"{tmp}/f3.json"), [])
+        layers["beside-nsys"] = (
+            replace(base, flops_out=f"{tmp}/f4.json"),
+            nsys.profile_argv(nsys_bin, f"{tmp}/n3", []),
+        )
         for i, (name, (settings, wrap)) in enumerate(layers.items()):
             if only is not None and name not in only:
                 continue
             Path(f"{tmp}/{i}").mkdir()
             began = time.monotonic()
-            runs = _run(call, replace(settings, out=f"{tmp}/{i}/rec.json"), log, None, wrap)
+            settings = replace(settings, out=f"{tmp}/{i}/rec.json")
+            if name.startswith("beside"):
+                _, timed, runs = timed_beside(call, f"{tmp}/{i}", log, None, settings, wrap)
+                print(f"round {r} {name:11s} timed {_figures(timed[0]['output'])}", flush=True)
+            else:
+                runs = _run(call, settings, log, None, wrap)
             print(f"round {r} {name:11s} {_figures(runs[0]['output'])}  {time.monotonic() - began:6.1f} s", flush=True)
         shutil.rmtree(tmp, ignore_errors=True)
 

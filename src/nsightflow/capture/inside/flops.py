@@ -187,7 +187,7 @@ class Tally:
         # op_flops of calls seen, and their FLOPs and shape padded to the largest tiles (formulas.padding), by call_key
         self._flops: dict[Hashable, tuple[str, int, int, tuple[int, str] | None]] = {}
         # per operator (by id): its name, its label in by_op, whether it moves data (views do not), whether it gathers
-        self._ops: dict[int, tuple[str, str, bool, bool]] = {}
+        self._ops: dict[int, tuple[str, str, bool, bool, bool]] = {}
 
     def begin(self, stage: str) -> None:
         self.current = self.stages.setdefault(stage, StageTally())
@@ -219,8 +219,9 @@ class Tally:
             name = op_name(func)
             packet = getattr(func, "overloadpacket", None)
             label = str(packet) if packet is not None else name  # aten.mm, mylib.fused_mm, flex_attention
-            op = self._ops[id(func)] = (name, label, not getattr(func, "is_view", False), name in GATHER_OPS)
-        name, label, moves, gathers = op
+            moves, gathers = not getattr(func, "is_view", False), name in GATHER_OPS
+            op = self._ops[id(func)] = (name, label, moves, gathers, matrix_like(name))
+        name, label, moves, gathers, matrix = op
         known = self._flops.get(key) if key is not None else None
         if known is None:
             try:
@@ -235,7 +236,7 @@ class Tally:
             if key is not None:
                 self._flops[key] = known
         klass, flops, masked, padded = known
-        if klass == "other" and not flops and matrix_like(name):
+        if klass == "other" and not flops and matrix:
             s.no_formula[label] = s.no_formula.get(label, 0) + 1
         if klass != "other":
             s.tile_bound += padded[0] if padded is not None else flops
