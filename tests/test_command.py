@@ -287,7 +287,7 @@ import nvtx
 from pathlib import Path
 log = Path(sys.argv[1])
 log.write_text("started\\n")  # its start-up (a model's build, say) runs before the plan exists
-for step in range(3):
+for step in range(int(sys.argv[2]) if len(sys.argv) > 2 else 3):
     with nvtx.annotate("work", domain="D"):
         with log.open("a") as f:
             print(f"step {step}", file=f)
@@ -323,6 +323,30 @@ def test_a_commands_ncu_launch_starts_before_its_plan_and_waits_for_it_at_its_fi
     finally:
         proc.kill()
     assert log.read_text().splitlines() == ["started", "step 0", "step 1", "step 2"]
+
+
+@pytest.mark.parametrize("world, ran", [(None, 2), ("2", 5)])
+def test_a_commands_ncu_launch_ends_after_its_plans_last_window_unless_one_of_several_ranks(tmp_path, world, ran):
+    """Nothing after the plan's last window is measured: ncu's launch of a program that computes alone ends there (a
+    server's window of a long run would otherwise run to its end at ncu's pace); one rank of several runs on, its
+    peers waiting for it in their collectives. (A window whose units open no profiler: none runs on a CPU.)"""
+    from nsightflow.capture.launch.program import ncu_launches
+    from nsightflow.records import Manifest
+
+    Manifest(stage_domain="D", stages=[{"name": "work"}]).write(tmp_path / "manifest.json")
+    (tmp_path / "program.py").write_text(AWAITING_PROGRAM)
+    log, plan = tmp_path / "log.txt", tmp_path / "plan.json"
+    plan.write_text(json.dumps({"windows": [{"stage": "work", "step": 1, "units": []}]}))
+    fields = {"command": [sys.executable, str(tmp_path / "program.py"), str(log), "5"]}
+    (launch,) = ncu_launches(fields, plan, tmp_path / "manifest.json", False)
+    env = {**os.environ, **launch.env}
+    env.pop("WORLD_SIZE", None)
+    if world is not None:
+        env["WORLD_SIZE"] = world
+    done = subprocess.run(launch.argv, env=env, cwd=launch.cwd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == ["started"] + [f"step {i}" for i in range(ran)]
+    assert ("last window has ended" in done.stderr) == (world is None)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,38 @@ def device_in_use() -> str:
     return "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
 
 
+def one_process() -> bool:
+    """Whether this process computes alone, not as one rank of several (whose peers would wait for it in their
+    collectives)."""
+    import os
+    import sys
+
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+        return False
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return not (dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+    except (RuntimeError, ValueError):
+        return False
+
+
+def end_program(why: str) -> None:
+    """End the profiled program now, its output flushed: nothing after this point is measured, and a long run (a
+    server's window) under ncu would otherwise run to its end at ncu's pace. The step has synchronized, so every
+    profiled kernel has been collected (ncu collects one as it runs)."""
+    import os
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    sys.stderr.write(f"nsightflow: {why}\n")
+    sys.stderr.flush()
+    os._exit(0)
+
+
 class _Ranges:
     """Push/pop ranges in nsightflow's domains, straight through the nvtx library (never the program's wrappers)."""
 
@@ -113,6 +145,8 @@ class ProbeActions:
             self.tally.end()
         if self.marks is not None:
             self.marks.pop()
+        if self.windows is not None and self.windows.done and one_process():
+            end_program("the capture plan's last window has ended: ncu's launch of the program stops here")
 
     def last_step(self) -> None:
         """After the last profiled step: a window's trace ends (nsys stops collecting; the program runs on)."""

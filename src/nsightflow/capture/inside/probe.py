@@ -79,6 +79,8 @@ class Windows:
         self.plan, self._start, self._stop = plan, start, stop
         self.units: set[int] | None = set()
         self.open = False
+        self.left = set(plan)  # the planned steps not yet ended
+        self.current: tuple[str, int] | None = None
 
     def wanted(self, stage: str, step: int) -> bool:
         return (stage, step) in self.plan
@@ -86,7 +88,13 @@ class Windows:
     def whole(self, stage: str, step: int) -> bool:
         return (stage, step) in self.plan and self.plan[(stage, step)] is WHOLE
 
+    @property
+    def done(self) -> bool:
+        """Whether every planned step has ended: nothing is left to profile."""
+        return not self.left
+
     def begin_step(self, stage: str, step: int) -> None:
+        self.current = (stage, step)
         self.units = self.plan.get((stage, step), set())
         self.switch(0)
 
@@ -105,6 +113,9 @@ class Windows:
             self._stop()
             self.open = False
         self.units = set()
+        if self.current is not None:
+            self.left.discard(self.current)
+        self.current = None
 
 
 class OpProbe(TorchDispatchMode):
