@@ -514,8 +514,9 @@ def test_a_window_profiles_only_its_steps_of_a_long_loop(tmp_path):
     """config window: a loop of 200 steps (one prefill call, then 199 decode calls: the program's steps 0 to 199 in
     the order they ran), only steps 21 to 40 profiled: every step timed, the others set apart and named, the stage
     that never ran inside the window (prefill) not a stage, and torch.profiler running only from the window's first
-    step to its last: its trace holds 20 steps and the matrix products of 20 steps, none from outside. Expected from
-    the loop's shapes: two products per step, 2 FLOPs a multiply-add."""
+    step to its last: its trace holds 20 steps and the matrix products of 20 steps, none from outside; the launches
+    after the timed one end after the window's last step. Expected from the loop's shapes: two products per step, 2
+    FLOPs a multiply-add."""
     hidden, batch, steps, start, n = 32, 4, 199, 21, 20
     folder = ROOT / "tests" / "programs" / "stepper"
     argv = [sys.executable, "serve.py", "--hidden", str(hidden), "--batch", str(batch), "--steps", str(steps)]
@@ -538,6 +539,9 @@ def test_a_window_profiles_only_its_steps_of_a_long_loop(tmp_path):
     assert names[label] == n and names["aten::mm"] == 2 * n, {k: v for k, v in names.items() if "mm" in str(k)}
     page = (run / "report.html").read_text()
     assert f"{steps - n} step(s) outside the workload&#x27;s window (steps 0 to 19, 40 to {steps - 1})" in page
+    # the timed run serves every step; the launches under torch.profiler and for the count end after the window's
+    log = (run / "logs" / "torch_profile.log").read_text()
+    assert log.count(f"served {steps} steps") == 1 and log.count("the window's last step has ended") == 2
 
 
 def test_a_serving_loops_steps_are_grouped_by_their_batch_mix(tmp_path):

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from nsightflow.capture.inside import step_clock
+from nsightflow.capture.inside.hook_actions import end_program, one_process
 from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
 from nsightflow.capture.launch.children import die_with
 from nsightflow.domains import AUTO_DOMAIN
@@ -200,6 +201,9 @@ class Tracker:
         self.step = None
         if self.s.steps and all(self.counts.get(k, 0) >= n for k, n in self.s.steps.items()):
             self._own(self.actions.last_step)  # torch.profiler stops on the thread that started it
+            if self.s.end_after_steps and one_process():
+                self._own(_finish, self)
+                end_program("the window's last step has ended: this launch of the program stops here")
         return ended
 
     def _own(self, fn: Any, *args: Any) -> Any:

@@ -43,6 +43,9 @@ class HookSettings:
     step_inputs: dict[str, str] = field(default_factory=dict)
     # under nsys with --capture-range (a window): trace from the first profiled step to the last one (``steps``) only
     capture_range: bool = False
+    # a window of a long run: a program that computes alone ends after its last profiled step (``steps``), its record
+    # written (nothing after it is measured)
+    end_after_steps: bool = False
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -222,6 +222,8 @@ def _count(
         skip=found.skip,
         flops_out=str(Path(flops).resolve()),
         ceilings_out=str(Path(ceilings).resolve()),
+        steps=found.last_steps(),
+        end_after_steps=call.steps_window() is not None,  # a window: the program ends after its last step
     )
     counted = primary(_run(call, settings, log, timeout_s, [], extra_env=EAGER), call.rank)
     same_steps(found, counted, "counting")
@@ -306,6 +308,7 @@ def timeline(
             ceilings_out=str(Path(ceilings).resolve()),
             rank=call.rank,
             capture_range=call.steps_window() is not None,  # a window: nsys traces its steps only
+            end_after_steps=call.steps_window() is not None,  # and the program ends after them
         )
         rep = Path(rep)
         tmp_base = rep.with_name(rep.stem + ".tmp")
@@ -346,6 +349,7 @@ def torch_profile(call: CommandCall, trace: str | Path, out: ProfileOutputs, run
         hook = HookSettings("torch", f"{tmp}/torch.json", found.domain, found.stages, call.mirror, labels)
         hook = replace(hook, dtype=call.dtype, rank=call.rank, trace=str(Path(trace).resolve()), skip=found.skip)
         hook = replace(hook, steps=found.last_steps(), tuning=found.tuning or None)
+        hook = replace(hook, end_after_steps=call.steps_window() is not None)  # a window: the program ends after it
         runs = _run(call, hook, log, timeout_s, [])
         profiled = primary(runs, call.rank)
         same_steps(found, profiled, "torch.profiler")
