@@ -35,8 +35,8 @@ def one_process() -> bool:
 
 def end_program(why: str) -> None:
     """End the profiled program now, its output flushed: nothing after this point is measured, and a long run (a
-    server's window) under ncu would otherwise run to its end at ncu's pace. The step has synchronized, so every
-    profiled kernel has been collected (ncu collects one as it runs)."""
+    server's window) would otherwise run to its end at a profiler's pace. The step has synchronized, so every
+    profiled kernel has been collected (ncu collects one as it runs; nsys has flushed at its capture range's end)."""
     import os
     import sys
 
