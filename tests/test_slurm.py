@@ -77,6 +77,24 @@ def _submitted(out: str) -> dict[str, str]:
     return {rules[job]: slurm for job, slurm in found if job in rules}
 
 
+# Snakemake's polling of the queue, quickened for a one-node cluster whose jobs take seconds: by default its first
+# status check waits 40 s, later ones 10 s apart, and a failed job's outputs are awaited 60 s (the profile's
+# latency-wait, for a shared file system's delay), which made these tests take 6.5 minutes, mostly waiting.
+QUICK = (
+    "--slurm-init-seconds-before-status-checks",
+    "1",
+    "--seconds-between-status-checks",
+    "1",
+    "--latency-wait",
+    "3",
+)
+
+
+def _through_slurm(wf: Path, *args: str, env: dict, check: bool = True) -> subprocess.CompletedProcess:
+    """The workflow through profiles/slurm, as a user runs it, its queue polled quickly (``QUICK``)."""
+    return snakemake(wf, "--profile", "profiles/slurm", *QUICK, *args, env=env, check=check)
+
+
 def _sacct(job_id: str) -> dict:
     out = (
         subprocess.run(
@@ -94,7 +112,7 @@ def _sacct(job_id: str) -> dict:
 
 def test_cpu_backend_runs_through_the_profile(tmp_path):
     wf, env = _workflow(tmp_path, stand_ins=False)
-    proc = snakemake(wf, "--profile", "profiles/slurm", "results/report.html", "--config", "profiler=torch", env=env)
+    proc = _through_slurm(wf, "results/report.html", "--config", "profiler=torch", env=env)
     assert (wf / "results" / "report.html").is_file()
     jobs = _submitted(proc.stdout)
     # Only the profiling job goes through the queue; plans, aggregation and reports run locally.
@@ -111,7 +129,7 @@ def test_auto_on_a_login_node_without_a_gpu_runs_the_plan_it_made(tmp_path):
     # The login node sees no GPU: profiler auto chooses torch.profiler. The GPU node would choose
     # Nsight if it decided again, and would have no rule torch_profile (UnknownRuleException).
     wf, env = _workflow(tmp_path, stand_ins=True)
-    proc = snakemake(wf, "--profile", "profiles/slurm", "results/report.html", env=env, check=False)
+    proc = _through_slurm(wf, "results/report.html", env=env, check=False)
     assert "There is no rule named" not in proc.stdout
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert set(_submitted(proc.stdout)) == {"torch_profile"}
@@ -122,9 +140,7 @@ def test_auto_on_a_login_node_without_a_gpu_runs_the_plan_it_made(tmp_path):
 def test_nsight_plan_from_the_login_node_is_checked_on_the_gpu_node(tmp_path):
     wf, env = _workflow(tmp_path, stand_ins=True)
     # Without config `device` the login node cannot know the GPU's name: the node's preflight says so.
-    proc = snakemake(
-        wf, "--profile", "profiles/slurm", "results/report.html", "--config", "profiler=nsight", env=env, check=False
-    )
+    proc = _through_slurm(wf, "results/report.html", "--config", "profiler=nsight", env=env, check=False)
     assert proc.returncode != 0 and "There is no rule named" not in proc.stdout
     assert set(_submitted(proc.stdout)) == {"preflight", "counters"}  # the counter check runs beside the others
     assert _sacct(_submitted(proc.stdout)["counters"])["tres"].count("cpu=1") == 1  # threads 0 is one CPU there
@@ -136,10 +152,8 @@ def test_nsight_plan_from_the_login_node_is_checked_on_the_gpu_node(tmp_path):
     # With the device named, the node agrees with the plan; the stand-in ncu profiles nothing, so
     # the counter probe is the one check that fails (its job runs beside the timeline's), and no ncu capture is
     # attempted.
-    proc = snakemake(
+    proc = _through_slurm(
         wf,
-        "--profile",
-        "profiles/slurm",
         "results/report.html",
         "--config",
         "profiler=nsight",
