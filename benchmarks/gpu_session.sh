@@ -4,7 +4,8 @@
 # their own copy), activates .gpu-bundle there and starts one pytest session in a process session of its own, which
 # runs on while the machine stays warm; every call (`bash benchmarks/gpu_session.sh`, and start) then waits up to
 # WAIT seconds (default 560) for it, prints the tail, and brings the log back under $OUT (the tests' logs so far too,
-# as logs.tgz). Call again within the machine's idle release (30 s) or the session is lost.
+# as logs.tgz). Call again within the machine's idle release (30 s) or the session is lost (a call that finds a fresh
+# machine says so and ends at once, rather than waiting WAIT seconds on nothing).
 # Needs NSIGHTFLOW_CORPUS's programs in .corpus/ for the corpus tests; carry .gpu-bundle, .corpus and benchmarks.
 W=/tmp/nf
 if [ "$1" = start ]; then
@@ -16,6 +17,9 @@ if [ "$1" = start ]; then
   printf '%q ' "$@" > /tmp/nf.args
   setsid nohup bash -c "cd $W && date +%s > /tmp/nf.began && python3 -m pytest -m gpu -v -s -p no:cacheprovider -rA --tb=short --durations=0 --timeout=2400 --basetemp=/tmp/nf-bt $(cat /tmp/nf.args) > /tmp/nf.log 2>&1; echo EXIT \$? >> /tmp/nf.log" >/dev/null 2>&1 < /dev/null &
   sleep 2
+fi
+if [ ! -f /tmp/nf.began ]; then  # a fresh machine: the session's earlier one was given back (idle, or taken)
+  echo "no pytest session on this machine: the one started earlier was lost with its machine; start again"; exit 3
 fi
 end=$((SECONDS + ${WAIT:-560}))
 while [ $SECONDS -lt $end ] && ! grep -q '^EXIT' /tmp/nf.log 2>/dev/null; do sleep 5; done
