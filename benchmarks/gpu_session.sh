@@ -6,32 +6,47 @@
 # WAIT seconds (default 560) for it, prints the tail, and brings the log back under $OUT (the tests' logs so far too,
 # as logs.tgz). Call again within the machine's idle release (30 s) or the session is lost (a call that finds a fresh
 # machine says so and ends at once, rather than waiting WAIT seconds on nothing).
+# Two sessions at once on a machine of two GPUs: `WAIT=0 GPU=0 bash benchmarks/gpu_session.sh start <args>` and then
+# `GPU=1 bash benchmarks/gpu_session.sh start <other args>` in the same call, each seeing its GPU alone
+# (CUDA_VISIBLE_DEVICES); a call without start follows every session on the machine until all have ended or WAIT
+# passes. Tests that need two GPUs belong in a session without GPU set (it sees them all).
+# Not yet tried on the GPU host: each session's tests have a TMPDIR of their own (tests/conftest.py), where ncu keeps
+# the lock that makes ncu processes take turns; two ncu processes with different locks on one GPU refused with "a
+# driver resource was unavailable" (docs/benchmarks.md, 2026-11-27); on distinct GPUs, to be seen.
 # Needs NSIGHTFLOW_CORPUS's programs in .corpus/ for the corpus tests; carry .gpu-bundle, .corpus and benchmarks.
-W=/tmp/nf
+S=${GPU:+-$GPU}  # one session's files: /tmp/nf$S (its copy of the tree), .log, .began, -bt (pytest's basetemp)
 if [ "$1" = start ]; then
   shift
-  rm -rf $W /tmp/nf-bt /tmp/nf.log; mkdir -p $W; cp -a . $W/; cd $W || exit 1
+  W=/tmp/nf$S
+  rm -rf $W $W-bt $W.log $W.began; mkdir -p $W; cp -a . $W/; cd $W || exit 1
   . .gpu-bundle/activate.sh
   nvidia-smi -L
   export NSIGHTFLOW_CORPUS=$W/.corpus PYTHONUNBUFFERED=1
-  printf '%q ' "$@" > /tmp/nf.args
-  setsid nohup bash -c "cd $W && date +%s > /tmp/nf.began && python3 -m pytest -m gpu -v -s -p no:cacheprovider -rA --tb=short --durations=0 --timeout=2400 --basetemp=/tmp/nf-bt $(cat /tmp/nf.args) > /tmp/nf.log 2>&1; echo EXIT \$? >> /tmp/nf.log" >/dev/null 2>&1 < /dev/null &
+  [ -n "$GPU" ] && export CUDA_VISIBLE_DEVICES=$GPU
+  printf '%q ' "$@" > $W.args
+  setsid nohup bash -c "cd $W && date +%s > $W.began && python3 -m pytest -m gpu -v -s -p no:cacheprovider -rA --tb=short --durations=0 --timeout=2400 --basetemp=$W-bt $(cat $W.args) > $W.log 2>&1; echo EXIT \$? >> $W.log" >/dev/null 2>&1 < /dev/null &
   sleep 2
+  cd - >/dev/null || exit 1
 fi
-if [ ! -f /tmp/nf.began ]; then  # a fresh machine: the session's earlier one was given back (idle, or taken)
+sessions=$(ls /tmp/nf*.began 2>/dev/null | sed 's/\.began$//')
+if [ -z "$sessions" ]; then  # a fresh machine: the session's earlier one was given back (idle, or taken)
   echo "no pytest session on this machine: the one started earlier was lost with its machine; start again"; exit 3
 fi
+ended() { for w in $sessions; do grep -q '^EXIT' $w.log 2>/dev/null || return 1; done; }
 end=$((SECONDS + ${WAIT:-560}))
-while [ $SECONDS -lt $end ] && ! grep -q '^EXIT' /tmp/nf.log 2>/dev/null; do sleep 5; done
-echo "== elapsed $(( $(date +%s) - $(cat /tmp/nf.began) )) s"
-grep -E " (PASSED|FAILED|ERROR)|^EXIT|^(FAILED|ERROR|PASSED) " /tmp/nf.log | tail -30
-echo "== tail"; tail -c 7000 /tmp/nf.log
-cp /tmp/nf.log "$OUT/"
+while [ $SECONDS -lt $end ] && ! ended; do sleep 5; done
+for w in $sessions; do
+  n=$(basename $w)
+  echo "== $n: elapsed $(( $(date +%s) - $(cat $w.began) )) s"
+  grep -E " (PASSED|FAILED|ERROR)|^EXIT|^(FAILED|ERROR|PASSED) " $w.log | tail -30
+  echo "== $n: tail"; tail -c $((7000 / $(echo $sessions | wc -w))) $w.log
+  cp $w.log "$OUT/"
+  # the tests' logs so far, running or ended (a job's log follows its tool as it runs: where a long one stands)
+  (cd $w-bt 2>/dev/null && find . -name '*.log' -size -4M | tar czf "$OUT/$n-logs.tgz" -T -)
+done
 # where a running session stands: its processes, the GPUs, and (py-spy where the bundle has it) each program's stacks
-if ! grep -q '^EXIT' /tmp/nf.log 2>/dev/null; then
+if ! ended; then
   { ps -eo pid,ppid,etime,pcpu,rss,args --forest | grep -v -E ' (ps|grep|bash -c) ' | tail -60; nvidia-smi
     for p in $(pgrep -f "${DIAG:-train.py}"); do echo "== py-spy $p"; timeout 20 py-spy dump --pid "$p" 2>&1 | head -40; done
   } > "$OUT/host.txt" 2>&1
 fi
-# the tests' logs so far, running or ended (a job's log follows its tool as it runs: where a long one stands)
-(cd /tmp/nf-bt 2>/dev/null && find . -name '*.log' -size -4M | tar czf "$OUT/logs.tgz" -T -)
