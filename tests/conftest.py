@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -76,6 +77,7 @@ TIERS = {
     "slurm": (slurm_available, "a Slurm cluster that answers (sinfo); scripts/slurm_local.sh starts one"),
     "browser": (lambda: shutil.which("chromium") is not None, "Chromium (Debian's package chromium)"),
     "corpus": (lambda: corpus_dir() is not None, "NSIGHTFLOW_CORPUS: a folder of the public programs' snapshots"),
+    "engines": (lambda: importlib.util.find_spec("vllm") is not None, "vLLM importable (README: Run the tests)"),
 }
 
 

@@ -21,3 +21,30 @@ def transformers_batch(processor: Any, *_: Any, **__: Any) -> dict[str, float]:
         "decode_tokens": len(spans) - len(prefill),
         "kv_tokens": sum(offset for _, offset in spans),
     }
+
+
+def vllm_batch(runner: Any, scheduler_output: Any, *_: Any, **__: Any) -> dict[str, float]:
+    """vLLM's V1 engine (``GPUModelRunner.execute_model`` of either model runner, called with the scheduler's
+    ``SchedulerOutput``): the batch its scheduler made for this forward. A request decodes where it has output
+    tokens already and is given one token (plus its speculative ones); otherwise its tokens are (a chunk of) its
+    prompt, or its prompt and outputs computed again after a preemption. ``kv_tokens``: the positions its attention
+    reads (those computed before this step and its own), summed over the requests."""
+    out = scheduler_output
+    cached = out.scheduled_cached_reqs
+    computed = {r.req_id: int(r.num_computed_tokens) for r in out.scheduled_new_reqs}
+    computed.update(zip(cached.req_ids, map(int, cached.num_computed_tokens), strict=True))
+    outputs = dict(zip(cached.req_ids, map(int, cached.num_output_tokens), strict=True))
+    spec = out.scheduled_spec_decode_tokens
+    prefill = decode = kv = 0
+    for req, tokens in out.num_scheduled_tokens.items():
+        kv += computed[req] + tokens
+        if outputs.get(req, 0) > 0 and tokens == 1 + len(spec.get(req, ())):
+            decode += tokens
+        else:
+            prefill += tokens
+    return {
+        "requests": len(out.num_scheduled_tokens),
+        "prefill_tokens": prefill,
+        "decode_tokens": decode,
+        "kv_tokens": kv,
+    }
