@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,101 +28,47 @@ VLLM_STEPS = [
     "vllm.v1.worker.gpu.model_runner:GPUModelRunner.execute_model",
     "vllm.v1.worker.gpu_model_runner:GPUModelRunner.execute_model",
 ]
-BLOCK = 16
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+sys.path.insert(0, str(PROGRAMS))
+MIXED = [(8 + 32 * i % 33, 2 + i % 5) for i in range(6)]  # prompts of 8 to 40 tokens, outputs of 2 to 6
 
 
-def _scheduler(tmp_path: Path, blocks: int, max_tokens: int):
-    """vLLM's scheduler as its engine core builds it, for a small Llama-shaped config (no weights: the scheduler
-    reads only the config), chunked prefill of at most ``max_tokens`` a step, and a KV cache of ``blocks`` blocks."""
-    import torch
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
+def _serve(tmp_path: Path, lengths: list[tuple[int, int]], blocks: int) -> tuple[list, list[dict[str, float]], int]:
+    """Serve requests of (prompt, output) lengths through vLLM's scheduler, 64 tokens a step, with a stand-in model
+    runner (tests/programs/vllm_engine.py); each batch summarised by nsightflow's step inputs (as the timed run
+    does), and the same read from vLLM's request objects before and after the scheduler ran; and the computed
+    tokens preemptions threw away (to be computed again)."""
+    import vllm_engine
 
-    model = tmp_path / "model"
-    model.mkdir()
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64}
-    config |= {"intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
-    config |= {"vocab_size": 512, "max_position_embeddings": 512, "torch_dtype": "float16"}
-    (model / "config.json").write_text(json.dumps(config))
-    sched = SchedulerConfig(
-        max_num_seqs=8,
-        max_num_batched_tokens=max_tokens,
-        max_model_len=256,
-        enable_chunked_prefill=True,
-        is_encoder_decoder=False,
-    )
-    vllm_config = VllmConfig(
-        scheduler_config=sched,
-        model_config=ModelConfig(model=str(model), skip_tokenizer_init=True, dtype="float16", seed=0),
-        cache_config=CacheConfig(block_size=BLOCK),
-        device_config=DeviceConfig(device="cpu"),
-    )
-    vllm_config.cache_config.num_gpu_blocks = blocks
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
-    kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
-    return Scheduler(
-        vllm_config=vllm_config,
-        kv_cache_config=kv,
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=BLOCK,
-    )
-
-
-def _serve(scheduler, lengths: list[tuple[int, int]]) -> tuple[list, list[dict[str, float]], int]:
-    """Serve requests of (prompt, output) lengths through vLLM's scheduler, its model runner replaced by a token
-    sampled for each request whose prompt is all computed; each step's batch summarised by nsightflow's step inputs
-    (as the timed run does), the same read from vLLM's request objects before and after the scheduler ran, and the
-    computed tokens preemptions threw away (to be computed again)."""
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
-
-    requests = [
-        Request(str(i), [1 + i] * p, SamplingParams(max_tokens=k, ignore_eos=True), None)
-        for i, (p, k) in enumerate(lengths)
-    ]
-    for r in requests:
-        scheduler.add_request(r)
+    scheduler = vllm_engine.scheduler(tmp_path / "model", blocks, 64)
+    reqs = vllm_engine.requests(lengths)
     inputs = StepInputs({"forward": VLLM_SUMMARY})
-    expected, lost = [], 0
-    while scheduler.has_requests():
-        before = {r.request_id: (r.num_computed_tokens, len(r.output_token_ids)) for r in requests}
-        out = scheduler.schedule()
-        lost += sum(c for r in requests if r.num_computed_tokens < (c := before[r.request_id][0]))
-        if not out.num_scheduled_tokens:
-            scheduler.update_from_output(out, ModelRunnerOutput(req_ids=[], req_id_to_index={}))
-            continue  # the engine core does not run the model for an empty step
+    expected = []
+
+    def before_forward(out, states):
         inputs.summarise("forward", (object(), out), {})
         step = {"requests": 0, "prefill_tokens": 0, "decode_tokens": 0, "kv_tokens": 0}
-        for r in requests:
-            computed, outputs = before[r.request_id]
-            if r.request_id not in out.num_scheduled_tokens:
-                continue
-            n = r.num_computed_tokens - computed  # what vLLM's request says it was given (from 0 once preempted)
-            step["requests"] += 1
-            step["kv_tokens"] += r.num_computed_tokens
-            step["decode_tokens" if outputs and n == 1 else "prefill_tokens"] += n
+        for r in reqs:
+            if r.request_id in out.num_scheduled_tokens:
+                computed, outputs = states[r.request_id]
+                n = r.num_computed_tokens - computed  # what vLLM's request says it was given (from 0 once preempted)
+                step["requests"] += 1
+                step["kv_tokens"] += r.num_computed_tokens
+                step["decode_tokens" if outputs and n == 1 else "prefill_tokens"] += n
         expected.append(step)
-        ids = list(out.num_scheduled_tokens)
-        by_id = {r.request_id: r for r in requests}
-        sampled = [[7] if by_id[i].num_computed_tokens >= by_id[i].num_prompt_tokens else [] for i in ids]
-        runner = ModelRunnerOutput(req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)})
-        runner.sampled_token_ids = sampled
-        scheduler.update_from_output(out, runner)
+
+    lost = vllm_engine.serve(scheduler, vllm_engine.Runner(scheduler), reqs, before_forward)
     assert not inputs.errors, inputs.errors
     return inputs.steps["forward"], expected, lost
 
 
 def test_vllm_batches_its_scheduler_makes_are_summarised_as_they_are(tmp_path):
-    """Mixed lengths over a 64-token step: prompts chunked, prefill sharing steps with decodes; every step's
-    requests, prefill and decode tokens and KV positions as vLLM's requests say, and over the run the prompts' and
-    outputs' tokens of the request set."""
+    """Prompts of 8 to 40 tokens over a 64-token step: prompts chunked, prefill sharing steps with decodes; every
+    step's requests, prefill and decode tokens and KV positions as vLLM's requests say, and over the run the prompts'
+    and outputs' tokens of the request set."""
     pytest.importorskip("vllm.v1.core.sched.scheduler")
-    rng = random.Random(0)
-    lengths = [(rng.randint(8, 40), rng.randint(2, 6)) for _ in range(6)]
-    got, expected, lost = _serve(_scheduler(tmp_path, blocks=1000, max_tokens=64), lengths)
+    lengths = MIXED
+    got, expected, lost = _serve(tmp_path, lengths, blocks=1000)
     print("vLLM steps:", got)
     assert got == expected and lost == 0
     assert sum(s["prefill_tokens"] for s in got) == sum(p for p, _ in lengths)
@@ -137,7 +84,7 @@ def test_vllm_batches_after_preemptions_count_the_tokens_computed_again(tmp_path
     pytest.importorskip("vllm.v1.core.sched.scheduler")
     rng = random.Random(1)
     lengths = [(rng.randint(20, 40), rng.randint(20, 40)) for _ in range(6)]
-    got, expected, lost = _serve(_scheduler(tmp_path, blocks=8, max_tokens=64), lengths)
+    got, expected, lost = _serve(tmp_path, lengths, blocks=8)
     print(f"vLLM with preemptions: {len(got)} steps, {lost} computed tokens thrown away")
     assert got == expected and lost > 0
     total = sum(s["prefill_tokens"] + s["decode_tokens"] for s in got)
@@ -158,3 +105,41 @@ def test_the_readme_vllm_step_functions_are_forwards_of_a_scheduled_batch():
         fn = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
         params = list(inspect.signature(fn).parameters)
         assert params[:2] == ["self", "scheduler_output"], (where, params)
+
+
+def test_vllm_batches_through_the_workflow_are_its_steps_and_mixes(tmp_path):
+    """vLLM's scheduler as a command (tests/programs/vllm_serve.py), its runner's ``execute_model`` the steps and
+    ``vllm_batch`` their inputs, on the CPU under torch.profiler: each step's batch in steps.csv as vLLM's requests
+    say (the same scheduler run in this process), its mix from that batch, and its model FLOPs those of the
+    stand-in's matrices over the batch's tokens and requests."""
+    pytest.importorskip("vllm.v1.core.sched.scheduler")
+    import pandas as pd
+    import vllm_engine
+    from conftest import snakemake, torch_workflow
+
+    _, expected, _ = _serve(tmp_path / "here", MIXED, blocks=1000)
+    argv = [sys.executable, str(PROGRAMS / "vllm_serve.py"), "--lengths", json.dumps(MIXED)]
+    workload = {"name": "vllm", "command": argv, "warmup_steps": 0}
+    workload |= {"step_functions": {"forward": "vllm_engine:Runner.execute_model"}}
+    workload |= {"step_inputs": {"forward": VLLM_SUMMARY}}
+    work = torch_workflow(tmp_path, [workload])
+    snakemake(work, "--cores", "1", "results/report.html")
+    steps = pd.read_csv(work / "results" / "vllm" / "steps.csv")
+    print(steps[["step", "inputs", "mix", "flops_model"]].to_string())
+    assert list(steps["inputs"]) == [", ".join(f"{k}={v}" for k, v in e.items()) for e in expected]
+    h, layers, v = vllm_engine.LLAMA["hidden_size"], 2, vllm_engine.LLAMA["vocab_size"]
+    tokens = [e["prefill_tokens"] + e["decode_tokens"] for e in expected]
+    flops = [2 * (n * layers * h * h + e["requests"] * h * v) for n, e in zip(tokens, expected, strict=True)]
+    assert list(steps["flops_model"]) == flops
+    # the README's mixes: decode-only by batch size, prefill-only, prefill-heavy (more prompt tokens than decoded)
+    mixes = [
+        f"decode-only, batch {e['decode_tokens']}"
+        if not e["prefill_tokens"]
+        else "prefill-only"
+        if not e["decode_tokens"]
+        else "prefill-heavy"
+        if e["prefill_tokens"] > e["decode_tokens"]
+        else "mixed"
+        for e in expected
+    ]
+    assert list(steps["mix"]) == mixes and "prefill-heavy" in mixes
