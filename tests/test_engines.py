@@ -29,7 +29,19 @@ VLLM_STEPS = [
     "vllm.v1.worker.gpu_model_runner:GPUModelRunner.execute_model",
 ]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
-sys.path.insert(0, str(PROGRAMS))
+
+
+def _engine():
+    """tests/programs/vllm_engine.py, loaded from its file (the programs' folder stays off this process's path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vllm_engine", PROGRAMS / "vllm_engine.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 MIXED = [(8 + 32 * i % 33, 2 + i % 5) for i in range(6)]  # prompts of 8 to 40 tokens, outputs of 2 to 6
 
 
@@ -38,8 +50,7 @@ def _serve(tmp_path: Path, lengths: list[tuple[int, int]], blocks: int) -> tuple
     runner (tests/programs/vllm_engine.py); each batch summarised by nsightflow's step inputs (as the timed run
     does), and the same read from vLLM's request objects before and after the scheduler ran; and the computed
     tokens preemptions threw away (to be computed again)."""
-    import vllm_engine
-
+    vllm_engine = _engine()
     scheduler = vllm_engine.scheduler(tmp_path / "model", blocks, 64)
     reqs = vllm_engine.requests(lengths)
     inputs = StepInputs({"forward": VLLM_SUMMARY})
@@ -114,9 +125,9 @@ def test_vllm_batches_through_the_workflow_are_its_steps_and_mixes(tmp_path):
     stand-in's matrices over the batch's tokens and requests."""
     pytest.importorskip("vllm.v1.core.sched.scheduler")
     import pandas as pd
-    import vllm_engine
     from conftest import snakemake, torch_workflow
 
+    vllm_engine = _engine()
     _, expected, _ = _serve(tmp_path / "here", MIXED, blocks=1000)
     argv = [sys.executable, str(PROGRAMS / "vllm_serve.py"), "--lengths", json.dumps(MIXED)]
     workload = {"name": "vllm", "command": argv, "warmup_steps": 0}
