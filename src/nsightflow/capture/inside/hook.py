@@ -77,6 +77,7 @@ class Tracker:
         self.inside = False  # the hook's own NVTX calls are not the program's
         self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
         self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
+        self.env_rank = os.environ.get("RANK", "")  # read once: every push looks for the rank until it is known
         self.gated = settings.gate is not None and settings.mode in ("probe", "timed")  # not yet past the gate
         self.own = False  # whether the program has opened an NVTX range of its own
         self.auto: Any = None  # the automatic stages' hooks (nsightflow.capture.inside.hook_auto), while followed
@@ -128,8 +129,8 @@ class Tracker:
         domain, name = domain or "", name or ""
         tid = threading.get_ident()
         with self.lock:
-            if self.rank is None:
-                self.rank = rank_of()
+            if self.rank is None:  # caught while torch.distributed is up (a program may end it before exit)
+                self.rank = rank_of(self.env_rank)
             if domain != AUTO_DOMAIN and not self.own:
                 self.own = True
                 if self.auto is not None and self.s.domain is None:  # its own ranges are its stages
@@ -233,10 +234,12 @@ class Tracker:
         }
 
 
-def rank_of() -> int | None:
-    """This process's rank: ``RANK`` (torchrun), else its initialised ``torch.distributed`` rank, else None."""
-    if os.environ.get("RANK", "").isdigit():
-        return int(os.environ["RANK"])
+def rank_of(env: str | None = None) -> int | None:
+    """This process's rank: ``RANK`` (torchrun; ``env``: its value as read before), else its initialised
+    ``torch.distributed`` rank, else None."""
+    env = os.environ.get("RANK", "") if env is None else env
+    if env.isdigit():
+        return int(env)
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():

@@ -50,13 +50,19 @@ def closing() -> int:
     return ended if done else time.perf_counter_ns()
 
 
+_FREE: dict[int, list[Any]] = {}  # device -> events whose times have been read, recorded again by the next marks
+
+
 def mark() -> Any:
     """A timing event recorded on the current stream now, or None where there is none to record (no CUDA yet, or
-    the stream is being captured into a CUDA graph, where a recorded event would become a node of the graph)."""
+    the stream is being captured into a CUDA graph, where a recorded event would become a node of the graph). Events
+    are reused once read (GpuSpans.settle): making one costs several times recording one, and a step of a host-bound
+    loop (a CUDA-graph replay: a quarter of a millisecond) has every microsecond of the hook's in its pace."""
     torch = _cuda()
     if torch is None or torch.cuda.is_current_stream_capturing():
         return None
-    event = torch.cuda.Event(enable_timing=True)
+    free = _FREE.get(torch.cuda.current_device())  # an event records on the device it was first recorded on
+    event = free.pop() if free else torch.cuda.Event(enable_timing=True)
     event.record()
     return event
 
@@ -91,8 +97,11 @@ class GpuSpans:
                     at = self.origin.elapsed_time(start) if start is not self.origin else 0.0
                     span = start.elapsed_time(end) if end is not None else 0.0
                     self.spans[key] = (round(span * 1e6), round(at * 1e6))
-                except RuntimeError:  # recorded on two devices: the host span stands
-                    pass
+                except RuntimeError:  # recorded on two devices: the host span stands, the events are not reused
+                    continue
+                for e in (start, end):
+                    if e is not None and e is not self.origin:
+                        _FREE.setdefault(e.device.index, []).append(e)
         except RuntimeError:
             self.pending.clear()
         return self.spans
