@@ -19,25 +19,47 @@ too (:func:`compiled_graphs`).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import deque
 from typing import Any
 
+_CUDA: tuple[int, Any] | None = None  # (process, torch) once the program has initialised CUDA: it stays so
+_STREAMS: dict[tuple[int, int, int], Any] = {}  # the current stream's objects, by torch's (id, device, type)
+
 
 def _cuda() -> Any:
-    """torch, where the program has initialised CUDA (the hook never initialises it), else None."""
+    """torch, where the program has initialised CUDA (the hook never initialises it), else None. Asked at every
+    range's start and end: once CUDA is initialised the answer is kept (a forked child asks again)."""
+    global _CUDA
+    if _CUDA is not None and _CUDA[0] == os.getpid():
+        return _CUDA[1]
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
+    _CUDA = (os.getpid(), torch)
     return torch
+
+
+def _current_stream(torch: Any) -> Any:
+    """The current CUDA stream, as ``torch.cuda.current_stream()`` gives it, without making a new object each time
+    (that took several microseconds, at each range's start and end)."""
+    try:
+        key = torch._C._cuda_getCurrentStream(torch._C._cuda_getDevice())
+    except AttributeError:  # a torch without these bindings: its public call
+        return torch.cuda.current_stream()
+    stream = _STREAMS.get(key)
+    if stream is None:
+        stream = _STREAMS[key] = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+    return stream
 
 
 def idle() -> bool:
     """Whether the GPU's current stream has no work left (a program that synchronized its step itself): the step
     ended when its range did, and the hook's own synchronization is not part of its wall."""
     torch = _cuda()
-    return torch is None or bool(torch.cuda.current_stream().query())
+    return torch is None or bool(_current_stream(torch).query())
 
 
 def closing() -> int:
@@ -61,9 +83,10 @@ def mark() -> Any:
     torch = _cuda()
     if torch is None or torch.cuda.is_current_stream_capturing():
         return None
-    free = _FREE.get(torch.cuda.current_device())  # an event records on the device it was first recorded on
+    stream = _current_stream(torch)
+    free = _FREE.get(stream.device.index)  # an event records on the device it was first recorded on
     event = free.pop() if free else torch.cuda.Event(enable_timing=True)
-    event.record()
+    event.record(stream)
     return event
 
 
