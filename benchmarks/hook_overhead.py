@@ -1,0 +1,71 @@
+"""What the hook's timed mode adds to each stage step of a program, in microseconds, in one process: a step of
+one small kernel (``x.add_(1)``, about 10 µs of host launch) plain, inside the hook's push/pop
+(nsightflow.capture.inside.hook: the program's ``nvtx.push_range``/``pop_range`` as the timed run follows them), and
+the hook's CUDA parts alone (nsightflow.capture.inside.step_clock: two timing events and their span read; the
+stream's idle check). A host-bound loop's step (a CUDA-graph replay: gpt-fast ``--compile``'s decode step, a quarter
+of a millisecond) has all of it in its pace. On the GPU host, or any machine (without CUDA only the Python part is
+there): ``python3 benchmarks/hook_overhead.py``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from nsightflow.capture.inside import step_clock
+from nsightflow.capture.inside.hook import Tracker
+from nsightflow.capture.inside.hook_settings import HookSettings
+
+STEPS, WARM = 20000, 500
+
+
+def per_step_us(body: Callable[[], None], cuda: bool) -> float:
+    """Microseconds a call of ``body`` takes, over STEPS calls after WARM (the GPU synchronized around them)."""
+    for _ in range(WARM):
+        body()
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(STEPS):
+        body()
+    if cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / STEPS * 1e6
+
+
+def main() -> None:
+    cuda = torch.cuda.is_available()
+    x = torch.zeros(16, device="cuda" if cuda else "cpu")
+    tracker = Tracker(HookSettings("timed", "/dev/null"))
+
+    def plain() -> None:
+        x.add_(1)
+
+    def hooked() -> None:
+        tracker.push("LLM", "decode")
+        x.add_(1)
+        tracker.pop("LLM")
+
+    def marks() -> None:
+        start = step_clock.mark()
+        x.add_(1)
+        end = step_clock.mark()
+        if start is not None and end is not None and end.query():
+            start.elapsed_time(end)
+
+    def idle() -> None:
+        step_clock.idle()
+        x.add_(1)
+
+    for _ in range(2):
+        base = per_step_us(plain, cuda)
+        row = {"plain": base}
+        row.update({k: per_step_us(f, cuda) - base for k, f in (("hook", hooked), ("marks", marks), ("idle", idle))})
+        print("µs a step:", ", ".join(f"{k} {'+' if k != 'plain' else ''}{v:.2f}" for k, v in row.items()))
+        tracker.ranges.clear()
+        tracker.gpu.spans.clear()
+
+
+if __name__ == "__main__":
+    main()
