@@ -10,9 +10,9 @@
 # `GPU=1 bash benchmarks/gpu_session.sh start <other args>` in the same call, each seeing its GPU alone
 # (CUDA_VISIBLE_DEVICES); a call without start follows every session on the machine until all have ended or WAIT
 # passes. Tests that need two GPUs belong in a session without GPU set (it sees them all).
-# Not yet tried on the GPU host: each session's tests have a TMPDIR of their own (tests/conftest.py), where ncu keeps
-# the lock that makes ncu processes take turns; two ncu processes with different locks on one GPU refused with "a
-# driver resource was unavailable" (docs/benchmarks.md, 2026-11-27); on distinct GPUs, to be seen.
+# Each session's tests have a TMPDIR of their own (tests/conftest.py), where ncu keeps the lock that makes ncu
+# processes take turns: on distinct GPUs two sessions' ncu captures ran at once and both completed (2026-11-28,
+# docs/gpu-host.md); two ncu processes with different locks on one GPU refused ("a driver resource was unavailable").
 # Needs NSIGHTFLOW_CORPUS's programs in .corpus/ for the corpus tests; carry .gpu-bundle, .corpus and benchmarks.
 S=${GPU:+-$GPU}  # one session's files: /tmp/nf$S (its copy of the tree), .log, .began, -bt (pytest's basetemp)
 if [ "$1" = start ]; then
