@@ -306,7 +306,7 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
     def argv_for(counters, comm_filter):
         return launch.argv + ([] if counters == bf16 and not comm_filter else ["--metrics", "more"])
 
-    planner = _Planner(make, plan, None, argv_for, launch.argv)
+    planner = _Planner(make, plan, None, argv_for, launch.argv, bf16)
     pids = []
 
     def beside(child_env, pid):
@@ -321,8 +321,11 @@ def test_the_plan_is_made_while_the_program_starts_and_a_launch_it_disowns_is_st
         assert re.search(r"nsightflow: capture plan awaited: \d", out)
         assert planner.counters == bf16 and [w.step for w in planner.plan.windows] == [1]
         return
-    with pytest.raises(_Replan if outcome == "other counters" else InputError):
+    with pytest.raises(_Replan if outcome == "other counters" else InputError) as raised:
         run_tool(launch.argv, log, 120, check=False, env=env, beside=beside)
+    if outcome == "other counters":  # the log says what the launch started with and what the plan asked for
+        assert "started with tensor precisions bf16, without the SASS counts (the probe saw: bf16)" in str(raised.value)
+        assert "the plan's tensor precisions bf16, tf32, without" in str(raised.value)
     assert seen["before"] == 1 and _passes(passes) == 1  # stopped before its windowed pass
     assert not plan.exists()  # which never saw a plan
     with pytest.raises(ProcessLookupError):

@@ -55,10 +55,11 @@ class _Planner:
         progress: LaunchProgress | None,
         argv_for: Callable[[Counters, bool], list[str]],
         started: list[str],
+        guessed: Counters,
     ) -> None:
         self.make, self.plan_json, self.progress = make, Path(plan_json), progress
         self.staged = files.staging(plan_json)
-        self.argv_for, self.started = argv_for, started
+        self.argv_for, self.started, self.guessed = argv_for, started, guessed
         self.plan: CapturePlan | None = None
         self.counters: Counters | None = None
         self.wanted: list[str] = started
@@ -69,12 +70,26 @@ class _Planner:
             self.progress.expected = [(e.stage, e.step) for e in self.plan.expected]
         self.wanted = self.argv_for(self.counters, self.plan.communicates())
         if self.wanted != self.started:
-            raise _Replan("the capture plan, made while ncu started, asks for other FLOP counters or kernel filter")
+            comm = self.plan.communicates()
+            raise _Replan(
+                "the capture plan, made while ncu started, asks for other FLOP counters or kernel filter (started "
+                f"with {_counted(self.guessed)}; the plan's {_counted(self.counters)}"
+                + (", NCCL's kernels left out" if comm else "")
+                + ")"
+            )
         self.publish()
 
     def publish(self) -> None:
         """Put the plan where the program waits for it."""
         files.publish(self.staged, self.plan_json)
+
+
+def _counted(c: Counters) -> str:
+    """Which FLOP counters, and why, in a line of the job's log."""
+    seen = "could not tell" if c.seen is None else ", ".join(c.seen) or "none"
+    how = f"; {'; '.join(c.seen_how)}" if c.seen_how else ""
+    sass = "with" if c.non_tensor else "without"
+    return f"tensor precisions {', '.join(c.precisions)}, {sass} the SASS counts (the probe saw: {seen}{how})"
 
 
 def _note(log: str | Path, text: str) -> None:
@@ -149,7 +164,7 @@ def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, pro
         if plan is None:  # this launch starts now, and its plan is made meanwhile
             assert make_plan is not None
             argv = argv_for(program, counters, False)
-            planner = _Planner(make_plan, plan_json, progress, partial(argv_for, program), argv)
+            planner = _Planner(make_plan, plan_json, progress, partial(argv_for, program), argv, counters)
             try:
                 out, rc = launch(argv, program, progress, planner)
             except _Replan as exc:
