@@ -159,7 +159,10 @@ class Tracker:
         tid = threading.get_ident()
         with self.lock:
             stack = self.stacks.get(tid, [])
-            at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == domain), None)
+            if stack and stack[-1][0] == domain:  # the innermost range, as nearly always
+                at: int | None = len(stack) - 1
+            else:
+                at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == domain), None)
             if at is None:
                 return
             end = None
