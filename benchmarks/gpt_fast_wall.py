@@ -70,7 +70,7 @@ def main() -> None:
             print(f"{n} samples, workflow ({time.monotonic() - began:.0f} s): own ms a sample in its timed run "
                   f"{ms(timed)}; steady decode pace {statistics.median(paces) * 1e3:.4f} ms, range wall "
                   f"{statistics.median(walls) * 1e3:.4f} ms (of {len(paces)}); every pace {ms(paces)}")  # fmt: skip
-        own = corpus._own_decode_step_s(argv, folder)
+        own = corpus._own_clock(argv, folder, tmp / "own-hooked.json")["step_s"]
         print(f"gpt-fast's own time per decode step, one warmed plain process: {own * 1e3:.4f} ms")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -7,6 +7,12 @@ tests/test_corpus.py's corpus); prints one JSON line ``{"new": [s...], "long": [
 
 The KV cache is set up at the longer length first and kept (gpt-fast keeps a cache that is large enough), so both
 lengths replay the same compiled graph: the steps attend over the cache of PROMPT + LONG positions.
+
+With ``--hook``, nsightflow's hook in its timed mode (what a command's timed run has: nsightflow.capture.inside.hook)
+follows the ranges of generate.py in every other round, and lets them pass untouched in the others, in turns: in one
+process, whose pace both share, gpt-fast's own time per decode step without and with the hook (what the hook costs
+the program), and nsightflow's steady decode pace from the hook's record, found as a command's timed run finds it
+(nsightflow.capture.launch.discovery): ``"hooked": {"new", "long", "step_s", "pace_s"}`` beside the plain numbers.
 """
 
 from __future__ import annotations
@@ -28,7 +34,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--device", default="cuda")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--hook", type=Path, help="the hook's record, written at exit")
     a = p.parse_args()
+    tracker = None
+    if a.hook:
+        from nsightflow.capture.inside.hook import install
+        from nsightflow.capture.inside.hook_settings import HookSettings
+
+        tracker = install(HookSettings("timed", str(a.hook)))
+        assert tracker is not None
+        if tracker.auto is not None:  # generate.py's own ranges are the stages (a timed run drops these at its first)
+            tracker.auto.remove()
+            tracker.auto = None
     sys.path.insert(0, str(Path.cwd()))
     import generate as g  # gpt-fast's, from its folder
     import torch
@@ -47,14 +64,35 @@ def main() -> None:
         g.device_sync(device=a.device)
         return time.perf_counter() - t0
 
+    def follow(on: bool) -> None:
+        if tracker is not None:
+            tracker.inside = not on  # the hook's own flag: its wrappers pass the ranges to NVTX untouched
+
+    follow(False)
     for n in (a.long, a.new, a.long, a.new):  # compilation and CUDA-graph recording, at the longer cache first
         timed(n)
-    new, long = [], []
-    for _ in range(a.rounds):
-        new.append(timed(a.new))
-        long.append(timed(a.long))
-    step = (statistics.median(long) - statistics.median(new)) / (a.long - a.new)
-    print(json.dumps({"new": new, "long": long, "step_s": step}))
+    times: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+    for r in range(a.rounds):
+        for hooked in ((False, True) if r % 2 == 0 else (True, False)) if tracker is not None else (False,):
+            follow(hooked)
+            times[hooked][0].append(timed(a.new))
+            times[hooked][1].append(timed(a.long))
+    follow(False)
+    out: dict[str, object] = {"new": times[False][0], "long": times[False][1], "step_s": per_step(*times[False], a)}
+    if tracker is not None:
+        from nsightflow.capture.launch.discovery import discover
+
+        found = discover(tracker.record(), "LLM", ["decode"])
+        skip = found.skip.get("decode", ())
+        paces = [x for i, x in enumerate(found.every_pace["decode"]) if x is not None and i not in skip]
+        new, long = times[True]
+        out["hooked"] = {"new": new, "long": long, "step_s": per_step(new, long, a), "pace_s": statistics.median(paces)}
+    print(json.dumps(out))
+
+
+def per_step(new: list[float], long: list[float], a: argparse.Namespace) -> float:
+    """A decode step: the difference of the median times at the two lengths over the extra steps."""
+    return (statistics.median(long) - statistics.median(new)) / (a.long - a.new)
 
 
 if __name__ == "__main__":
