@@ -82,7 +82,7 @@ def main() -> None:
     if tracker is not None:
         from nsightflow.capture.launch.discovery import discover
 
-        found = discover(tracker.record(), "LLM", ["decode"])
+        found = discover(tracker.record(), "LLM", None)  # its stages prefill and decode, as the workflow finds them
         skip = found.skip.get("decode", ())
         paces = [x for i, x in enumerate(found.every_pace["decode"]) if x is not None and i not in skip]
         new, long = times[True]
