@@ -14,7 +14,8 @@
 # processes take turns: on distinct GPUs two sessions' ncu captures ran at once and both completed (2026-11-28,
 # docs/gpu-host.md); two ncu processes with different locks on one GPU refused ("a driver resource was unavailable").
 # Needs NSIGHTFLOW_CORPUS's programs in .corpus/ for the corpus tests; carry .gpu-bundle, .corpus and benchmarks.
-S=${GPU:+-$GPU}  # one session's files: /tmp/nf$S (its copy of the tree), .log, .began, -bt (pytest's basetemp)
+S=${GPU:+-${GPU//,/_}}  # one session's files (GPU 2,3: nf-2_3, a name $OUT brings back): /tmp/nf$S (its tree),
+# .log, .began, -bt (pytest's basetemp)
 if [ "$1" = start ]; then
   shift
   W=/tmp/nf$S

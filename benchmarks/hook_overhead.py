@@ -50,7 +50,7 @@ def main() -> None:
     def marks() -> None:
         start = step_clock.mark()
         x.add_(1)
-        end = step_clock.mark()
+        end = step_clock.end_mark()
         if start is not None and end is not None and end.query():
             start.elapsed_time(end)
 
@@ -58,10 +58,24 @@ def main() -> None:
         step_clock.idle()
         x.add_(1)
 
+    parts = {"hook": hooked, "marks": marks, "idle": idle}
+    if cuda:  # each CUDA call the clock makes, once a step
+        stream, event, done = torch.cuda.current_stream(), torch.cuda.Event(enable_timing=True), [None, None]
+        done[0], done[1] = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for e in done:
+            e.record()
+        torch.cuda.synchronize()
+        parts |= {
+            "record": lambda: (x.add_(1), event.record(stream)),
+            "stream query": lambda: (x.add_(1), stream.query()),
+            "event query": lambda: (x.add_(1), done[1].query()),
+            "elapsed": lambda: (x.add_(1), done[0].elapsed_time(done[1])),
+            "capturing": lambda: (x.add_(1), torch.cuda.is_current_stream_capturing()),
+        }
     for _ in range(2):
         base = per_step_us(plain, cuda)
         row = {"plain": base}
-        row.update({k: per_step_us(f, cuda) - base for k, f in (("hook", hooked), ("marks", marks), ("idle", idle))})
+        row.update({k: per_step_us(f, cuda) - base for k, f in parts.items()})
         print("µs a step:", ", ".join(f"{k} {'+' if k != 'plain' else ''}{v:.2f}" for k, v in row.items()))
         tracker.ranges.clear()
         tracker.gpu.spans.clear()

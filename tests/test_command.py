@@ -636,7 +636,7 @@ def test_a_timed_steps_wall_is_its_work_on_the_gpu_with_no_wait():
     torch.cuda._sleep(1_000_000)  # cycles: under a millisecond at a GPU's clock; five of them
     for _ in range(4):
         torch.cuda._sleep(1_000_000)
-    end = step_clock.mark()
+    end = step_clock.end_mark()  # the GPU still runs the range's work: an event, not the host's end
     host_s = time.perf_counter() - began
     spans.add(0, start, end)
     nxt = step_clock.mark()  # the next range, queued behind the first's work: it starts on the GPU when that ends
@@ -652,5 +652,8 @@ def test_a_timed_steps_wall_is_its_work_on_the_gpu_with_no_wait():
     alone_s = probe[0].elapsed_time(probe[1]) / 1e3
     print(f"queued in {host_s * 1e3:.3f} ms; its wall {gpu_s * 1e3:.3f} ms; the same work alone {alone_s * 1e3:.3f} ms")
     print(f"the next range started {at_s * 1e3:.3f} ms after the first (its pace)")
+    torch.cuda._sleep(1_000)
+    torch.cuda.synchronize()
+    assert step_clock.end_mark() is None  # nothing left to run: the range ended with its host span
     assert host_s < 0.5 * gpu_s and gpu_s == pytest.approx(alone_s, rel=0.05)
     assert settled[0][1] == 0 and at_s == pytest.approx(gpu_s, rel=0.05)

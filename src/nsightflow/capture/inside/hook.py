@@ -175,8 +175,8 @@ class Tracker:
             if self.s.mode == "timed":
                 depth = sum(1 for x, *_ in stack[:at] if x == d)
                 end = end if end is not None else time.perf_counter_ns()
-                ran = began is not None and not step_clock.idle()  # the GPU still runs its work: its end on the GPU
-                self.gpu.add(len(self.ranges), began, step_clock.mark() if ran else None)
+                # its end on the GPU's clock where the GPU still runs its work (else its host span: end_mark)
+                self.gpu.add(len(self.ranges), began, step_clock.end_mark() if began is not None else None)
                 self.ranges.append((d, name, depth, tid, t0, end, step_clock.compiled_graphs() - graphs))
 
     def _begin(self, stage: str, step: int) -> None:

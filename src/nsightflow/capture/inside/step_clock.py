@@ -39,16 +39,42 @@ def _cuda() -> Any:
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
     _CUDA = (os.getpid(), torch)
+    _bind(torch)
     return torch
+
+
+class _Calls:
+    """torch's bindings under the public calls the clock makes at every range's start and end (each public call is a
+    Python frame around one of these); the public calls where a torch lacks them."""
+
+    capturing: Any = None
+    stream: Any = None
+    device: Any = None
+    query_stream: Any = None
+    record: Any = None
+    query: Any = None
+    elapsed: Any = None
+
+
+def _bind(torch: Any) -> None:
+    c = torch._C
+    try:
+        _Calls.capturing, _Calls.stream = c._cuda_isCurrentStreamCapturing, c._cuda_getCurrentStream
+        _Calls.query_stream, _Calls.device = c._CudaStreamBase.query, c._cuda_getDevice
+        _Calls.record, _Calls.query = c._CudaEventBase.record, c._CudaEventBase.query
+        _Calls.elapsed = c._CudaEventBase.elapsed_time
+    except AttributeError:  # a torch without these bindings: its public calls
+        _Calls.capturing, _Calls.stream = torch.cuda.is_current_stream_capturing, None
+        _Calls.query_stream, _Calls.record = torch.cuda.Stream.query, torch.cuda.Event.record
+        _Calls.query, _Calls.elapsed = torch.cuda.Event.query, torch.cuda.Event.elapsed_time
 
 
 def _current_stream(torch: Any) -> Any:
     """The current CUDA stream, as ``torch.cuda.current_stream()`` gives it, without making a new object each time
     (that took several microseconds, at each range's start and end)."""
-    try:
-        key = torch._C._cuda_getCurrentStream(torch._C._cuda_getDevice())
-    except AttributeError:  # a torch without these bindings: its public call
+    if _Calls.stream is None:
         return torch.cuda.current_stream()
+    key = _Calls.stream(_Calls.device())
     stream = _STREAMS.get(key)
     if stream is None:
         stream = _STREAMS[key] = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
@@ -59,7 +85,7 @@ def idle() -> bool:
     """Whether the GPU's current stream has no work left (a program that synchronized its step itself): the step
     ended when its range did, and the hook's own synchronization is not part of its wall."""
     torch = _cuda()
-    return torch is None or bool(_current_stream(torch).query())
+    return torch is None or bool(_Calls.query_stream(_current_stream(torch)))
 
 
 def closing() -> int:
@@ -81,13 +107,30 @@ def mark() -> Any:
     are reused once read (GpuSpans.settle): making one costs several times recording one, and a step of a host-bound
     loop (a CUDA-graph replay: a quarter of a millisecond) has every microsecond of the hook's in its pace."""
     torch = _cuda()
-    if torch is None or torch.cuda.is_current_stream_capturing():
+    if torch is None or _Calls.capturing():
+        return None
+    return _record(torch, _current_stream(torch))
+
+
+def end_mark() -> Any:
+    """At the end of a range that has its start's event: a timing event recorded on the current stream now, or None
+    where the stream has no work left (the step ended when its range did: its host span is its wall). One look-up of
+    the stream serves the idle check and the event (a range open at a graph capture's start had no start event)."""
+    torch = _cuda()
+    if torch is None:
         return None
     stream = _current_stream(torch)
-    free = _FREE.get(stream.device.index)  # an event records on the device it was first recorded on
+    return None if _Calls.query_stream(stream) else _record(torch, stream)
+
+
+def _record(torch: Any, stream: Any) -> Any:
+    free = _FREE.get(stream.device_index)  # an event records on the device it was first recorded on
     event = free.pop() if free else torch.cuda.Event(enable_timing=True)
-    event.record(stream)
+    _Calls.record(event, stream)
     return event
+
+
+SETTLE = 64  # ranges pending before their spans are read as the program goes (each read, a query and two spans)
 
 
 class GpuSpans:
@@ -105,7 +148,8 @@ class GpuSpans:
         if start is not None:
             self.origin = start if self.origin is None else self.origin
             self.pending.append((key, start, end))
-        self.settle(wait=False)
+            if len(self.pending) >= SETTLE:
+                self.settle(wait=False)
 
     def settle(self, wait: bool) -> dict[int, tuple[int, int]]:
         """(span, start) of the ranges whose events have run (every one with ``wait``: the GPU synchronized first),
@@ -114,11 +158,12 @@ class GpuSpans:
         try:
             if wait and self.pending and (torch := _cuda()) is not None:
                 torch.cuda.synchronize()
-            while self.pending and (wait or _last(self.pending[0]).query()):
+            query, elapsed = _Calls.query, _Calls.elapsed
+            while self.pending and (wait or query(_last(self.pending[0]))):
                 key, start, end = self.pending.popleft()
                 try:
-                    at = self.origin.elapsed_time(start) if start is not self.origin else 0.0
-                    span = start.elapsed_time(end) if end is not None else 0.0
+                    at = elapsed(self.origin, start) if start is not self.origin else 0.0
+                    span = elapsed(start, end) if end is not None else 0.0
                     self.spans[key] = (round(span * 1e6), round(at * 1e6))
                 except RuntimeError:  # recorded on two devices: the host span stands, the events are not reused
                     continue
