@@ -984,9 +984,9 @@ def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):
     spans = {}
     for point in ("a", "b"):
         log = (work / "results" / "mm" / f"stage~{point}" / "logs" / "timeline.log").read_text()
-        m = re.search(r"device (\d) of (\d+) claimed \(CUDA_VISIBLE_DEVICES=\d\); ran from ([\d.]+) to ([\d.]+)", log)
+        m = re.search(r"device (\d) of \S+ claimed \(CUDA_VISIBLE_DEVICES=\d\); ran from ([\d.]+) to ([\d.]+)", log)
         assert m, log[-500:]
-        spans[point] = (m.group(1), float(m.group(3)), float(m.group(4)))
+        spans[point] = (m.group(1), float(m.group(2)), float(m.group(3)))
     print("timeline jobs (device, start, end):", spans)
     (da, sa, ea), (db, sb, eb) = spans["a"], spans["b"]
     assert da != db and sa < eb and sb < ea  # distinct devices, overlapping in time

@@ -39,6 +39,24 @@ def test_a_schedulers_choice_is_respected(tmp_path):
         assert "CUDA_VISIBLE_DEVICES" not in env
 
 
+def test_jobs_inside_an_allocation_of_several_gpus_claim_among_them(tmp_path):
+    # The whole run inside an allocation of GPUs 2 and 3 (CUDA_VISIBLE_DEVICES=2,3), two one-GPU jobs at once: each
+    # gets one of those two, never the same, never a device outside them; a third waits for one to be released.
+    env = {"CUDA_VISIBLE_DEVICES": "2,3"}
+    with claim(8, tmp_path, env=env) as (one, said), claim(8, tmp_path, env=env) as (other, _):
+        assert {one["CUDA_VISIBLE_DEVICES"], other["CUDA_VISIBLE_DEVICES"]} == {"2", "3"}
+        assert said == "device 2 of CUDA_VISIBLE_DEVICES=2,3 claimed (CUDA_VISIBLE_DEVICES=2)"
+        assert not (tmp_path / "gpu0.lock").exists()  # the locks are the listed devices'
+    uuids = {"CUDA_VISIBLE_DEVICES": "GPU-6ddcf0e2-d46d, GPU-c176d4ed-7932"}
+    with claim(None, tmp_path, env=uuids) as (first, _), claim(None, tmp_path, env=uuids) as (second, _):
+        assert (first["CUDA_VISIBLE_DEVICES"], second["CUDA_VISIBLE_DEVICES"]) == (
+            "GPU-6ddcf0e2-d46d",
+            "GPU-c176d4ed-7932",
+        )
+    with claim(8, tmp_path, env=env, want=2) as (both, said):  # as many as listed: the allocation as it is
+        assert both["CUDA_VISIBLE_DEVICES"] == "2,3" and "respected" in said
+
+
 def test_a_job_of_ranks_claims_its_devices_together(tmp_path):
     # Three devices: a two-rank job holds two of them; a one-GPU job beside it gets the third, never a held one.
     env = {"PATH": "/usr/bin"}

@@ -4,13 +4,18 @@ Snakemake's ``resources: gpu=1`` with ``--resources gpu=K`` bounds how many capt
 but does not say which device each gets. ``claim`` gives each job a free device index under an
 exclusive ``flock`` and sets ``CUDA_VISIBLE_DEVICES`` for its child process; two jobs never share
 a device, and a killed job's lock is released by the kernel. Where ``CUDA_VISIBLE_DEVICES`` is
-already set (a cluster executor's allocation, or the user's choice) it is respected, not overridden.
+already set (a cluster executor's allocation, or the user's choice) no device outside it is used: a job that wants
+as many devices as it lists (or more) runs on it as it is; a job that wants fewer (the whole workflow run inside an
+allocation of several GPUs, with ``--resources gpu=K``) claims its devices among those listed, by the same locks
+(named by the listed device, so that every job of the run shares them), so two captures never share a device there
+either.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,25 +36,30 @@ def claim(
     """Yield (environment for the child, what was decided) while holding the locks of ``want`` devices (a job of
     several processes, one GPU per rank, asks for as many as it has ranks)."""
     env = dict(os.environ if env is None else env)
-    if env.get("CUDA_VISIBLE_DEVICES", "") != "":
-        yield env, f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} set by the scheduler or user: respected"
+    given = env.get("CUDA_VISIBLE_DEVICES", "")
+    listed = [d.strip() for d in given.split(",") if d.strip()]
+    if given != "" and len(listed) <= want:
+        yield env, f"CUDA_VISIBLE_DEVICES={given} set by the scheduler or user: respected"
         return
-    if n_devices is None:
-        from nsightflow.capture.launch.backend import gpus
+    if not listed:
+        if n_devices is None:
+            from nsightflow.capture.launch.backend import gpus
 
-        n_devices = len(gpus())
-    if n_devices <= want:
-        yield env, f"{n_devices} GPU(s) visible, {want} wanted: no device choice to make"
-        return
+            n_devices = len(gpus())
+        if n_devices <= want:
+            yield env, f"{n_devices} GPU(s) visible, {want} wanted: no device choice to make"
+            return
+        listed = [str(i) for i in range(n_devices)]
+    among = f"CUDA_VISIBLE_DEVICES={given}" if given else str(len(listed))
     lock_dir = Path(lock_dir)
     lock_dir.mkdir(parents=True, exist_ok=True)
     while True:
-        held = _take(lock_dir, n_devices, want)
+        held = _take(lock_dir, listed, want)
         if held:
-            ids = ",".join(str(i) for i, _ in held)
+            ids = ",".join(d for d, _ in held)
             try:
                 env["CUDA_VISIBLE_DEVICES"] = ids
-                what = f"device {ids} of {n_devices}" if want == 1 else f"devices {ids} of {n_devices}"
+                what = f"device {ids} of {among}" if want == 1 else f"devices {ids} of {among}"
                 yield env, f"{what} claimed (CUDA_VISIBLE_DEVICES={ids})"
             finally:
                 for _, fh in held:
@@ -59,17 +69,18 @@ def claim(
         time.sleep(poll_s)
 
 
-def _take(lock_dir: Path, n_devices: int, want: int) -> list[tuple[int, IO[str]]]:
-    """The locks of ``want`` free devices, all of them or none (a partial hold is released at once)."""
-    held: list[tuple[int, IO[str]]] = []
-    for i in range(n_devices):
-        fh = open(lock_dir / f"gpu{i}.lock", "w")
+def _take(lock_dir: Path, devices: list[str], want: int) -> list[tuple[str, IO[str]]]:
+    """The locks of ``want`` free devices of ``devices`` (indices or UUIDs, as CUDA_VISIBLE_DEVICES names them), all
+    of them or none (a partial hold is released at once)."""
+    held: list[tuple[str, IO[str]]] = []
+    for device in devices:
+        fh = open(lock_dir / f"gpu{re.sub(r'[^A-Za-z0-9._-]', '_', device)}.lock", "w")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.close()
             continue
-        held.append((i, fh))
+        held.append((device, fh))
         if len(held) == want:
             return held
     for _, lock in held:
