@@ -202,6 +202,35 @@ def test_precisions_follow_matrix_kernels_of_operators_without_a_formula():
     assert ncu_metrics.seen_precisions(marked, launches)[0] is None
 
 
+def test_matrix_kernels_by_name_on_real_kernel_names():
+    """Which real kernels (tests/data/kernel_names: the GPU host's captures, nsys's and ncu's names) are named like
+    matrix work, the names whose precision is unknown when an operator without a formula launched them. Every cuBLAS,
+    CUTLASS, cuDNN-attention and FlashAttention kernel is; the fused Adam step (its functor FusedAdamMathFunctor), the
+    layer-norm backward (GammaBetaBackward) and inductor's pointwise and reduction kernels, named after the operators
+    they fuse, are not: each of those asked for every precision and started ncu twice on the H200."""
+    import csv
+    import re
+
+    names = list(csv.DictReader((DATA / "kernel_names" / "names.csv").open()))
+    matrix = re.compile(r"nvjet|cutlass|Kernel2|device_kernel|sdpa|flash|fmha|xmma|gemv|splitKreduce", re.I)
+    for row in names:  # a plan's kernel is nsys's name; the family by ncu's short name or nsys's
+        name, want = (
+            row["nsys_demangled"],
+            bool(matrix.search(row["ncu_function"]) or matrix.search(row["nsys_demangled"])),
+        )
+        assert bool(ncu_metrics.MATRIX_KERNEL.search(name)) == want or "prepare_grouped_gemm" in name, name[:120]
+    assert sum(bool(ncu_metrics.MATRIX_KERNEL.search(r["nsys_demangled"])) for r in names) >= 50
+    fused_adam = [r["nsys_demangled"] for r in names if "FusedAdamMathFunctor" in r["nsys_demangled"]]
+    assert fused_adam and not any(ncu_metrics.MATRIX_KERNEL.search(n) for n in fused_adam)
+    fused = "triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_index_mm_mul_scalar_tensor_"
+    assert not ncu_metrics.MATRIX_KERNEL.search(
+        fused + "select_split_with_sizes_stack_sub_transpose_unsqueeze_view_where_4"
+    )
+    assert ncu_metrics.MATRIX_KERNEL.search("triton_tem_fused_mm_0") and ncu_metrics.MATRIX_KERNEL.search(
+        "sm90_wgmma_x"
+    )
+
+
 def test_a_stage_without_experts_has_no_expert_numbers():
     agg = aggregate_recorded(DATA / "h200_v2" / "default")
     assert agg.experts.empty

@@ -157,6 +157,11 @@ def test_flop_counters_follow_the_operators_the_probe_saw():
     assert seen(("prefill", 1), ("decode", 1)) == ["bf16", "tf32"]
     # A whole-step window (compiled code runs eagerly in the counting pass): the stage's count.
     assert seen(("prefill", -1)) == ["bf16"]
+    # its launches are keyed by their kernels (no operator launched them): a GEMM among them takes the stage's count
+    # too (the compiled command's and gpt-fast's captures on the H200 took it for an operator without a formula)
+    gemm = "nvjet_sm90_tst_72x64_64x12_4x1_v_bz_TNN"
+    assert ncu_metrics.seen_precisions(analytic, [("prefill", -1, gemm, gemm)])[0] == ["bf16"]
+    assert ncu_metrics.seen_precisions(analytic, [("prefill", 1, gemm, gemm)])[0] is None  # an operator's: unknown
     # A replayed CUDA graph: what the operators run eagerly ran in (every counted stage's).
     got, how = ncu_metrics.seen_precisions(analytic, [("prefill", 1, "", ""), ("graph", 0, "", "")])
     assert got == ["bf16", "fp32", "int8", "tf32"] and any("replays CUDA graphs" in h for h in how)

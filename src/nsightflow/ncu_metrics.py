@@ -96,8 +96,15 @@ NonTensorFlops = Literal["auto"] | bool
 
 # Kernels that do matrix work on the tensor pipes, by name (cuBLAS's nvjet/xmma/gemm, CUTLASS, cuDNN's and
 # FlashAttention's attention, Triton's matmul templates): launched by an operator the count has no formula for, their
-# precision is unknown, so every one is collected. A false match costs replay passes, never a number.
-MATRIX_KERNEL = re.compile(r"gemm|gemv|mma|cutlass|nvjet|xmma|cublas|flash|fmha|attention|sdpa|triton_tem", re.I)
+# precision is unknown, so every one is collected. A false match costs replay passes (and, in a capture started
+# before its plan, a second start of ncu), never a number: so "mma" only as a word's start (wgmma, hmma, xmma; not
+# FusedAdamMathFunctor or GammaBetaBackward), and never Triton's pointwise and reduction kernels, which inductor
+# names after the operators they fuse (triton_poi_fused__scaled_dot_product_cudnn_attention_...).
+MATRIX_KERNEL = re.compile(
+    r"^(?!triton_(?:poi|red|per)_).*?(?:gemm|gemv|(?<![a-z])(?:wg|[hwxi])?mma|cutlass|nvjet|cublas|flash|fmha|"
+    r"attention|sdpa|triton_tem)",
+    re.I | re.S,
+)
 
 
 def seen_precisions(
@@ -127,7 +134,7 @@ def seen_precisions(
         op = key.split("|", 1)[0].split("#", 1)[0]
         if entry.no_formula:
             return None, [f"{stage}: operators without a FLOP formula ({', '.join(entry.no_formula)}): every precision"]
-        if unit % 2 == 1 and op and op_class(op) == "other" and MATRIX_KERNEL.search(kernel):
+        if unit > 0 and unit % 2 == 1 and op and op_class(op) == "other" and MATRIX_KERNEL.search(kernel):
             return None, [f"{stage}: kernel {kernel[:60]!r} of operator {op}, which has no formula: every precision"]
         if (unit % 2 == 1 or unit < 0) and entry.counted:
             seen |= set(entry.tensor_precisions or [])
