@@ -120,10 +120,18 @@ def test_nanogpt_as_published_under_nsys_and_ncu(tmp_path):
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "nanogpt"
     _check_nanogpt(run)
+    _ncu_started_once(run)
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
     print(stages.T.to_string())
     # the GPU ran at least the model's matrix FLOPs of an iteration (tile padding adds, nothing removes)
     assert stages.loc["iteration", "flops_tensor_measured"] >= 0.99 * stages.loc["iteration", "flops_analytic"]
+
+
+def _ncu_started_once(run: Path) -> None:
+    """The counters and kernel filter ncu started with before its plan existed were the plan's: one start of ncu
+    (nsightflow.capture.launch.ncu_capture; a second start repeats the program's start-up under ncu)."""
+    log = (run / "logs" / "ncu_capture.log").read_text()
+    assert "ncu started again" not in log, log[log.find("the capture plan, made while") :][:600]
 
 
 @pytest.mark.gpu
@@ -141,6 +149,7 @@ def test_nanogpt_as_published_under_torchrun_on_two_gpus(tmp_path):
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "nanogpt"
     _check_nanogpt(run, ranks=2)
+    _ncu_started_once(run)  # its ranks' NCCL kernels left out from the start
     ranks = pd.read_csv(run / "ranks.csv")
     print(ranks.to_string())
     assert set(ranks["rank"]) == {0, 1} and set(ranks["device"]) == {"cuda:0", "cuda:1"}
@@ -310,6 +319,7 @@ def test_gpt_fast_with_its_ranges_under_nsys_and_ncu(tmp_path, compiled):
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "gptfast"
     ratio = _check_gpt_fast(run, compiled, "timeline.log")
+    _ncu_started_once(run)
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
     print(stages[["range_instances", "wall_ms", "gpu_busy_ms", "flops_analytic", "flops_tensor_measured"]].to_string())
     clock = _own_clock(argv, folder, tmp_path / "own-hooked.json")

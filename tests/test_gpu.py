@@ -1341,6 +1341,9 @@ def test_a_compiled_command_runs_its_compiled_kernels_as_a_plain_nsys_run_does(t
     apart = [w["step"] for w in manifest["warmup_steps"]]
     print(f"compiled command: workflow {seconds:.1f} s; set apart {manifest['warmup_steps']}")
     assert apart[:1] == [0] and "torch.compile made" in manifest["warmup_steps"][0]["why"]
+    # the counters ncu started with before its plan existed were the plan's (its compiled GEMMs are whole-step
+    # windows' launches, which take the stage's count): ncu started once
+    assert "ncu started again" not in (run / "logs" / "ncu_capture.log").read_text()
     steady = COMPILED["steps"] - len(apart)
     # The plain run: nsys alone, no hook, no nsightflow in the process; its decode ranges in order (no payload).
     plain = kernels_per_range(plain_nsys(_compiled_argv(python), tmp_path / "plain", ROOT), "LLM", "decode")

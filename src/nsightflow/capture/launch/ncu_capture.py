@@ -56,10 +56,11 @@ class _Planner:
         argv_for: Callable[[Counters, bool], list[str]],
         started: list[str],
         guessed: Counters,
+        guessed_comm: bool = False,
     ) -> None:
         self.make, self.plan_json, self.progress = make, Path(plan_json), progress
         self.staged = files.staging(plan_json)
-        self.argv_for, self.started, self.guessed = argv_for, started, guessed
+        self.argv_for, self.started, self.guessed, self.guessed_comm = argv_for, started, guessed, guessed_comm
         self.plan: CapturePlan | None = None
         self.counters: Counters | None = None
         self.wanted: list[str] = started
@@ -68,14 +69,13 @@ class _Planner:
         self.plan, self.counters = self.make(self.staged)
         if self.progress is not None:
             self.progress.expected = [(e.stage, e.step) for e in self.plan.expected]
-        self.wanted = self.argv_for(self.counters, self.plan.communicates())
+        comm = self.plan.communicates()
+        self.wanted = self.argv_for(self.counters, comm)
         if self.wanted != self.started:
-            comm = self.plan.communicates()
             raise _Replan(
                 "the capture plan, made while ncu started, asks for other FLOP counters or kernel filter (started "
-                f"with {_counted(self.guessed)}; the plan's {_counted(self.counters)}"
-                + (", NCCL's kernels left out" if comm else "")
-                + ")"
+                f"with {_counted(self.guessed)}{_filtered(self.guessed_comm)}; the plan's {_counted(self.counters)}"
+                f"{_filtered(comm)})"
             )
         self.publish()
 
@@ -90,6 +90,10 @@ def _counted(c: Counters) -> str:
     how = f"; {'; '.join(c.seen_how)}" if c.seen_how else ""
     sass = "with" if c.non_tensor else "without"
     return f"tensor precisions {', '.join(c.precisions)}, {sass} the SASS counts (the probe saw: {seen}{how})"
+
+
+def _filtered(comm: bool) -> str:
+    return ", NCCL's kernels left out" if comm else ""
 
 
 def _note(log: str | Path, text: str) -> None:
@@ -108,9 +112,10 @@ def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, pro
     metrics collect the FLOP counters the plan's operators need.
 
     A plan made here (``source``) is made while ncu starts the program where the first launch awaits its plan and
-    the counters can be told before it (``counters_before_plan``): the launch starts with them and no NCCL filter
-    while the plan is made beside ``to.plan`` and put there once the launch is found to be the one the plan asks
-    for (see the module's docstring); otherwise the plan is made before ncu starts."""
+    the counters can be told before it (``counters_before_plan``): the launch starts with them, and the NCCL filter
+    where its ranks have GPUs of their own, while the plan is made beside ``to.plan`` and put there once the launch
+    is found to be the one the plan asks for (see the module's docstring); otherwise the plan is made before ncu
+    starts."""
     s, ncu_bin, ranges = settings, settings.ncu, settings.ranges
     rep, log, plan_json = to.rep, to.log, to.plan
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
@@ -163,8 +168,9 @@ def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, pro
         progress = None if ranges else LaunchProgress(f"ncu {Path(log).parent.parent}", where)
         if plan is None:  # this launch starts now, and its plan is made meanwhile
             assert make_plan is not None
-            argv = argv_for(program, counters, False)
-            planner = _Planner(make_plan, plan_json, progress, partial(argv_for, program), argv, counters)
+            comm = program.gpus > 1  # ranks on GPUs of their own talk through NCCL: its kernels left out at once
+            argv = argv_for(program, counters, comm)
+            planner = _Planner(make_plan, plan_json, progress, partial(argv_for, program), argv, counters, comm)
             try:
                 out, rc = launch(argv, program, progress, planner)
             except _Replan as exc:
