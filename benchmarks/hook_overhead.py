@@ -3,9 +3,9 @@ one small kernel (``x.add_(1)``, about 10 µs of host launch) plain, inside the 
 (nsightflow.capture.inside.hook: the program's ``nvtx.push_range``/``pop_range`` as the timed run follows them), and
 the hook's CUDA parts alone (nsightflow.capture.inside.step_clock: two timing events and their span read; the
 stream's idle check), and each CUDA call the clock makes (an event's record, a stream and an event query, a span, the
-capture check), once a step. A host-bound loop's step (a CUDA-graph replay: gpt-fast ``--compile``'s decode step, a quarter
-of a millisecond) has all of it in its pace. On the GPU host, or any machine (without CUDA only the Python part is
-there): ``python3 benchmarks/hook_overhead.py``."""
+capture check), once a step. A host-bound loop's step (a CUDA-graph replay: gpt-fast ``--compile``'s decode step,
+a quarter of a millisecond) has all of it in its pace. On the GPU host, or any machine (without CUDA only the
+Python part is there): ``python3 benchmarks/hook_overhead.py``."""
 
 from __future__ import annotations
 
