@@ -3,9 +3,10 @@
 # start <pytest args...>` copies the tree to /tmp/nf (later calls re-send the working tree; the running tests keep
 # their own copy), activates .gpu-bundle there and starts one pytest session in a process session of its own, which
 # runs on while the machine stays warm; every call (`bash benchmarks/gpu_session.sh`, and start) then waits up to
-# WAIT seconds (default 560) for it, prints the tail, and brings the log back under $OUT (the tests' logs so far too,
-# as logs.tgz). Call again within the machine's idle release (30 s) or the session is lost (a call that finds a fresh
-# machine says so and ends at once, rather than waiting WAIT seconds on nothing).
+# WAIT seconds (default 560) for it, prints each test's result and a short tail (TAIL characters in all), and brings
+# the log back under $OUT (the tests' logs so far too, as logs.tgz). Call again within the machine's idle release
+# (30 s: a reply read slowly loses it) or the session is lost (a call that finds a fresh machine says so and ends at
+# once, rather than waiting WAIT seconds on nothing).
 # Two sessions at once on a machine of two GPUs: `WAIT=0 GPU=0 bash benchmarks/gpu_session.sh start <args>` and then
 # `GPU=1 bash benchmarks/gpu_session.sh start <other args>` in the same call, each seeing its GPU alone
 # (CUDA_VISIBLE_DEVICES); a call without start follows every session on the machine until all have ended or WAIT
@@ -39,8 +40,10 @@ while [ $SECONDS -lt $end ] && ! ended; do sleep 5; done
 for w in $sessions; do
   n=$(basename $w)
   echo "== $n: elapsed $(( $(date +%s) - $(cat $w.began) )) s"
-  grep -E " (PASSED|FAILED|ERROR)|^EXIT|^(FAILED|ERROR|PASSED) " $w.log | tail -30
-  echo "== $n: tail"; tail -c $((7000 / $(echo $sessions | wc -w))) $w.log
+  # each test's result on one line (with -s a test's output stands between its name and its result), then a short
+  # tail: the whole log comes back under $OUT, and a short reply keeps the next call within the idle release
+  awk '/^tests\/[^ ]*::/ {t = $1} /(^| )(PASSED|FAILED|ERROR)( |$)/ && t != "" {print t, ($0 ~ /FAILED/ ? "FAILED" : $0 ~ /ERROR/ ? "ERROR" : "PASSED"); t = ""} /^EXIT/' $w.log | tail -40
+  echo "== $n: tail"; tail -c $((${TAIL:-2400} / $(echo $sessions | wc -w))) $w.log
   cp $w.log "$OUT/"
   # the tests' logs so far, running or ended (a job's log follows its tool as it runs: where a long one stands)
   (cd $w-bt 2>/dev/null && find . -name '*.log' -size -4M | tar czf "$OUT/$n-logs.tgz" -T -)
