@@ -41,7 +41,7 @@ def test_a_schedulers_choice_is_respected(tmp_path):
 
 def test_jobs_inside_an_allocation_of_several_gpus_claim_among_them(tmp_path):
     # The whole run inside an allocation of GPUs 2 and 3 (CUDA_VISIBLE_DEVICES=2,3), two one-GPU jobs at once: each
-    # gets one of those two, never the same, never a device outside them; a third waits for one to be released.
+    # gets one of those two, never the same, never a device outside them (the locks are those devices').
     env = {"CUDA_VISIBLE_DEVICES": "2,3"}
     with claim(8, tmp_path, env=env) as (one, said), claim(8, tmp_path, env=env) as (other, _):
         assert {one["CUDA_VISIBLE_DEVICES"], other["CUDA_VISIBLE_DEVICES"]} == {"2", "3"}
