@@ -40,7 +40,7 @@ print(f"{mode} END {time.time()}", flush=True)
 """
 
 
-def _beside(tmp_path, *flags, env=None):
+def _beside(tmp_path, *flags, env=None, wrap=()):
     script = tmp_path / "program.py"
     script.write_text(PROGRAM)
     call = CommandCall(command=[sys.executable, str(script), *flags], env=env or {})
@@ -48,7 +48,7 @@ def _beside(tmp_path, *flags, env=None):
     work.mkdir()
     probe = HookSettings("probe", str(work / "probe.json"), None, None, flops_out=str(work / "flops.json"))
     log = tmp_path / "job.log"
-    return timed_beside(call, str(work), log, 120, probe, []), log
+    return timed_beside(call, str(work), log, 120, probe, list(wrap)), log
 
 
 def test_the_profile_launch_runs_its_program_after_the_timed_run_with_the_stages_it_found(tmp_path):
@@ -79,6 +79,20 @@ def test_a_timed_run_that_fails_takes_the_waiting_launch_down_with_it(tmp_path, 
     assert time.monotonic() - started < 60  # the gated launch did not wait on (its timeout is 120 s)
     assert set(children.descendants()) - others == set()  # killed, not left waiting at its gate
     assert "probe START" not in (tmp_path / "job.log").read_text()
+
+
+# A profiler's argv prefix that is slow to start its program, as nsys is (its own start-up before the program's).
+SLOW_START = ["sh", "-c", 'sleep 3; exec "$@"', "slow-start"]  # not Python: the hook's sitecustomize stays out of it
+
+
+def test_the_timed_program_starts_only_once_a_slow_profiled_launch_is_ready(tmp_path):
+    """The timed run's program starts after the other launch waits at its gate, not at its first range: a program
+    whose own clock starts before its first range (a serving loop's) never counts that wait."""
+    (found, _, _), log = _beside(tmp_path, wrap=SLOW_START)
+    clock = {k: float(v) for k, v in re.findall(r"^(\w+ \w+) ([0-9.]+)$", log.read_text(), re.M)}
+    ready = (tmp_path / "work" / "stages.json.ready").stat().st_mtime
+    assert clock["timed START"] >= ready  # its first line ran once the other launch was ready
+    assert clock["timed END"] < clock["probe START"] and found.stages == ["prefill", "decode"]
 
 
 def test_the_timed_run_waits_until_the_other_launch_is_ready_or_has_ended(tmp_path):

@@ -9,8 +9,9 @@ whole of a small program takes 5 to 6 s). So the job starts both at once, and th
   program's first line, says it is *ready* (a file beside the gate) and waits until the gate opens: the job writes the
   gate file, holding the stages the timed run found, once the timed run has ended. The program has touched no GPU by
   then, and runs from there exactly as alone;
-- the timed process waits at its first NVTX range until the probe launch is ready (or has ended), so no step of the
-  timed run shares the machine with the other launch's start-up: the other launch sleeps while it runs.
+- the timed process, at the same point, waits until the probe launch is ready (or has ended): none of its program
+  shares the machine with the other launch's start-up (the other launch sleeps while it runs), and no wait falls
+  inside a clock the program keeps itself (a serving loop's, started before its first step).
 """
 
 from __future__ import annotations

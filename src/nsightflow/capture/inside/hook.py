@@ -90,28 +90,25 @@ class Tracker:
         return self.s.domain == AUTO_DOMAIN or (self.s.domain is None and not self.own)
 
     def pass_gate(self) -> None:
-        """A launch beside another (nsightflow.capture.inside.gate): the probe waits for the stages the timed run
-        found; the timed run waits until the probe launch is ready (so that none of its steps shares the machine)."""
+        """A launch beside another (nsightflow.capture.inside.gate), at install: the probe waits for the stages the
+        timed run found; the timed run waits until the probe launch is ready (so that none of its program, clocks
+        included, shares the machine with the other launch's start-up)."""
         if not self.gated:
             return
-        with self.lock:
-            if not self.gated:
-                return
-            from nsightflow.capture.inside import gate
+        from nsightflow.capture.inside import gate
 
-            assert self.s.gate is not None
-            if self.s.mode == "timed":
-                if self.s.gate_pid is not None:
-                    gate.wait_ready(self.s.gate, self.s.gate_pid)
-            else:
-                found = gate.wait_open(self.s.gate)
-                skip, tuning, steps = found.get("skip") or {}, found.get("tuning") or None, found.get("steps") or {}
-                self.s = replace(
-                    self.s, domain=found["domain"], stages=found["stages"], skip=skip, tuning=tuning, steps=steps
-                )
-                if not found.get("probe", True):  # the program compiles: its steps run as they are, unprobed
-                    self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
-            self.gated = False
+        assert self.s.gate is not None
+        if self.s.mode == "timed":
+            if self.s.gate_pid is not None:
+                gate.wait_ready(self.s.gate, self.s.gate_pid)
+        else:
+            found = gate.wait_open(self.s.gate)
+            skip, tuning, steps = found.get("skip") or {}, found.get("tuning") or None, found.get("steps") or {}
+            self.s = replace(self.s, domain=found["domain"], stages=found["stages"], skip=skip, tuning=tuning)
+            self.s = replace(self.s, steps=steps)
+            if not found.get("probe", True):  # the program compiles: its steps run as they are, unprobed
+                self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
+        self.gated = False
 
     def _timed_on_gpu(self, name: str, depth: int) -> bool:
         """Whether the timed run times this range on the GPU's clock: a candidate stage step (top level in its
@@ -281,8 +278,9 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
     TRACKER = tracker = Tracker(settings)  # the settings stay in the environment: ranks are child processes
     die_with(os.environ.get(JOB_ENV, ""))  # a daemon the program starts, or an orphaned rank, ends with the job
     _wrap_nvtx(tracker)
-    if settings.mode == "probe":
-        tracker.pass_gate()  # beside a timed run: before the program's first line, torch imported, no GPU touched
+    # beside the other launch (nsightflow.capture.inside.gate), before the program's first line, torch imported and no
+    # GPU touched: the probe waits for the stages, the timed run for the probe to be idle (never inside its clock)
+    tracker.pass_gate()
     if settings.mode == "timed" or tracker.s.tuning is not None:  # the timed run's choices, taken when profiled
         from nsightflow.capture.inside import hook_tuning
 
@@ -326,7 +324,6 @@ def _wrap_nvtx(tracker: Tracker) -> None:
                 self._nf = (domain, message, k.get("payload", a[1] if len(a) > 1 else None))
 
             def __enter__(self) -> Any:
-                tracker.pass_gate()
                 out = super().__enter__()
                 tracker.push(*self._nf)
                 return out
@@ -351,7 +348,6 @@ def _wrap_nvtx(tracker: Tracker) -> None:
         push0, pop0 = impl.push_range, impl.pop_range
 
         def push_range(message: Any = None, color: Any = None, domain: Any = None, *a: Any, **k: Any) -> Any:
-            tracker.pass_gate()
             out = push0(message, color, domain, *a, **k)
             tracker.push(domain, message, k.get("payload", a[1] if len(a) > 1 else None))
             return out
@@ -380,7 +376,6 @@ def _wrap_torch_nvtx(tracker: Tracker) -> None:
             return 0
 
     def range_push(msg: str) -> Any:
-        tracker.pass_gate()
         out = quiet(push0, msg)
         tracker.push("", msg)
         return out

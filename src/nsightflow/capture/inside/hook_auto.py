@@ -74,8 +74,6 @@ class AutoStages:
             return
         stack = self._stack()
         pushed = False
-        if not stack:
-            self.tracker.pass_gate()  # a program without ranges passes the gate at its first top-level call
         if not stack and self.tracker.follows_auto():
             grad = torch.is_grad_enabled()
             if grad and self.iteration is None:

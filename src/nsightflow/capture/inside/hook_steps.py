@@ -72,7 +72,6 @@ class StepFunctions:
         def step(*args: Any, **kwargs: Any) -> Any:
             if _compiling() or getattr(local, "open", False):
                 return fn(*args, **kwargs)
-            tracker.pass_gate()  # a program without ranges passes the gate at its first step
             local.open = True
             if self.inputs is not None:  # the timed run: what the step is given, before it runs
                 self.inputs.summarise(stage, args, kwargs)

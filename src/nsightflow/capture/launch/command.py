@@ -253,7 +253,7 @@ def _timed(
 ) -> tuple[Discovery, list[dict[str, Any]]]:
     """The timed run (nothing collecting), the stages found in the profiled rank's ranges, and every process's
     record. ``beside``: (gate, pid) of a launch gated until this run has ended (nsightflow.capture.inside.gate); its
-    first range waits until that launch is ready."""
+    program starts once that launch is ready."""
     from nsightflow.capture.launch.discovery import discover, primary
 
     gate, pid = beside or (None, None)
