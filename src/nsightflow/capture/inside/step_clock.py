@@ -104,8 +104,8 @@ _FREE: dict[int, list[Any]] = {}  # device -> events whose times have been read,
 def mark() -> Any:
     """A timing event recorded on the current stream now, or None where there is none to record (no CUDA yet, or
     the stream is being captured into a CUDA graph, where a recorded event would become a node of the graph). Events
-    read in a long run are recorded again (GpuSpans.settle). A step of a host-bound loop (a CUDA-graph replay: a
-    quarter of a millisecond) has every microsecond of the hook's in its pace."""
+    are reused once read (GpuSpans.settle): making one costs several times recording one, and a step of a host-bound
+    loop (a CUDA-graph replay: a quarter of a millisecond) has every microsecond of the hook's in its pace."""
     torch = _cuda()
     if torch is None or _Calls.capturing():
         return None
@@ -130,17 +130,15 @@ def _record(torch: Any, stream: Any) -> Any:
     return event
 
 
-# Ranges kept before their spans are read as the program goes. Reading a range's takes an event query and two spans
-# (on the H200 host 0.5 to 1.9 µs and 2.6 to 5.2 µs each: benchmarks/hook_overhead.py), more than making its events
-# anew seemed to (marks with new events cost about what their calls cost with reused ones): a run of fewer ranges, as
-# a timed run of a few samples is, has them all read at its end, outside its steps; a longer one (a server) reads
-# them in batches, one step in SETTLE bearing it, and records the events read again.
-SETTLE = 8192
+# Ranges pending before their spans are read as the program goes (each read, a query and two spans), their events then
+# reused: one step in SETTLE bears the reads, where events made anew would cost every step (8,192 measured +14.65% of
+# gpt-fast's compiled step on a shared H200 host, against +3.31% and +4.00% with 64: docs/benchmarks.md).
+SETTLE = 64
 
 
 class GpuSpans:
     """Ranges' spans on the GPU's clock, and their starts from the first event recorded (``origin``), kept by key
-    until both events have run; read when SETTLE ranges are kept (without waiting: those whose events have run) and
+    until both events have run; read without waiting as the program goes (so that a long run keeps few events), and
     once more, waiting, when the record is written."""
 
     def __init__(self) -> None:
