@@ -1058,7 +1058,7 @@ def test_a_commands_step_walls_beside_its_nsys_launch_are_the_programs(tmp_path)
     (nsightflow.capture.inside.gate). A launch-bound decode (16 layers of a 256-wide MLP, batch 1): its decode steps'
     wall time so, against the same timed run with nothing beside it, six launches of each, alternating, on one of the
     GPU's CPUs; each side its fastest step (see test_wall_time_is_the_programs_not_the_profilers: with four launches a
-    side on two CPUs, the arm alone missed the fast state in every launch, 1.35 ms against 0.80 ms)."""
+    side on two CPUs, the arm alone missed the fast state in every launch, 1.35 ms against 0.80 ms), and the medians."""
     from nsightflow.capture.launch import command
     from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 
@@ -1094,7 +1094,11 @@ def test_a_commands_step_walls_beside_its_nsys_launch_are_the_programs(tmp_path)
         f"{got * 1e3:.3f} ms (median {np.median(beside) * 1e3:.3f}; {got / ref - 1:+.1%}); "
         f"timed run alone {np.median(spans[0::2]):.1f} s, timeline job (both launches) {np.median(spans[1::2]):.1f} s"
     )
-    assert abs(got / ref - 1) < 0.05
+    # Slower beside the gated launch is the failure this test is for: its fastest step within 5% above the fastest
+    # alone; faster is the fastest step's own noise (-5.0% fastest, -0.5% median on an H200 host), so the medians of
+    # all steps agree within 5% either way (the same clock on both sides).
+    assert got / ref - 1 < 0.05
+    assert abs(np.median(beside) / np.median(alone) - 1) < 0.05
 
 
 def _ran_s(log):
