@@ -964,10 +964,10 @@ def test_interrupting_a_profile_stops_the_profiler_and_the_workload(tmp_path, ho
 
 
 def test_two_gpus_run_two_captures_at_once_on_distinct_devices(tmp_path):
-    from nsightflow.capture.launch.backend import gpus
+    from nsightflow.capture.launch.gpus import visible
 
-    if len(gpus()) < 2:
-        pytest.skip("needs a host with at least two GPUs")
+    if visible() < 2:  # CUDA_VISIBLE_DEVICES counted: nvidia-smi lists every GPU of the host
+        pytest.skip("needs at least two visible GPUs")
     work = copy_workflow(tmp_path / "wf")
     env = _configure(
         work,
@@ -1294,10 +1294,10 @@ def test_interrupting_a_job_of_ranks_under_ncu_leaves_none_behind(tmp_path):
 
 
 def test_nccl_ranks_on_two_gpus_report_communication_and_capture_without_deadlock(tmp_path):
-    from nsightflow.capture.launch.backend import gpus
+    from nsightflow.capture.launch.gpus import visible
 
-    if len(gpus()) < 2:
-        pytest.skip("needs a host with at least two GPUs")
+    if visible() < 2:  # CUDA_VISIBLE_DEVICES counted: nvidia-smi lists every GPU of the host
+        pytest.skip("needs at least two visible GPUs")
     jobs = [
         {"name": "dp", "command": _torchrun("data"), "gpus": 2, "warmup_steps": 0},
         {"name": "tp", "command": _torchrun("tensor"), "gpus": 2, "warmup_steps": 0},

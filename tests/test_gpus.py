@@ -3,7 +3,10 @@
 import multiprocessing as mp
 import time
 
-from nsightflow.capture.launch.gpus import claim
+import pytest
+
+from nsightflow.capture.launch.gpus import claim, visible
+from nsightflow.errors import ConfigError
 
 
 def _hold(lock_dir, n, seconds, queue):
@@ -55,6 +58,18 @@ def test_jobs_inside_an_allocation_of_several_gpus_claim_among_them(tmp_path):
         )
     with claim(8, tmp_path, env=env, want=2) as (both, said):  # as many as listed: the allocation as it is
         assert both["CUDA_VISIBLE_DEVICES"] == "2,3" and "respected" in said
+
+
+def test_a_job_of_more_ranks_than_devices_is_refused_before_it_starts(tmp_path):
+    # Two ranks, one GPU each, where one is listed or the machine has one: refused with the key and the fix (its
+    # rank 1 would fail on "invalid device ordinal"); a machine without GPUs (a CPU run of ranks) is no refusal.
+    for env, n, where in (({"CUDA_VISIBLE_DEVICES": "0"}, 2, "CUDA_VISIBLE_DEVICES=0 lists 1"), ({}, 1, "has 1")):
+        with pytest.raises(ConfigError, match=f"wants 2 GPUs .*gpus.* but (this machine )?{where}.*gpus: 1"):
+            with claim(n, tmp_path, env=env, want=2):
+                pytest.fail("the job ran")
+    with claim(0, tmp_path, env={}, want=2) as (cpu, said):
+        assert "0 GPU(s) visible" in said and "CUDA_VISIBLE_DEVICES" not in cpu
+    assert visible({"CUDA_VISIBLE_DEVICES": "2,3"}) == 2 and visible({"CUDA_VISIBLE_DEVICES": "GPU-6ddcf0e2"}) == 1
 
 
 def test_a_job_of_ranks_claims_its_devices_together(tmp_path):

@@ -39,6 +39,7 @@ def claim(
     given = env.get("CUDA_VISIBLE_DEVICES", "")
     listed = [d.strip() for d in given.split(",") if d.strip()]
     if given != "" and len(listed) <= want:
+        _enough(want, len(listed), f"CUDA_VISIBLE_DEVICES={given} lists")
         yield env, f"CUDA_VISIBLE_DEVICES={given} set by the scheduler or user: respected"
         return
     if not listed:
@@ -46,6 +47,7 @@ def claim(
             from nsightflow.capture.launch.backend import gpus
 
             n_devices = len(gpus())
+        _enough(want, n_devices, "this machine has")
         if n_devices <= want:
             yield env, f"{n_devices} GPU(s) visible, {want} wanted: no device choice to make"
             return
@@ -67,6 +69,30 @@ def claim(
                     fh.close()
             return
         time.sleep(poll_s)
+
+
+def visible(env: dict[str, Any] | None = None) -> int:
+    """How many devices a job here may use: those ``CUDA_VISIBLE_DEVICES`` lists where it is set, else every GPU
+    nvidia-smi lists (which ignores that variable)."""
+    given = dict(os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
+    if given != "":
+        return len([d for d in given.split(",") if d.strip()])
+    from nsightflow.capture.launch.backend import gpus
+
+    return len(gpus())
+
+
+def _enough(want: int, have: int, where: str) -> None:
+    """Refuse, before anything starts, a job of ``want`` devices (one per rank) where only ``have`` (at least one) are
+    there: its last ranks would fail on a device that does not exist. None at all is a CPU run: nothing to refuse."""
+    if 0 < have < want:
+        from nsightflow.errors import ConfigError
+
+        raise ConfigError(
+            f"the workload wants {want} GPUs (its config key gpus: one per rank) but {where} {have}: its rank {have} "
+            f"would find no device (CUDA's 'invalid device ordinal'). Fix: run it where {want} GPUs are visible (an "
+            f"allocation of {want}, or CUDA_VISIBLE_DEVICES naming {want}), or set gpus: {have} with ranks that share"
+        )
 
 
 def _take(lock_dir: Path, devices: list[str], want: int) -> list[tuple[str, IO[str]]]:
