@@ -4,7 +4,7 @@ mirrored and no probe (what nsys's tracing adds); under nsys probed (the timelin
 the hook's windows from an empty plan (what ncu adds to launches it never profiles); and the timed run as the timeline
 job runs it, beside the probed launch gated until it ends, under nsys (``beside-nsys``) or not (``beside``): what
 that neighbour does to the timed run. Each line: the program's own figure (its ``nsightflow-metrics`` tokens_per_s,
-tpot_ms_p50) and the launch's wall seconds, in rounds.
+tpot_ms_p50, ttft_ms_p50) and the launch's wall seconds, in rounds.
 
     python3 benchmarks/launch_layers.py --rounds 1 -- python3 -m nsightflow.workloads.serving --device cuda ...
     --step-function iteration=MODULE:QUALNAME   (a loop without ranges: its steps, as config step_functions)
@@ -31,7 +31,8 @@ from nsightflow.ncu_metrics import DEFAULT_METRICS
 def _figures(output: str) -> str:
     said = own_metrics(output)
     nan = float("nan")
-    return f"tokens/s {said.get('tokens_per_s', nan):8.1f}  tpot p50 {said.get('tpot_ms_p50', nan):7.2f} ms"
+    tpot, ttft = said.get("tpot_ms_p50", nan), said.get("ttft_ms_p50", nan)
+    return f"tokens/s {said.get('tokens_per_s', nan):8.1f}  tpot p50 {tpot:7.2f} ms  ttft p50 {ttft:8.1f} ms"
 
 
 def main() -> None:
