@@ -37,7 +37,7 @@ def claim(
     several processes, one GPU per rank, asks for as many as it has ranks)."""
     env = dict(os.environ if env is None else env)
     given = env.get("CUDA_VISIBLE_DEVICES", "")
-    listed = [d.strip() for d in given.split(",") if d.strip()]
+    listed = _listed(given)
     if given != "" and len(listed) <= want:
         _enough(want, len(listed), f"CUDA_VISIBLE_DEVICES={given} lists")
         yield env, f"CUDA_VISIBLE_DEVICES={given} set by the scheduler or user: respected"
@@ -76,10 +76,15 @@ def visible(env: dict[str, Any] | None = None) -> int:
     nvidia-smi lists (which ignores that variable)."""
     given = dict(os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
     if given != "":
-        return len([d for d in given.split(",") if d.strip()])
+        return len(_listed(given))
     from nsightflow.capture.launch.backend import gpus
 
     return len(gpus())
+
+
+def _listed(given: str) -> list[str]:
+    """The devices a ``CUDA_VISIBLE_DEVICES`` value names (indices or UUIDs), in its order."""
+    return [d.strip() for d in given.split(",") if d.strip()]
 
 
 def _enough(want: int, have: int, where: str) -> None:
