@@ -131,8 +131,9 @@ def _record(torch: Any, stream: Any) -> Any:
 
 
 # Ranges pending before their spans are read as the program goes (each read, a query and two spans), their events then
-# reused: one step in SETTLE bears the reads, where events made anew would cost every step (8,192 measured +14.65% of
-# gpt-fast's compiled step on a shared H200 host, against +3.31% and +4.00% with 64: docs/benchmarks.md).
+# reused: one step in SETTLE bears the reads, where events made anew would cost every step. Not yet compared on one
+# machine: 8,192 measured +14.65% of gpt-fast's compiled step on a shared H200 host, 64 +3.31% and +4.00% on others
+# (docs/benchmarks.md).
 SETTLE = 64
 
 
