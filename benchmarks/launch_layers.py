@@ -4,7 +4,8 @@ mirrored and no probe (what nsys's tracing adds); under nsys probed (the timelin
 the hook's windows from an empty plan (what ncu adds to launches it never profiles); and the timed run as the timeline
 job runs it, beside the probed launch gated until it ends, under nsys (``beside-nsys``) or not (``beside``): what
 that neighbour does to the timed run. Each line: the program's own figure (its ``nsightflow-metrics`` tokens_per_s,
-tpot_ms_p50, ttft_ms_p50) and the launch's wall seconds, in rounds.
+tpot_ms_p50, ttft_ms_p50) and the launch's wall seconds, in rounds; a timed run's line also its first three
+steps: when each began after the hook's install, and its wall.
 
     python3 benchmarks/launch_layers.py --rounds 1 -- python3 -m nsightflow.workloads.serving --device cuda ...
     --step-function iteration=MODULE:QUALNAME   (a loop without ranges: its steps, as config step_functions)
@@ -35,6 +36,17 @@ def _figures(output: str) -> str:
     return f"tokens/s {said.get('tokens_per_s', nan):8.1f}  tpot p50 {tpot:7.2f} ms  ttft p50 {ttft:8.1f} ms"
 
 
+def _first_steps(record: dict) -> str:
+    """A hooked run's first steps: when each began (s after the hook's install) and its wall (ms), where a late first
+    token shows whether the time went before the first step or into it."""
+    ranges = sorted((r for r in record.get("ranges") or [] if r[2] == 0), key=lambda r: r[4])[:3]
+    began = record.get("started_ns")
+    if not ranges:
+        return ""
+    t0 = began if began is not None else ranges[0][4]
+    return "  first steps " + ", ".join(f"{(r[4] - t0) / 1e9:.2f} s +{(r[5] - r[4]) / 1e6:.0f} ms" for r in ranges)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
@@ -58,7 +70,11 @@ def main() -> None:
         began = time.monotonic()
         Path(f"{tmp}/t").mkdir()
         found, timed = _timed(call, f"{tmp}/t", log, None)
-        print(f"round {r} timed       {_figures(timed[0]['output'])}  {time.monotonic() - began:6.1f} s", flush=True)
+        print(
+            f"round {r} timed       {_figures(timed[0]['output'])}  {time.monotonic() - began:6.1f} s"
+            + _first_steps(timed[0]),
+            flush=True,
+        )
         base = HookSettings("probe", None, found.domain, found.stages, call.mirror, skip=found.skip)
         plan = Path(tmp) / "plan.json"
         plan.write_text(json.dumps({"windows": []}))
@@ -93,7 +109,7 @@ def main() -> None:
             settings = replace(settings, out=f"{tmp}/{i}/rec.json")
             if name.startswith("beside"):
                 _, timed, runs = timed_beside(call, f"{tmp}/{i}", log, None, settings, wrap)
-                print(f"round {r} {name:11s} timed {_figures(timed[0]['output'])}", flush=True)
+                print(f"round {r} {name:11s} timed {_figures(timed[0]['output'])}" + _first_steps(timed[0]), flush=True)
             else:
                 runs = _run(call, settings, log, None, wrap)
             print(f"round {r} {name:11s} {_figures(runs[0]['output'])}  {time.monotonic() - began:6.1f} s", flush=True)

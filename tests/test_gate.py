@@ -59,6 +59,8 @@ def test_the_profile_launch_runs_its_program_after_the_timed_run_with_the_stages
     assert {k: len(v) for k, v in found.every_wall.items()} == {"prefill": 1, "decode": 3}
     assert {k: len(v) for k, v in runs[0]["steps"].items()} == {k: len(v) for k, v in found.walls.items()}
     assert len(timed) == 1 and timed[0]["mode"] == "timed"
+    # the hook's install on the ranges' clock, before the first range (benchmarks/launch_layers.py: first steps)
+    assert 0 < timed[0]["started_ns"] < min(r[4] for r in timed[0]["ranges"])
 
 
 @pytest.mark.parametrize(("workload_env", "seen"), [({}, "7"), ({"CUDA_VISIBLE_DEVICES": "3"}, "3")])

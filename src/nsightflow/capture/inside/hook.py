@@ -74,6 +74,7 @@ class Tracker:
         self.walls: dict[str, list[float]] = {}
         self.gpu = step_clock.GpuSpans()  # timed: ranges' spans on the GPU's clock, by index in ranges
         self.started = time.perf_counter()
+        self.started_ns = time.perf_counter_ns()  # the ranges' clock: when a first step began after the install
         self.inside = False  # the hook's own NVTX calls are not the program's
         self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
         self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
@@ -222,6 +223,7 @@ class Tracker:
             "mode": self.s.mode,
             "pid": os.getpid(),
             "program_wall_s": time.perf_counter() - self.started,
+            "started_ns": self.started_ns,
             "steps": self.walls,  # the host's: a timed run's walls are its ranges' (discovery reads them)
             "stage_order": list(self.walls),
             "ranges": [[*r, *spans.get(i, (0, -1))] for i, r in enumerate(self.ranges)],
