@@ -170,43 +170,64 @@ def _gpu_serving(requests: int, prompt: tuple[int, int], new: tuple[int, int], c
 @pytest.mark.gpu
 def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(tmp_path):
     """64 requests of mixed lengths through transformers' engine on the GPU, profiled by its iterations: the
-    program's own tokens per second under nsightflow's timed run within 5% of the loop run alone in this test (the
-    median of five runs, three before the workflow and two after: the loop's pace drifts on a fresh machine); the GEMM
-    FLOPs counted over its iterations within 1% of those from the requests; the whole workflow at most 5 times the
-    loop alone (its median time)."""
+    program's own tokens per second in nsightflow's timed run (as the timeline job runs it, beside the gated nsys
+    launch) within 5% of the loop run alone, each the median of runs taken in turns (alone, timed, alone, timed, alone,
+    the workflow, alone: one process's pace differs from the next one's by up to 30% on a shared H200 host, in slow
+    and fast spells of tens of seconds); the GEMM FLOPs counted over its iterations within 1% of those from the
+    requests; the whole workflow at most 5 times the loop alone (its median time)."""
+    import shutil
     import subprocess
     import time
 
+    from nsightflow.capture.launch import command
+    from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
     from nsightflow.capture.read.own_metrics import own_metrics
     from nsightflow.workloads import serving
 
     argv = _gpu_serving(64, (256, 192), (64, 48))
+    steps = {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
     runs: list[tuple[float, float]] = []  # the loop alone (tokens/s, s): the first on a fresh machine reads cold
-    ttft: list[float] = []  # the loop alone's TTFT p50 (ms): beside the timed run's, where a wait would show first
+    timed: list[float] = []  # tokens/s in the timed run beside the gated nsys launch, as the timeline job runs it
+    ttft: dict[str, list[int]] = {"alone": [], "timed": []}  # TTFT p50 (ms): where a wait would show first
 
-    def alone_runs(n: int) -> None:
-        for _ in range(n):
-            began = time.monotonic()
-            done = own_metrics(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-            runs.append((done["tokens_per_s"], time.monotonic() - began))
-            ttft.append(round(done["ttft_ms_p50"]))
+    def alone_run() -> None:
+        began = time.monotonic()
+        done = own_metrics(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+        runs.append((done["tokens_per_s"], time.monotonic() - began))
+        ttft["alone"].append(round(done["ttft_ms_p50"]))
 
-    alone_runs(3)
-    workload = {"name": "serve", "command": argv, "warmup_steps": 0}
-    workload |= {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
-    work = _nsight_workflow(tmp_path, workload)
+    def timed_run(i: int) -> None:
+        call = command.CommandCall(argv, warmup_steps=0, **steps)
+        out = tmp_path / f"timed{i}"
+        out.mkdir()
+        outputs = ProfileOutputs.of(out / "m.json", out / "f.json", out / "c.json", out / "log")
+        rep, sqlite = out / "t.nsys-rep", out / "t.sqlite"
+        command.timeline(shutil.which("nsys") or "nsys", call, rep, sqlite, outputs, RunSettings({}, {}, 900))
+        said = json.loads((out / "m.json").read_text())["program_metrics"]
+        timed.append(said["tokens_per_s"])
+        ttft["timed"].append(round(said["ttft_ms_p50"]))
+
+    for i in range(2):
+        alone_run()
+        timed_run(i)
+    alone_run()
+    work = _nsight_workflow(tmp_path, {"name": "serve", "command": argv, "warmup_steps": 0} | steps)
     began = time.monotonic()
     snakemake(work, "--cores", "1", "results/report.html")
     workflow_s = time.monotonic() - began
-    alone_runs(2)
-    print(f"serving on the GPU, the loop alone: {[(round(t, 1), round(s, 1)) for t, s in runs]} (tokens/s, s; three "
-          "before the workflow, two after)")  # fmt: skip
-    alone = {"tokens_per_s": statistics.median(t for t, _ in runs)}
-    alone_s = statistics.median(s for _, s in runs)
+    alone_run()
     run = work / "results" / "serve"
     manifest = json.loads((run / "manifest.json").read_text())
     ours = manifest["program_metrics"]
-    steps = pd.read_csv(run / "steps.csv")
+    timed.append(ours["tokens_per_s"])
+    ttft["timed"].append(round(ours["ttft_ms_p50"]))
+    print(f"serving on the GPU, in turns: the loop alone {[(round(t, 1), round(s, 1)) for t, s in runs]} "
+          f"(tokens/s, s), the timed run {[round(t, 1) for t in timed]} tokens/s (the workflow's last); TTFT p50 "
+          f"{ttft} ms")  # fmt: skip
+    alone = {"tokens_per_s": statistics.median(t for t, _ in runs)}
+    mine = statistics.median(timed)
+    alone_s = statistics.median(s for _, s in runs)
+    steps_csv = pd.read_csv(run / "steps.csv")
     counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
     h, i, layers = SERVE_1B["hidden_size"], SERVE_1B["intermediate_size"], SERVE_1B["num_hidden_layers"]
     kv = h // SERVE_1B["num_attention_heads"] * SERVE_1B["num_key_value_heads"]
@@ -215,16 +236,16 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     tokens = sum(p for p, _ in lengths) + sum(k - 1 for _, k in lengths)
     want = 2 * (body * tokens + h * SERVE_1B["vocab_size"] * sum(k for _, k in lengths))
     got = (counts.get("by_class") or {}).get("gemm")
-    print(f"serving on the GPU: tokens/s {ours['tokens_per_s']:.1f} under nsightflow's timed run, "
-          f"{alone['tokens_per_s']:.1f} alone ({ours['tokens_per_s'] / alone['tokens_per_s'] - 1:+.2%}); "
-          f"TTFT p50 {ours.get('ttft_ms_p50')} ms (alone {ttft}), TPOT p50 {ours.get('tpot_ms_p50')} ms; "
+    print(f"serving on the GPU: tokens/s {mine:.1f} under nsightflow's timed run, "
+          f"{alone['tokens_per_s']:.1f} alone ({mine / alone['tokens_per_s'] - 1:+.2%}; medians); "
+          f"TTFT p50 in the workflow {ours.get('ttft_ms_p50')} ms, TPOT p50 {ours.get('tpot_ms_p50')} ms; "
           f"GEMM FLOPs {got} against "
           f"{want:.6g} from the requests; workflow {workflow_s:.0f} s, the loop alone {alone_s:.0f} s "
-          f"({workflow_s / alone_s:.1f}x); iterations by mix {steps['mix'].value_counts().to_dict()}; "
+          f"({workflow_s / alone_s:.1f}x); iterations by mix {steps_csv['mix'].value_counts().to_dict()}; "
           f"not counted: {counts.get('not_counted')}")  # fmt: skip
     jobs = {t.stem: float(pd.read_csv(t, sep="\t")["s"].iloc[0]) for t in (run / "benchmarks").glob("*.tsv")}
     print(f"serving on the GPU, seconds by job: {jobs}")
-    assert abs(ours["tokens_per_s"] / alone["tokens_per_s"] - 1) < 0.05
+    assert abs(mine / alone["tokens_per_s"] - 1) < 0.05
     assert got is not None and abs(got / want - 1) < 0.01
     assert workflow_s / alone_s <= 5
 
