@@ -82,5 +82,54 @@ def main() -> None:
         tracker.gpu.spans.clear()
 
 
+def replays() -> None:
+    """The hook around a CUDA-graph replay, in turns with the replay plain (median of 9 rounds of 3,000 steps): a
+    graph of 2 small kernels, host-bound (the GPU idle at the range's end), and one of ``torch.cuda._sleep`` for
+    about 50 µs followed by 80 µs of the loop's own host work (the GPU still busy at the range's end, as gpt-fast
+    ``--compile``'s decode step)."""
+    import statistics
+
+    tracker = Tracker(HookSettings("timed", "/dev/null"))
+    x = torch.zeros(16, device="cuda")
+
+    def spin(us: float) -> None:
+        end = time.perf_counter() + us / 1e6
+        while time.perf_counter() < end:
+            pass
+
+    for what, body, host_us in (("2 kernels", lambda: (x.add_(1), x.mul_(1)), 0.0), ("a 50-µs kernel", None, 80.0)):
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        work = body or (lambda: torch.cuda._sleep(100_000))
+        with torch.cuda.stream(side):
+            work()  # warmed outside the capture, as torch.cuda.graph asks
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            work()
+
+        def plain(g: torch.cuda.CUDAGraph = graph, us: float = host_us) -> None:
+            g.replay()
+            spin(us)
+
+        def hooked(g: torch.cuda.CUDAGraph = graph, us: float = host_us) -> None:
+            tracker.push("LLM", "decode")
+            g.replay()
+            tracker.pop("LLM")
+            spin(us)
+
+        got: dict[str, list[float]] = {"plain": [], "hook": []}
+        for r in range(9):
+            for name, f in (("plain", plain), ("hook", hooked)) if r % 2 == 0 else (("hook", hooked), ("plain", plain)):
+                got[name].append(per_step_us(f, True))
+                tracker.ranges.clear()
+                tracker.gpu.settle(wait=True)
+                tracker.gpu.spans.clear()
+        base, hook = statistics.median(got["plain"]), statistics.median(got["hook"])
+        print(f"µs a replay step, {what}, {host_us:g} µs of host work: plain {base:.2f}, hook +{hook - base:.2f}")
+
+
 if __name__ == "__main__":
     main()
+    if torch.cuda.is_available():
+        replays()
