@@ -74,7 +74,7 @@ class Tracker:
         self.walls: dict[str, list[float]] = {}
         self.gpu = step_clock.GpuSpans()  # timed: ranges' spans on the GPU's clock, by index in ranges
         self.started = time.perf_counter()
-        self.started_ns = time.perf_counter_ns()  # the ranges' clock: when a first step began after the install
+        self.started_ns = time.perf_counter_ns()  # the install, on the ranges' clock (a first step's delay from it)
         self.inside = False  # the hook's own NVTX calls are not the program's
         self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
         self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
