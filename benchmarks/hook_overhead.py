@@ -83,7 +83,7 @@ def main() -> None:
 
 
 def replays() -> None:
-    """The hook around a CUDA-graph replay, in turns with the replay plain (median of 9 rounds of 3,000 steps): a
+    """The hook around a CUDA-graph replay, in turns with the replay plain (median of 9 rounds of STEPS steps each): a
     graph of 2 small kernels, host-bound (the GPU idle at the range's end), and one of ``torch.cuda._sleep`` for
     about 50 µs followed by 80 µs of the loop's own host work (the GPU still busy at the range's end, as gpt-fast
     ``--compile``'s decode step)."""
