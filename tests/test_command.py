@@ -162,7 +162,7 @@ def test_a_timed_range_with_a_span_on_the_gpus_clock_has_that_wall():
 
 
 def test_a_steps_pace_runs_to_its_stages_next_step_on_the_gpus_clock_where_both_have_it():
-    """A step's pace (nsightflow.capture.launch.discovery.step_paces): from its start to the start of its stage's next
+    """A step's pace (nsightflow.capture.launch.discovery.step_clocks): from its start to the start of its stage's next
     step in the same thread, where that is the thread's next step; the GPU's starts (the last column) where both have
     one (>= 0), else the host's."""
     ranges = [
@@ -176,6 +176,37 @@ def test_a_steps_pace_runs_to_its_stages_next_step_on_the_gpus_clock_where_both_
     ]
     found = discover({"ranges": ranges}, "LLM", ["prefill", "decode"], 0)
     assert found.every_pace == {"prefill": [None, None], "decode": [5e-7, None, 2e-7, None, None]}
+
+
+def test_steps_between_two_clocked_ones_share_the_gpus_time_by_their_host_paces():
+    """The timed run clocks a sample of the steps on the GPU (nsightflow.capture.inside.step_clock.Sampler); between
+    two clocked steps of one run, the GPU's time from the first's start to the second's (800 ns) is shared in
+    proportion to the host paces (100, 200, 100 of 400 ns): 200, 400, 200; after the last clocked step the host's
+    pace stands. An unclocked step's wall is its host span (50, 50, 60 ns) and the mean of what its nearest clocked
+    steps' GPU spans held beyond their host spans (10 before, 20 after): 65, 65, and 80 after the last."""
+    ranges = [
+        ["LLM", "decode", 0, 1, 0, 60, 0, 70, 1_000],  # clocked: its span on the GPU's clock
+        ["LLM", "decode", 0, 1, 100, 150, 0, 0, -1],
+        ["LLM", "decode", 0, 1, 300, 350, 0, 0, -1],  # its host took twice as long to reach the next step
+        ["LLM", "decode", 0, 1, 400, 460, 0, 80, 1_800],
+        ["LLM", "decode", 0, 1, 500, 560, 0, 0, -1],
+    ]
+    found = discover({"ranges": ranges}, "LLM", ["decode"], 0)
+    assert found.every_pace == {"decode": [2e-7, 4e-7, 2e-7, 1e-7, None]}
+    assert found.every_wall == {"decode": pytest.approx([7e-8, 6.5e-8, 6.5e-8, 8e-8, 8e-8], rel=1e-12)}
+    ranges[3][7] = 0  # clocked, the GPU idle at its end: its host span is its wall, nothing beyond it
+    assert discover({"ranges": ranges}, "LLM", ["decode"], 0).every_wall == {
+        "decode": pytest.approx([7e-8, 5.5e-8, 5.5e-8, 6e-8, 6e-8], rel=1e-12)
+    }
+
+
+def test_the_timed_run_clocks_the_first_steps_of_each_range_then_one_in_every():
+    from nsightflow.capture.inside import step_clock
+
+    sampler = step_clock.Sampler()
+    taken = [n for n in range(40) if sampler.take("LLM", "decode")]
+    assert taken == [0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32]  # FIRST 8, then one in EVERY 8
+    assert sampler.take("LLM", "prefill")  # another name counts from its own first
 
 
 def test_the_hook_follows_the_programs_child_processes(tmp_path):

@@ -264,7 +264,7 @@ class Manifest(_Record):
     # a command's warm-up steps, set apart from its stages (nsightflow.capture.read.warmup): stage, step, wall_s, why
     warmup_steps: list[dict[str, Any]] = field(default_factory=list)
     every_wall_s: dict[str, list[float]] | None = None  # the timed run's every step, warm-up included (a command's)
-    # each of those steps' pace (nsightflow.capture.launch.discovery.step_paces; None: another stage's step came next)
+    # each of those steps' pace (nsightflow.capture.launch.discovery.step_clocks; None: another stage's step came next)
     every_pace_s: dict[str, list[float | None]] | None = None
     analytic_how: str = ""  # how the analytic count was made (which run, with or without compilation)
     autotuning: dict[str, list[str]] = field(default_factory=dict)  # a command's timed run's (capture.hook_tuning)

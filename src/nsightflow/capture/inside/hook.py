@@ -73,6 +73,7 @@ class Tracker:
         self.counts: dict[str, int] = {}
         self.walls: dict[str, list[float]] = {}
         self.gpu = step_clock.GpuSpans()  # timed: ranges' spans on the GPU's clock, by index in ranges
+        self.clocked = step_clock.Sampler()  # timed: which candidate steps are clocked on the GPU
         self.started = time.perf_counter()
         self.started_ns = time.perf_counter_ns()  # the install, on the ranges' clock (a first step's delay from it)
         self.inside = False  # the hook's own NVTX calls are not the program's
@@ -135,18 +136,19 @@ class Tracker:
                     self.auto.remove()
             stack = self.stacks.setdefault(tid, [])
             depth = sum(1 for d, *_ in stack if d == domain)
-            stack.append((domain, name, time.perf_counter_ns(), step_clock.compiled_graphs(), None))
+            graphs = step_clock.compiled_graphs()
             if self._is_step(domain, name, depth):
                 ordinal = self.counts.get(name, 0)
                 step = payload if isinstance(payload, int) and not isinstance(payload, bool) else ordinal
                 self.counts[name] = ordinal + 1
                 apart = ordinal in self.s.skip.get(name, ())  # warm-up (nsightflow.capture.read.warmup): followed only
-                self.step = (name, step, tid, len(stack) - 1, apart)
+                self.step = (name, step, tid, len(stack), apart)  # its range's place in the stack, pushed below
                 if not apart:
                     self._begin(name, step)
+            timed = self._timed_on_gpu(name, depth) and self.clocked.take(domain, name)
+            event = step_clock.mark() if timed else None
             # every range starts once the hook's own work is done: none of it is part of the program's time
-            event = step_clock.mark() if self._timed_on_gpu(name, depth) else None
-            stack[-1] = (domain, name, time.perf_counter_ns(), stack[-1][3], event)
+            stack.append((domain, name, time.perf_counter_ns(), graphs, event))
             if self.step is not None and self.step[2] == tid and self.step[3] == len(stack) - 1:
                 self.t0 = stack[-1][2]  # a step's host wall starts with its range, after the hook's work
 

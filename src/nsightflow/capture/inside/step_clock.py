@@ -11,10 +11,11 @@ GPU's; neither waits. Where the GPU has no work left when the range ends (a prog
 itself, or whose host is slower than its GPU), the step ended when its range did: its host span is its wall (the
 hook's own work at the range's end is then never part of it; the events' span held about 50 µs of it, +21% on a
 0.26-ms step). A range with no event (no GPU, a stream being captured into a CUDA graph, two devices) keeps its host
-span. Each range's start is also kept on that clock (from the first event the process recorded), so that a step's
-pace, from its start to the next step's, holds what the program does between its ranges too
-(nsightflow.capture.launch.discovery). What ``torch.compile`` made while a range was open is read at its push and pop
-too (:func:`compiled_graphs`).
+span. Each clocked range's start is also kept on that clock (from the first event the process recorded), so that a
+step's pace, from its start to the next step's, holds what the program does between its ranges too. Only a sample of
+the steps is clocked so (:class:`Sampler`): the others' host times are put on the GPU's clock by the clocked steps
+around them (nsightflow.capture.launch.discovery.step_clocks). What ``torch.compile`` made while a range was open is
+read at its push and pop too (:func:`compiled_graphs`).
 """
 
 from __future__ import annotations
@@ -96,6 +97,26 @@ def closing() -> int:
     if torch is not None:
         torch.cuda.synchronize()  # the whole device: a side stream's kernels end inside the step too
     return ended if done else time.perf_counter_ns()
+
+
+# Which candidate steps the timed run clocks on the GPU: the first FIRST of each range's name (where one-time work,
+# compilation and cold caches, is), then one in EVERY. A step's two events, their queries and span reads cost about
+# 20 µs on an H200 host, most of the hook's cost to a host-bound step (+24% on gpt-fast's compiled 0.24-ms decode
+# step with every step clocked, docs/benchmarks.md); the steps between two clocked ones keep their host spans, put
+# on the GPU's clock by the two (nsightflow.capture.launch.discovery.step_clocks). EVERY 1: every step clocked.
+FIRST, EVERY = 8, 8
+
+
+class Sampler:
+    """Which ranges get the timed run's events (FIRST, EVERY), counted per domain and name."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], int] = {}
+
+    def take(self, domain: str, name: str) -> bool:
+        n = self.seen.get((domain, name), 0)
+        self.seen[(domain, name)] = n + 1
+        return n < FIRST or (EVERY > 0 and n % EVERY == 0)
 
 
 _FREE: dict[int, list[Any]] = {}  # device -> events whose times have been read, recorded again by the next marks

@@ -31,7 +31,7 @@ class Discovery:
     inputs: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)  # each step's (hook_steps)
     inputs_errors: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)  # the program's own numbers (capture.read.own_metrics)
-    every_pace: dict[str, list[float | None]] = field(default_factory=dict)  # each step's pace (step_paces)
+    every_pace: dict[str, list[float | None]] = field(default_factory=dict)  # each step's pace (step_clocks)
 
     @property
     def skip(self) -> dict[str, list[int]]:
@@ -132,13 +132,11 @@ def discover(
             f"{seen[:20] or 'none'}; fix the workload's stages: (or domain:, '' for the default domain)"
         )
     walls: dict[str, list[float]] = {}
-    paces = step_paces(mine)
+    paces, each = step_clocks(mine)
     graphs: dict[str, list[int]] = {}
     inside: dict[str, list[bool]] = {}
-    for ordinal, (name, start, end, made, gpu) in enumerate(
-        zip(mine["name"], mine["start"], mine["end"], mine["graphs"], mine["gpu_wall"], strict=True)
-    ):
-        walls.setdefault(str(name), []).append((gpu if gpu > 0 else end - start) / 1e9)
+    for ordinal, (name, made, wall) in enumerate(zip(mine["name"], mine["graphs"], each, strict=True)):
+        walls.setdefault(str(name), []).append(wall)
         graphs.setdefault(str(name), []).append(int(made))
         inside.setdefault(str(name), []).append(window is None or window.holds(ordinal))
     if window is not None:
@@ -159,24 +157,63 @@ def discover(
     return Discovery(domain, list(walls), found.steady(walls), how, walls, apart, found.compiles, every_pace=paces)
 
 
-def step_paces(steps: pd.DataFrame) -> dict[str, list[float | None]]:
-    """Each step's pace (s): from its start to the start of its stage's next step where that is the next step its
-    thread runs, on the GPU's clock where both have a start there (else the host's); None where another stage's step,
-    or none, comes next. Unlike its range's wall it holds what the program does between two steps (the loop's own
-    Python, a context manager around the range): what a loop's own clock, its time per token, measures.
+def step_clocks(steps: pd.DataFrame) -> tuple[dict[str, list[float | None]], list[float]]:
+    """Each step's pace (s, by stage) and wall (s, in the rows' order), from the timed run's host clock and the GPU's
+    clock where the step was clocked there (nsightflow.capture.inside.step_clock samples the steps).
+
+    A step's pace runs from its start to the start of its stage's next step where that is the next step its thread
+    runs (None where another stage's step, or none, comes next). Unlike its range's wall it holds what the program
+    does between two steps (the loop's own Python, a context manager around the range): what a loop's own clock, its
+    time per token, measures. Between two clocked steps of one such run (a stretch), the GPU's time from the first's
+    start to the second's is shared among the stretch's steps in proportion to their host paces: one step, its pace
+    on the GPU's clock; a loop whose host runs ahead of its GPU, the GPU's pace, step by step as the host's varied
+    (a compilation step keeps its length). A step outside every stretch keeps its host pace.
+
+    A step's wall is its span on the GPU's clock where it has one (> 0), its host span where it was clocked and the
+    GPU had no work left at its end; an unclocked step of a run with clocked ones, its host span and the mean of what
+    the nearest clocked step before it and after it had beyond their host spans (the GPU's tail of a host-bound
+    step, the launch queue's lag of a GPU-bound one); else its host span.
 
     ``steps``: a run's stage steps (RANGE_COLUMNS), in the order they started."""
-    out: dict[str, list[float | None]] = {}
-    last: dict[int, tuple[str, int, int, int]] = {}  # thread -> its last step: stage, index in out, start, GPU start
-    for name, tid, start, gpu in zip(steps["name"], steps["tid"], steps["start"], steps["gpu_start"], strict=True):
-        mine = out.setdefault(str(name), [])
-        before = last.get(int(tid))
-        if before is not None and before[0] == name:
-            on_gpu = gpu >= 0 and before[3] >= 0
-            out[before[0]][before[1]] = ((gpu - before[3]) if on_gpu else (start - before[2])) / 1e9
-        mine.append(None)
-        last[int(tid)] = (str(name), len(mine) - 1, int(start), int(gpu))
-    return out
+    names, tids = steps["name"].astype(str).tolist(), steps["tid"].astype(int).tolist()
+    starts, ends = steps["start"].astype(int).tolist(), steps["end"].astype(int).tolist()
+    gpu, spans = steps["gpu_start"].astype(int).tolist(), steps["gpu_wall"].astype(int).tolist()
+    walls = [(g if g > 0 else e - s) / 1e9 for s, e, g in zip(starts, ends, spans, strict=True)]
+    paces: dict[str, list[float | None]] = {}
+    at: list[int] = []  # each row's index in its stage's list
+    for name in names:
+        at.append(len(paces.setdefault(name, [])))
+        paces[name].append(None)
+    runs: list[list[int]] = []  # rows of one thread's consecutive steps of one stage
+    open_run: dict[int, list[int]] = {}
+    for row, (name, tid) in enumerate(zip(names, tids, strict=True)):
+        run = open_run.get(tid)
+        if run is None or names[run[-1]] != name:
+            run = open_run[tid] = []
+            runs.append(run)
+        run.append(row)
+    for run in runs:
+        host = [(starts[n] - starts[r]) for r, n in zip(run, run[1:], strict=False)]
+        for j, h in enumerate(host):
+            paces[names[run[j]]][at[run[j]]] = h / 1e9
+        clocked = [j for j, r in enumerate(run) if gpu[r] >= 0]
+        for a, b in zip(clocked, clocked[1:], strict=False):
+            on_gpu, on_host = gpu[run[b]] - gpu[run[a]], sum(host[a:b])
+            for j in range(a, b):
+                share = host[j] / on_host if on_host > 0 else 1 / (b - a)
+                paces[names[run[j]]][at[run[j]]] = on_gpu * share / 1e9
+        # an unclocked step's wall: its host span and what its clocked neighbours' GPU spans held beyond theirs
+        beyond = {j: walls[run[j]] - (ends[run[j]] - starts[run[j]]) / 1e9 for j in clocked}
+        for j, r in enumerate(run):
+            if gpu[r] >= 0 or not clocked:
+                continue
+            near = [
+                beyond[k]
+                for k in (max((k for k in clocked if k < j), default=None), next((k for k in clocked if k > j), None))
+                if k is not None
+            ]
+            walls[r] = max(0.0, walls[r] + sum(near) / len(near))
+    return paces, walls
 
 
 def _active(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
