@@ -1,6 +1,7 @@
 """What the hook's timed mode adds to each stage step of a program, in microseconds, in one process: a step of
 one small kernel (``x.add_(1)``, about 10 µs of host launch) plain, inside the hook's push/pop
-(nsightflow.capture.inside.hook: the program's ``nvtx.push_range``/``pop_range`` as the timed run follows them), and
+(nsightflow.capture.inside.hook: the program's ``nvtx.push_range``/``pop_range`` as the timed run follows them; as
+shipped, one step in step_clock.EVERY clocked on the GPU, and every step clocked), and
 the hook's CUDA parts alone (nsightflow.capture.inside.step_clock: two timing events and their span read; the
 stream's idle check), and each CUDA call the clock makes (an event's record, a stream and an event query, a span, the
 capture check), once a step. A host-bound loop's step (a CUDA-graph replay: gpt-fast ``--compile``'s decode step,
@@ -59,7 +60,13 @@ def main() -> None:
         step_clock.idle()
         x.add_(1)
 
-    parts = {"hook": hooked, "marks": marks, "idle": idle}
+    def hooked_all() -> None:  # every step clocked on the GPU, as before the step clock sampled them
+        step_clock.EVERY = 1
+        hooked()
+        step_clock.EVERY = shipped
+
+    shipped = step_clock.EVERY
+    parts = {"hook": hooked, "hook, all clocked": hooked_all, "marks": marks, "idle": idle}
     if cuda:  # each CUDA call the clock makes, once a step
         stream, event, done = torch.cuda.current_stream(), torch.cuda.Event(enable_timing=True), [None, None]
         done[0], done[1] = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -118,15 +125,24 @@ def replays() -> None:
             tracker.pop("LLM")
             spin(us)
 
-        got: dict[str, list[float]] = {"plain": [], "hook": []}
+        shipped = step_clock.EVERY
+        turns = {
+            "plain": (plain, shipped),
+            f"hook, 1 in {shipped} clocked": (hooked, shipped),
+            "hook, all": (hooked, 1),
+        }
+        got: dict[str, list[float]] = {k: [] for k in turns}
         for r in range(9):
-            for name, f in (("plain", plain), ("hook", hooked)) if r % 2 == 0 else (("hook", hooked), ("plain", plain)):
+            for name in list(turns)[r % 3 :] + list(turns)[: r % 3]:
+                f, step_clock.EVERY = turns[name]
                 got[name].append(per_step_us(f, True))
                 tracker.ranges.clear()
                 tracker.gpu.settle(wait=True)
                 tracker.gpu.spans.clear()
-        base, hook = statistics.median(got["plain"]), statistics.median(got["hook"])
-        print(f"µs a replay step, {what}, {host_us:g} µs of host work: plain {base:.2f}, hook +{hook - base:.2f}")
+        step_clock.EVERY = shipped
+        base = statistics.median(got["plain"])
+        rows = ", ".join(f"{k} +{statistics.median(v) - base:.2f}" for k, v in got.items() if k != "plain")
+        print(f"µs a replay step, {what}, {host_us:g} µs of host work: plain {base:.2f}, {rows}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ follows the ranges of generate.py in every other round, and lets them pass untou
 process, whose pace both share, gpt-fast's own time per decode step without and with the hook (what the hook costs
 the program), and nsightflow's steady decode pace from the hook's record, found as a command's timed run finds it
 (nsightflow.capture.launch.discovery): ``"hooked": {"new", "long", "step_s", "pace_s"}`` beside the plain numbers.
+``--every N,M``: the hook's rounds once for each of its step clock's samplings (one step in N clocked on the GPU:
+nsightflow.capture.inside.step_clock.EVERY), in turns with the plain rounds; ``"hooked"`` is the first, each under
+``"every"``; with 1 among them after another, its ``"sampled"``: what that other's sampling finds from the same
+ranges, every step clocked (the sampled steps' clock against the full one, in one run).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def main() -> None:
@@ -35,6 +40,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--hook", type=Path, help="the hook's record, written at exit")
+    p.add_argument("--every", default="", help="the step clock's samplings to take turns with (default: its own)")
     a = p.parse_args()
     tracker = None
     if a.hook:
@@ -71,23 +77,61 @@ def main() -> None:
     follow(False)
     for n in (a.long, a.new, a.long, a.new):  # compilation and CUDA-graph recording, at the longer cache first
         timed(n)
-    times: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
-    for r in range(a.rounds):
-        for hooked in ((False, True) if r % 2 == 0 else (True, False)) if tracker is not None else (False,):
-            follow(hooked)
-            times[hooked][0].append(timed(a.new))
-            times[hooked][1].append(timed(a.long))
-    follow(False)
-    out: dict[str, object] = {"new": times[False][0], "long": times[False][1], "step_s": per_step(*times[False], a)}
-    if tracker is not None:
-        from nsightflow.capture.launch.discovery import discover
+    from nsightflow.capture.inside import step_clock
 
-        found = discover(tracker.record(), "LLM", None)  # its stages prefill and decode, as the workflow finds them
-        skip = found.skip.get("decode", ())
-        paces = [x for i, x in enumerate(found.every_pace["decode"]) if x is not None and i not in skip]
-        new, long = times[True]
-        out["hooked"] = {"new": new, "long": long, "step_s": per_step(new, long, a), "pace_s": statistics.median(paces)}
+    everys = [int(n) for n in a.every.split(",") if n] or [step_clock.EVERY]
+    turns: list[int | None] = [None, *everys] if tracker is not None else [None]  # None: plain
+    times: dict[int | None, tuple[list[float], list[float]]] = {k: ([], []) for k in turns}
+    ranges: dict[int, list[int]] = {k: [] for k in everys}  # the hook's ranges of each sampling's rounds
+    for r in range(a.rounds):
+        for k in turns[r % len(turns) :] + turns[: r % len(turns)]:
+            follow(k is not None)
+            first = len(tracker.ranges) if tracker is not None else 0
+            if k is not None:
+                step_clock.EVERY = k
+            times[k][0].append(timed(a.new))
+            times[k][1].append(timed(a.long))
+            if k is not None and tracker is not None:
+                ranges[k] += range(first, len(tracker.ranges))
+    follow(False)
+    out: dict[str, object] = {"new": times[None][0], "long": times[None][1], "step_s": per_step(*times[None], a)}
+    if tracker is not None:
+        record = tracker.record()
+        every: dict[int, dict[str, object]] = {}
+        for k in everys:  # its stages prefill and decode, as the workflow finds them, from its own rounds' ranges
+            mine = [record["ranges"][i] for i in ranges[k]]
+            new, long = times[k]
+            every[k] = {"new": new, "long": long, "step_s": per_step(new, long, a), **decode(mine)}
+            if k == 1 and everys[0] != 1:  # every step clocked: what the sampling would have found from them
+                every[k]["sampled"] = decode(sampled(mine, everys[0]), every[k]["skip"])  # the same steps
+        out["hooked"], out["every"] = every[everys[0]], every
     print(json.dumps(out))
+
+
+def decode(ranges: list[list[int]], skip: list[int] | None = None) -> dict[str, Any]:
+    """The steady decode steps' median and mean pace and their walls' sum (s), as a command's timed run finds them;
+    ``skip``: the steps set apart (default: those it finds), also returned."""
+    from nsightflow.capture.launch.discovery import discover
+
+    found = discover({"ranges": ranges}, "LLM", None)
+    skip = list(found.skip.get("decode", ())) if skip is None else skip
+    paces = [x for i, x in enumerate(found.every_pace["decode"]) if x is not None and i not in skip]
+    walls = [x for i, x in enumerate(found.every_wall["decode"]) if i not in skip]
+    return {"pace_s": statistics.median(paces), "mean_pace_s": statistics.fmean(paces), "wall_s": sum(walls),
+            "skip": skip}  # fmt: skip
+
+
+def sampled(ranges: list[list[int]], every: int) -> list[list[int]]:
+    """The hook's ranges with the GPU's clock kept only on those a sampling of one in ``every`` clocks
+    (nsightflow.capture.inside.step_clock.Sampler over the top-level ranges in order), the others' removed."""
+    from nsightflow.capture.inside import step_clock
+
+    was, step_clock.EVERY = step_clock.EVERY, every
+    try:
+        sampler = step_clock.Sampler()
+        return [r if r[2] != 0 or sampler.take(r[0], r[1]) else [*r[:7], 0, -1] for r in ranges]
+    finally:
+        step_clock.EVERY = was
 
 
 def per_step(new: list[float], long: list[float], a: argparse.Namespace) -> float:
