@@ -3,6 +3,7 @@ of its runs (nsightflow.capture.inside.hook), the timed run's first."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,11 +208,8 @@ def step_clocks(steps: pd.DataFrame) -> tuple[dict[str, list[float | None]], lis
         for j, r in enumerate(run):
             if gpu[r] >= 0 or not clocked:
                 continue
-            near = [
-                beyond[k]
-                for k in (max((k for k in clocked if k < j), default=None), next((k for k in clocked if k > j), None))
-                if k is not None
-            ]
+            after = bisect.bisect(clocked, j)  # the nearest clocked steps: clocked[after - 1] < j < clocked[after]
+            near = [beyond[clocked[k]] for k in (after - 1, after) if 0 <= k < len(clocked)]
             walls[r] = max(0.0, walls[r] + sum(near) / len(near))
     return paces, walls
 
