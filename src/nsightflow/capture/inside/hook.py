@@ -112,17 +112,9 @@ class Tracker:
                 self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
         self.gated = False
 
-    def _timed_on_gpu(self, name: str, depth: int) -> bool:
-        """Whether the timed run times this range on the GPU's clock: a candidate stage step (top level in its
-        domain, or a configured stage's name)."""
-        return self.s.mode == "timed" and (depth == 0 or name in (self.s.stages or ()))
-
-    def _is_step(self, domain: str, name: str, depth: int) -> bool:
-        if self.s.domain is None or self.step is not None or domain != self.s.domain:
-            return False
-        return name in self.s.stages if self.s.stages is not None else depth == 0
-
     def push(self, domain: str | None, name: str | None, payload: Any = None) -> None:
+        # Every range of the program passes here: a host-bound step (a CUDA-graph replay) has all of it in its pace,
+        # so the common case (a top-level range, the stages known or not) makes as few calls as it can.
         if self.inside:
             return
         domain, name = domain or "", name or ""
@@ -134,23 +126,35 @@ class Tracker:
                 self.own = True
                 if self.auto is not None and self.s.domain is None:  # its own ranges are its stages
                     self.auto.remove()
-            stack = self.stacks.setdefault(tid, [])
-            depth = sum(1 for d, *_ in stack if d == domain)
+            stack = self.stacks.get(tid)
+            if stack is None:
+                stack = self.stacks[tid] = []
+            depth = 0
+            for entry in stack:
+                if entry[0] == domain:
+                    depth += 1
             graphs = step_clock.compiled_graphs()
-            if self._is_step(domain, name, depth):
-                ordinal = self.counts.get(name, 0)
-                step = payload if isinstance(payload, int) and not isinstance(payload, bool) else ordinal
-                self.counts[name] = ordinal + 1
-                apart = ordinal in self.s.skip.get(name, ())  # warm-up (nsightflow.capture.read.warmup): followed only
-                self.step = (name, step, tid, len(stack), apart)  # its range's place in the stack, pushed below
-                if not apart:
-                    self._begin(name, step)
-            timed = self._timed_on_gpu(name, depth) and self.clocked.take(domain, name)
-            event = step_clock.mark() if timed else None
+            s = self.s
+            if s.domain is not None and self.step is None and domain == s.domain:  # a stage step?
+                if name in s.stages if s.stages is not None else depth == 0:
+                    ordinal = self.counts.get(name, 0)
+                    step = payload if isinstance(payload, int) and not isinstance(payload, bool) else ordinal
+                    self.counts[name] = ordinal + 1
+                    apart = ordinal in s.skip.get(name, ())  # warm-up (nsightflow.capture.read.warmup): followed only
+                    self.step = (name, step, tid, len(stack), apart)  # its range's place in the stack, pushed below
+                    if not apart:
+                        self._begin(name, step)
+            event = None
+            # the timed run clocks a sample of its candidate steps on the GPU (top level in their domain, or a
+            # configured stage's name)
+            if s.mode == "timed" and (depth == 0 or name in (s.stages or ())) and self.clocked.take(domain, name):
+                event = step_clock.mark()
             # every range starts once the hook's own work is done: none of it is part of the program's time
-            stack.append((domain, name, time.perf_counter_ns(), graphs, event))
-            if self.step is not None and self.step[2] == tid and self.step[3] == len(stack) - 1:
-                self.t0 = stack[-1][2]  # a step's host wall starts with its range, after the hook's work
+            began = time.perf_counter_ns()
+            stack.append((domain, name, began, graphs, event))
+            step_now = self.step
+            if step_now is not None and step_now[2] == tid and step_now[3] == len(stack) - 1:
+                self.t0 = began  # a step's host wall starts with its range, after the hook's work
 
     def pop(self, domain: str | None) -> None:
         if self.inside:
@@ -158,25 +162,33 @@ class Tracker:
         domain = domain or ""
         tid = threading.get_ident()
         with self.lock:
-            stack = self.stacks.get(tid, [])
-            if stack and stack[-1][0] == domain:  # the innermost range, as nearly always
-                at: int | None = len(stack) - 1
-            else:
-                at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == domain), None)
-            if at is None:
+            stack = self.stacks.get(tid)
+            if not stack:
                 return
+            if stack[-1][0] == domain:  # the innermost range, as nearly always
+                at = len(stack) - 1
+            else:
+                found = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == domain), None)
+                if found is None:
+                    return
+                at = found
             end = None
-            if self.step is not None and self.step[2] == tid and self.step[3] == at:
+            step_now = self.step
+            if step_now is not None and step_now[2] == tid and step_now[3] == at:
                 end = self._end()
             elif self.s.domain is None and self.s.mode != "timed" and not any(d == domain for d, *_ in stack[:at]):
                 if domain != AUTO_DOMAIN or not self.own:
                     end = step_clock.closing()  # stages not yet known: every top-level range ends synchronized
             d, name, t0, graphs, began = stack.pop(at)
             if self.s.mode == "timed":
-                depth = sum(1 for x, *_ in stack[:at] if x == d)
-                end = end if end is not None else time.perf_counter_ns()
-                # its end on the GPU's clock where the GPU still runs its work (else its host span: end_mark)
-                self.gpu.add(len(self.ranges), began, step_clock.end_mark() if began is not None else None)
+                depth = 0
+                for i in range(at):
+                    if stack[i][0] == d:
+                        depth += 1
+                if end is None:
+                    end = time.perf_counter_ns()
+                if began is not None:  # its end on the GPU's clock where the GPU still runs its work (else its
+                    self.gpu.add(len(self.ranges), began, step_clock.end_mark())  # host span: end_mark)
                 self.ranges.append((d, name, depth, tid, t0, end, step_clock.compiled_graphs() - graphs))
 
     def _begin(self, stage: str, step: int) -> None:
@@ -188,7 +200,8 @@ class Tracker:
 
             self.rank = self.rank if self.rank is not None else rank_of()
             self.actions = self._own(hook_actions.for_mode, self.s, self.rank)
-        self._own(self.actions.begin, stage, step)
+        if not self.actions.quiet:
+            self._own(self.actions.begin, stage, step)
 
     def _end(self) -> int:
         """End the step: synchronized (timed: at the program's own pace, step_clock), its actions ended, its wall
@@ -199,9 +212,12 @@ class Tracker:
         if self.step[4]:  # a warm-up step: synchronized as in the timed run, nothing else
             self.step = None
             return ended
-        if self.actions is not None:
+        if self.actions is not None and not self.actions.quiet:
             self._own(self.actions.end)
-        self.walls.setdefault(stage, []).append((ended - self.t0) / 1e9)
+        walls = self.walls.get(stage)
+        if walls is None:
+            walls = self.walls[stage] = []
+        walls.append((ended - self.t0) / 1e9)
         self.step = None
         if self.s.steps and all(self.counts.get(k, 0) >= n for k, n in self.s.steps.items()):
             self._own(self.actions.last_step)  # torch.profiler stops on the thread that started it

@@ -75,6 +75,8 @@ class ProbeActions:
     rank waits in a collective on another's probing) with its steps and operators in the ranks domain only, its
     count not written."""
 
+    quiet = False
+
     def __init__(self, s: HookSettings, profiled: bool = True) -> None:
         from nsightflow.capture.inside.flops import Tally
         from nsightflow.capture.inside.probe import graph_replays_counted
@@ -188,6 +190,8 @@ class TorchActions:
     the timed run had (``HookSettings.steps``), on the same thread; kineto killed the process (SIGSEGV) when a program
     whose steps ran in a worker thread stopped it from the main thread at exit."""
 
+    quiet = False
+
     def __init__(self, s: HookSettings, rank: int | None) -> None:
         import torch
         from torch.profiler import ProfilerActivity, profile
@@ -235,6 +239,8 @@ class TorchActions:
 
 class TimedActions:
     """Mode timed, and a rank that is not profiled under ncu or in the count run: nothing at the steps."""
+
+    quiet = True  # nothing to call at a step's begin and end (the hook skips the calls)
 
     def begin(self, stage: str, step: int) -> None:
         pass
