@@ -1,0 +1,187 @@
+"""Where the serving loop's late first token comes from: the workflow's timed run has its first scheduler iteration
+(the prefill of every prompt) take about 1.4 s where the same run made by ``command.timeline`` called from a plain
+process takes about 0.65 s (docs/benchmarks.md, 2026-11-29). Arms, in turns, each a layer closer to the workflow:
+
+- ``alone``: the command, nothing of nsightflow;
+- ``polled``: the command alone, its process read by Snakemake's own ``benchmark:`` sampler (psutil's memory and CPU
+  of the process tree every 0.5 s for the first 15 s, then every 30 s: the timeline job has a ``benchmark:``);
+- ``timeline``: ``command.timeline`` called from this process (what the serving test's timed runs do);
+- ``job``: the same call made by a one-rule Snakefile's ``script:`` job (Snakemake's job process, its environment
+  and working folder, nothing else of the workflow);
+- ``workflow``: the workflow's timeline job (a copy of the workflow, its preflight and counter check, to the run's
+  manifest).
+
+Each line: the program's own tokens/s and TTFT p50, and (hooked arms) its first iterations' walls. ``--cwd copy``:
+``alone``, ``polled`` and ``timeline`` run in a fresh copy of the workflow's folders, as the workflow's jobs run the
+program in its working folder (with TEMP, TMP and TEMPDIR /tmp, as Snakemake sets them in a job).
+
+Usage (GPU host, project root, after ``. .gpu-bundle/activate.sh``):
+``python3 benchmarks/first_token.py --rounds 2 --arms alone,polled,timeline,job,workflow [--cwd copy]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from nsightflow.workloads import serving
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVE_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16}
+SERVE_1B |= {"num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}
+STEPS = {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
+JOB_SCRIPT = """
+import json, sys
+sys.path.insert(0, {bench!r})
+from first_token import timeline
+json.dump(timeline(snakemake.params.argv, snakemake.params.out), open(snakemake.output[0], "w"))
+"""
+
+
+def serving_argv(device: str) -> list[str]:
+    """The serving test's program: 64 requests of mixed lengths through transformers' continuous batching."""
+    argv = [sys.executable, "-m", serving.__name__, "--config", json.dumps(SERVE_1B)]
+    argv += ["--dtype", "bfloat16", "--device", device, "--requests", "64", "--prompt", "256", "--prompt-spread"]
+    return argv + ["192", "--new", "64", "--new-spread", "48"]
+
+
+def _said(metrics: dict, manifest: dict | None = None) -> dict:
+    out = {"tokens_per_s": metrics.get("tokens_per_s"), "ttft_ms_p50": metrics.get("ttft_ms_p50")}
+    if manifest is not None:
+        walls = (manifest.get("every_wall_s") or {}).get("iteration") or []
+        out["first_walls_ms"] = [round(w * 1e3, 1) for w in walls[:3]]
+    return out
+
+
+def timeline(argv: list[str], out: str) -> dict:
+    """``command.timeline`` as the serving test calls it, its outputs in ``out``: the program's figures."""
+    from nsightflow.capture.launch import command
+    from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    outputs = ProfileOutputs.of(folder / "m.json", folder / "f.json", folder / "c.json", folder / "log")
+    call = command.CommandCall(argv, warmup_steps=0, **STEPS)  # type: ignore[arg-type]
+    nsys_bin = shutil.which("nsys") or "nsys"
+    command.timeline(nsys_bin, call, folder / "t.nsys-rep", folder / "t.sqlite", outputs, RunSettings({}, {}, 900))
+    manifest = json.loads((folder / "m.json").read_text())
+    return _said(manifest["program_metrics"], manifest)
+
+
+def alone(argv: list[str], polled: bool = False) -> dict:
+    """The command alone; ``polled``: under Snakemake's benchmark sampler, with what each sample took (ms)."""
+    from nsightflow.capture.read.own_metrics import own_metrics
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    took: list[float] = []
+    timer = None
+    if polled:
+        import time
+
+        from snakemake.benchmark import BenchmarkRecord, BenchmarkTimer
+
+        class Timed(BenchmarkTimer):
+            def work(self) -> None:
+                t0 = time.perf_counter()
+                super().work()
+                took.append(round((time.perf_counter() - t0) * 1e3, 1))
+
+        timer = Timed(proc.pid, BenchmarkRecord())
+        timer.start()
+    out, _ = proc.communicate()
+    if timer is not None:
+        timer.cancel()
+    said = _said(own_metrics(out))
+    return said | ({"samples": len(took), "sample_ms_max": max(took)} if took else {})
+
+
+def job(argv: list[str], tmp: Path) -> dict:
+    """The timeline call inside a Snakemake ``script:`` job of a one-rule Snakefile."""
+    (tmp / "job.py").write_text(JOB_SCRIPT.format(bench=str(Path(__file__).parent)))
+    (tmp / "Snakefile").write_text(
+        f'rule go:\n    output:\n        "said.json",\n    params:\n        argv={argv!r},\n'
+        f'        out="{tmp}/out",\n    script:\n        "job.py"\n'
+    )
+    subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "said.json"], cwd=tmp, check=True,
+                   capture_output=True)  # fmt: skip
+    return json.loads((tmp / "said.json").read_text())
+
+
+def _copy_workflow(dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for top in ("Snakefile", "config", "workflow", "envs", "profiles"):
+        src = ROOT / top
+        (shutil.copy2 if src.is_file() else shutil.copytree)(src, dest / top)
+
+
+@contextmanager
+def _in(folder: Path | None) -> Iterator[None]:
+    """Run the block in a fresh copy of the workflow at ``folder`` with a job's TEMP variables (None: as it is)."""
+    if folder is None:
+        yield
+        return
+    _copy_workflow(folder)
+    before, saved = os.getcwd(), {k: os.environ.get(k) for k in ("TEMP", "TMP", "TEMPDIR")}
+    os.chdir(folder)
+    os.environ.update(dict.fromkeys(saved, "/tmp"))
+    try:
+        yield
+    finally:
+        os.chdir(before)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def workflow(argv: list[str], tmp: Path) -> dict:
+    """The workflow's timeline job (preflight and counter check included), to the run's manifest."""
+    import yaml
+
+    _copy_workflow(tmp)
+    cfg = yaml.safe_load((tmp / "config" / "config.yaml").read_text())
+    cfg.update(workloads=[{"name": "serve", "command": argv, "warmup_steps": 0, **STEPS}], profiler="nsight")
+    (tmp / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    from nsightflow.capture.launch.backend import device_label
+
+    counters = f"results/preflight/counters/{device_label('nsight')}.json"
+    subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "results/serve/manifest.json", counters],
+                   cwd=tmp, check=True, capture_output=True)  # fmt: skip
+    manifest = json.loads((tmp / "results" / "serve" / "manifest.json").read_text())
+    return _said(manifest["program_metrics"], manifest)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--arms", default="alone,timeline,job,workflow")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--cwd", choices=["here", "copy"], default="here")
+    args = ap.parse_args()
+    argv = serving_argv(args.device)
+    arms = args.arms.split(",")
+    alone(argv)  # the machine's first process reads cold: not counted
+    for r in range(args.rounds):
+        for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
+            tmp = Path(tempfile.mkdtemp(prefix=f"first-token-{arm}-"))
+            with _in(tmp / "copy" if args.cwd == "copy" and arm in ("alone", "polled", "timeline") else None):
+                if arm in ("alone", "polled"):
+                    said = alone(argv, polled=arm == "polled")
+                elif arm == "timeline":
+                    said = timeline(argv, str(tmp / "out"))
+                else:
+                    said = job(argv, tmp) if arm == "job" else workflow(argv, tmp)
+            print(f"round {r} {arm:9s} {json.dumps(said)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
