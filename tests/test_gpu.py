@@ -1057,8 +1057,10 @@ def test_a_commands_step_walls_beside_its_nsys_launch_are_the_programs(tmp_path)
     """The command's timeline job runs its timed run beside the nsys launch whose program waits at the hook's gate
     (nsightflow.capture.inside.gate). A launch-bound decode (16 layers of a 256-wide MLP, batch 1): its decode steps'
     wall time so, against the same timed run with nothing beside it, six launches of each, alternating, on one of the
-    GPU's CPUs; each side its fastest step (see test_wall_time_is_the_programs_not_the_profilers: with four launches a
-    side on two CPUs, the arm alone missed the fast state in every launch, 1.35 ms against 0.80 ms), and the medians."""
+    GPU's CPUs (see test_wall_time_is_the_programs_not_the_profilers: with four launches a side on two CPUs, the arm
+    alone missed the fast state in every launch, 1.35 ms against 0.80 ms); each side's fast steps (its 10th
+    percentile: the single fastest step of 96 was the host's noise, -5.0% to +7.1% in five runs whose medians agreed
+    within 3.5%), and the medians."""
     from nsightflow.capture.launch import command
     from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 
@@ -1087,18 +1089,19 @@ def test_a_commands_step_walls_beside_its_nsys_launch_are_the_programs(tmp_path)
             spans.append(time.monotonic() - t0)
     finally:
         os.sched_setaffinity(0, before)
-    ref, got = min(alone), min(beside)
+    ref, got = np.percentile(alone, 10), np.percentile(beside, 10)
+    medians = np.median(beside) / np.median(alone) - 1
     print(
-        f"launch-bound command decode step, 6 launches x 16 steps a side, on CPUs {cpus}: timed alone fastest "
-        f"{ref * 1e3:.3f} ms (median {np.median(alone) * 1e3:.3f}); timed beside the gated nsys launch fastest "
-        f"{got * 1e3:.3f} ms (median {np.median(beside) * 1e3:.3f}; {got / ref - 1:+.1%}); "
+        f"launch-bound command decode step, 6 launches x 16 steps a side, on CPUs {cpus}: timed alone 10th "
+        f"percentile {ref * 1e3:.3f} ms (fastest {min(alone) * 1e3:.3f}, median {np.median(alone) * 1e3:.3f}); "
+        f"timed beside the gated nsys launch {got * 1e3:.3f} ms (fastest {min(beside) * 1e3:.3f}, median "
+        f"{np.median(beside) * 1e3:.3f}; {got / ref - 1:+.1%}, medians {medians:+.1%}); "
         f"timed run alone {np.median(spans[0::2]):.1f} s, timeline job (both launches) {np.median(spans[1::2]):.1f} s"
     )
-    # Slower beside the gated launch is the failure this test is for: its fastest step within 5% above the fastest
-    # alone; faster is the fastest step's own noise (-5.0% fastest, -0.5% median on an H200 host), so the medians of
-    # all steps agree within 5% either way (the same clock on both sides).
+    # Slower beside the gated launch is the failure this test is for: its fast steps within 5% above those alone;
+    # faster is the host's noise, so the medians of all steps agree within 5% either way (the same clock both sides).
     assert got / ref - 1 < 0.05
-    assert abs(np.median(beside) / np.median(alone) - 1) < 0.05
+    assert abs(medians) < 0.05
 
 
 def _ran_s(log):
