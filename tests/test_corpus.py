@@ -346,6 +346,7 @@ def _pace_in_one_process(clock: dict[str, Any]) -> None:
     clocked steps is shared among the steps between, so a stretch's total is kept and its spread smoothed: the median
     pace is printed)."""
     full = clock["every"]["1"]
+    print(f"the host: {clock['host']}")
     for what in ("pace_s", "mean_pace_s", "wall_s"):
         got, want = full["sampled"][what], full[what]
         print(f"steady decode {what[:-2]}: sampled {got * 1e3:.4f} ms, every step clocked {want * 1e3:.4f} ms "

@@ -105,7 +105,48 @@ def main() -> None:
             if k == 1 and everys[0] != 1:  # every step clocked: what the sampling would have found from them
                 every[k]["sampled"] = decode(sampled(mine, everys[0]), every[k]["skip"])  # the same steps
         out["hooked"], out["every"] = every[everys[0]], every
+        out["host"] = host(tracker)
     print(json.dumps(out))
+
+
+def host(tracker: Any) -> dict[str, Any]:
+    """What this host makes the hook cost, measured in this process after the rounds: its clock source, one read of
+    the clock the hook reads at each range's start and end (µs), and the hook's push and pop of a range that is not
+    clocked on the GPU (µs a pair, the median of 5 × 20,000), with the CPU's model: a pace that differs between
+    machines is read beside these."""
+    from nsightflow.capture.inside import step_clock
+
+    def per_us(body: Any, n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            body()
+        return (time.perf_counter() - t0) / n * 1e6
+
+    def pair() -> None:
+        tracker.push("nsightflow.host", "pair")
+        tracker.pop("nsightflow.host")
+
+    facts: dict[str, Any] = {}
+    for key, path in (("clocksource", "/sys/devices/system/clocksource/clocksource0/current_clocksource"),):
+        try:
+            facts[key] = Path(path).read_text().strip()
+        except OSError:
+            facts[key] = None
+    try:
+        facts["cpu"] = next(
+            ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in ln
+        )
+    except (OSError, StopIteration):
+        facts["cpu"] = None
+    facts["clock_read_us"] = statistics.median(per_us(time.perf_counter_ns, 100_000) for _ in range(5))
+    was, step_clock.EVERY = step_clock.EVERY, 0  # no range of this loop clocked on the GPU (EVERY 0: none after FIRST)
+    try:
+        for _ in range(step_clock.FIRST):
+            pair()  # the first FIRST of a range name are clocked: past them
+        facts["push_pop_us"] = statistics.median(per_us(pair, 20_000) for _ in range(5))
+    finally:
+        step_clock.EVERY = was
+    return facts
 
 
 def decode(ranges: list[list[int]], skip: list[int] | None = None) -> dict[str, Any]:
