@@ -11,7 +11,9 @@ process takes about 0.65 s (docs/benchmarks.md, 2026-11-29). Arms, in turns, eac
 - ``workflow``: the workflow's timeline job (a copy of the workflow, its preflight and counter check, to the run's
   manifest).
 
-Each line: the program's own tokens/s and TTFT p50, and (hooked arms) its first iterations' walls. ``--cwd copy``:
+Each line: the program's own tokens/s and TTFT p50, and (hooked arms) its first iterations' walls. At the end, what
+differs between the arms' programs as the kernel sees them (environment, limits, cgroup, CPU and memory sets, signal
+masks, nice), read from /proc while each arm's first program process runs. ``--cwd copy``:
 ``alone``, ``polled`` and ``timeline`` run in a fresh copy of the workflow's folders, as the workflow's jobs run the
 program in its working folder (with TEMP, TMP and TEMPDIR /tmp, as Snakemake sets them in a job).
 
@@ -160,6 +162,66 @@ def workflow(argv: list[str], tmp: Path) -> dict:
     return _said(manifest["program_metrics"], manifest)
 
 
+WATCH = ("SigBlk", "SigIgn", "Cpus_allowed_list", "Mems_allowed_list", "NoNewPrivs", "Seccomp")
+
+
+def _facts(pid: int) -> dict[str, str]:
+    """A process as the kernel sees it (what a parent passes on), its run-specific paths left out."""
+    proc = Path(f"/proc/{pid}")
+    facts: dict[str, str] = {}
+    try:
+        for item in (proc / "environ").read_bytes().split(b"\0"):
+            key, _, value = item.decode(errors="replace").partition("=")
+            if key and "/tmp" not in value and "first-token" not in value:
+                facts[f"env {key}"] = value[:120]
+        for line in (proc / "status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in WATCH:
+                facts[key] = value.strip()
+        facts["limits"] = " | ".join(" ".join(ln.split()) for ln in (proc / "limits").read_text().splitlines()[1:])
+        facts["cgroup"] = (proc / "cgroup").read_text().strip()
+        facts["nice"] = (proc / "stat").read_text().rsplit(")", 1)[1].split()[16]
+    except OSError:
+        pass
+    return facts
+
+
+class Watch:
+    """Reads the first program process's facts while an arm runs (the timed one: not the program under nsys)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.found: dict[str, str] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Watch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while not self.stop.is_set() and not self.found:
+            for d in Path("/proc").iterdir():
+                try:
+                    argv = (d / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if d.name.isdigit() and serving.__name__.encode() in argv and b"nsys" not in argv[0]:
+                    try:
+                        if b"QUADD_" in (d / "environ").read_bytes():  # the program under nsys: not the timed one
+                            continue
+                    except OSError:
+                        continue
+                    self.found = _facts(int(d.name))
+                    break
+            self.stop.wait(0.2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
@@ -170,10 +232,12 @@ def main() -> None:
     argv = serving_argv(args.device)
     arms = args.arms.split(",")
     alone(argv)  # the machine's first process reads cold: not counted
+    seen: dict[str, dict[str, str]] = {}
     for r in range(args.rounds):
         for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
             tmp = Path(tempfile.mkdtemp(prefix=f"first-token-{arm}-"))
-            with _in(tmp / "copy" if args.cwd == "copy" and arm in ("alone", "polled", "timeline") else None):
+            place = tmp / "copy" if args.cwd == "copy" and arm in ("alone", "polled", "timeline") else None
+            with _in(place), Watch() as watch:
                 if arm in ("alone", "polled"):
                     said = alone(argv, polled=arm == "polled")
                 elif arm == "timeline":
@@ -181,6 +245,12 @@ def main() -> None:
                 else:
                     said = job(argv, tmp) if arm == "job" else workflow(argv, tmp)
             print(f"round {r} {arm:9s} {json.dumps(said)}", flush=True)
+            seen.setdefault(arm, watch.found)
+    keys = sorted({k for f in seen.values() for k in f})
+    for key in keys:
+        values = {arm: f.get(key) for arm, f in seen.items()}
+        if len(set(values.values())) > 1:
+            print(f"differs: {key}: {values}")
 
 
 if __name__ == "__main__":
