@@ -111,9 +111,9 @@ def main() -> None:
 
 def host(tracker: Any) -> dict[str, Any]:
     """What this host makes the hook cost, measured in this process after the rounds: its clock source, one read of
-    the clock the hook reads at each range's start and end (µs), and the hook's push and pop of a range that is not
-    clocked on the GPU (µs a pair, the median of 5 × 20,000), with the CPU's model: a pace that differs between
-    machines is read beside these."""
+    the clock the hook reads at each range's start and end (µs), the hook's push and pop of a range that is not
+    clocked on the GPU (µs a pair, the median of 5 × 20,000) and of one that is, around a small kernel (less that
+    kernel alone), with the CPU's model: a pace that differs between machines is read beside these."""
     from nsightflow.capture.inside import step_clock
 
     def per_us(body: Any, n: int) -> float:
@@ -144,6 +144,22 @@ def host(tracker: Any) -> dict[str, Any]:
         for _ in range(step_clock.FIRST):
             pair()  # the first FIRST of a range name are clocked: past them
         facts["push_pop_us"] = statistics.median(per_us(pair, 20_000) for _ in range(5))
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # a range clocked on the GPU, its stream busy
+            x = torch.zeros(16, device="cuda")
+            step_clock.EVERY = 1
+
+            def clocked() -> None:
+                tracker.push("nsightflow.host", "pair")
+                x.add_(1)
+                tracker.pop("nsightflow.host")
+
+            def plain() -> None:
+                x.add_(1)
+
+            rounds = [per_us(clocked, 5_000) - per_us(plain, 5_000) for _ in range(5)]
+            facts["clocked_pair_us"] = statistics.median(rounds)  # over an unclocked pair: what its CUDA calls add
     finally:
         step_clock.EVERY = was
     return facts
