@@ -52,7 +52,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nsightflow.capture.inside import step_clock
+from nsightflow.capture.inside import hook_nvtx, step_clock
 from nsightflow.capture.inside.hook_actions import end_program, one_process
 from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
 from nsightflow.capture.launch.children import die_with
@@ -297,7 +297,7 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
         settings = HookSettings.from_env(text)
     TRACKER = tracker = Tracker(settings)  # the settings stay in the environment: ranks are child processes
     die_with(os.environ.get(JOB_ENV, ""))  # a daemon the program starts, or an orphaned rank, ends with the job
-    _wrap_nvtx(tracker)
+    hook_nvtx.wrap(tracker)
     # beside the other launch (nsightflow.capture.inside.gate), before the program's first line, torch imported and no
     # GPU touched: the probe waits for the stages, the timed run for the probe to be idle (never inside its clock)
     tracker.pass_gate()
@@ -326,82 +326,3 @@ def _finish(tracker: Tracker) -> None:
         record.update(tracker.actions.finish())
     if tracker.s.out:
         files.write_json(record_path(tracker.s.out, os.getpid()), record)
-
-
-def _wrap_nvtx(tracker: Tracker) -> None:
-    """Follow the nvtx package's and torch.cuda.nvtx's push/pop ranges (both imported lazily by the program)."""
-    try:
-        import nvtx
-        import nvtx.nvtx as impl
-    except ImportError:
-        nvtx = None
-    if nvtx is not None:
-        base = impl.annotate
-
-        class annotate(base):  # type: ignore[misc,valid-type]
-            def __init__(self, message: Any = None, color: Any = None, domain: Any = None, *a: Any, **k: Any):
-                super().__init__(message, color, domain, *a, **k)
-                self._nf = (domain, message, k.get("payload", a[1] if len(a) > 1 else None))
-
-            def __enter__(self) -> Any:
-                out = super().__enter__()
-                tracker.push(*self._nf)
-                return out
-
-            def __exit__(self, *exc: Any) -> Any:
-                tracker.pop(self._nf[0])
-                return super().__exit__(*exc)
-
-            def __call__(self, func: Any) -> Any:
-                import functools
-
-                if self._nf[1] is None:
-                    self._nf = (self._nf[0], func.__name__, self._nf[2])
-
-                @functools.wraps(func)
-                def inner(*args: Any, **kwargs: Any) -> Any:
-                    with self:
-                        return func(*args, **kwargs)
-
-                return inner
-
-        push0, pop0 = impl.push_range, impl.pop_range
-
-        def push_range(message: Any = None, color: Any = None, domain: Any = None, *a: Any, **k: Any) -> Any:
-            out = push0(message, color, domain, *a, **k)
-            tracker.push(domain, message, k.get("payload", a[1] if len(a) > 1 else None))
-            return out
-
-        def pop_range(domain: Any = None) -> Any:
-            tracker.pop(domain)
-            return pop0(domain)
-
-        for mod in (nvtx, impl):
-            mod.annotate, mod.push_range, mod.pop_range = annotate, push_range, pop_range
-    _wrap_torch_nvtx(tracker)
-
-
-def _wrap_torch_nvtx(tracker: Tracker) -> None:
-    """torch.cuda.nvtx's ranges (the default domain); on a machine without CUDA they only follow, never raise."""
-    try:
-        import torch.cuda.nvtx as tn
-    except ImportError:
-        return
-    push0, pop0 = tn.range_push, tn.range_pop
-
-    def quiet(fn: Any, *a: Any) -> Any:
-        try:
-            return fn(*a)
-        except (RuntimeError, AttributeError):  # a CPU-only build's NVTX stub: the range is followed all the same
-            return 0
-
-    def range_push(msg: str) -> Any:
-        out = quiet(push0, msg)
-        tracker.push("", msg)
-        return out
-
-    def range_pop() -> Any:
-        tracker.pop("")
-        return quiet(pop0)
-
-    tn.range_push, tn.range_pop = range_push, range_pop
