@@ -34,9 +34,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmark import workflow_copy  # benchmarks/ is on the path of a script run from it
+
 from nsightflow.workloads import serving
 
-ROOT = Path(__file__).resolve().parents[1]
 SERVE_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16}
 SERVE_1B |= {"num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}
 STEPS = {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
@@ -117,20 +118,13 @@ def job(argv: list[str], tmp: Path) -> dict:
     return json.loads((tmp / "said.json").read_text())
 
 
-def _copy_workflow(dest: Path) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    for top in ("Snakefile", "config", "workflow", "envs", "profiles"):
-        src = ROOT / top
-        (shutil.copy2 if src.is_file() else shutil.copytree)(src, dest / top)
-
-
 @contextmanager
 def _in(folder: Path | None) -> Iterator[None]:
     """Run the block in a fresh copy of the workflow at ``folder`` with a job's TEMP variables (None: as it is)."""
     if folder is None:
         yield
         return
-    _copy_workflow(folder)
+    workflow_copy(folder, lambda cfg: None)
     before, saved = os.getcwd(), {k: os.environ.get(k) for k in ("TEMP", "TMP", "TEMPDIR")}
     os.chdir(folder)
     os.environ.update(dict.fromkeys(saved, "/tmp"))
@@ -147,12 +141,8 @@ def _in(folder: Path | None) -> Iterator[None]:
 
 def workflow(argv: list[str], tmp: Path) -> dict:
     """The workflow's timeline job (preflight and counter check included), to the run's manifest."""
-    import yaml
-
-    _copy_workflow(tmp)
-    cfg = yaml.safe_load((tmp / "config" / "config.yaml").read_text())
-    cfg.update(workloads=[{"name": "serve", "command": argv, "warmup_steps": 0, **STEPS}], profiler="nsight")
-    (tmp / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    workload = {"name": "serve", "command": argv, "warmup_steps": 0, **STEPS}
+    workflow_copy(tmp, lambda cfg: cfg.update(workloads=[workload], profiler="nsight"))
     from nsightflow.capture.launch.backend import device_label
 
     counters = f"results/preflight/counters/{device_label('nsight')}.json"
