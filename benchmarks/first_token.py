@@ -1,24 +1,32 @@
-"""Where the serving loop's late first token comes from: the workflow's timed run has its first scheduler iteration
+"""Where the serving loop's late first token comes from: the workflow's timed run had its first scheduler iteration
 (the prefill of every prompt) take about 1.4 s where the same run made by ``command.timeline`` called from a plain
-process takes about 0.65 s (docs/benchmarks.md, 2026-11-29). Arms, in turns, each a layer closer to the workflow:
+process took about 0.65 s (docs/benchmarks.md, 2026-11-29). Arms, in turns, each a layer closer to the workflow:
 
-- ``alone``: the command, nothing of nsightflow;
+- ``alone``: the command, nothing of nsightflow; ``alone+threads``, ``alone+temp``, ``alone+cwd``: the same with one
+  thing a Snakemake job changes (its thread-count variables set to 1; TEMP, TMP and TEMPDIR set to /tmp; a fresh
+  working folder);
 - ``polled``: the command alone, its process read by Snakemake's own ``benchmark:`` sampler (psutil's memory and CPU
   of the process tree every 0.5 s for the first 15 s, then every 30 s: the timeline job has a ``benchmark:``);
 - ``timeline``: ``command.timeline`` called from this process (what the serving test's timed runs do);
 - ``job``: the same call made by a one-rule Snakefile's ``script:`` job (Snakemake's job process, its environment
   and working folder, nothing else of the workflow);
+- ``replay``: the same call from a plain child process given the last ``job`` arm's environment, in a fresh folder;
 - ``workflow``: the workflow's timeline job (a copy of the workflow, its preflight and counter check, to the run's
   manifest).
 
-Each line: the program's own tokens/s and TTFT p50, and (hooked arms) its first iterations' walls. At the end, what
-differs between the arms' programs as the kernel sees them (environment, limits, cgroup, CPU and memory sets, signal
-masks, nice), read from /proc while each arm's first program process runs. ``--cwd copy``:
-``alone``, ``polled`` and ``timeline`` run in a fresh copy of the workflow's folders, as the workflow's jobs run the
-program in its working folder (with TEMP, TMP and TEMPDIR /tmp, as Snakemake sets them in a job).
+Each line: the program's own tokens/s and TTFT p50, (hooked arms) its first iterations' walls, and the CUDA driver's
+JIT cache entries the arm added (``~/.nv/ComputeCache``) with the source names of the kernels compiled. The answer
+(2026-11-29): the folder. cuDNN's SDPA kernel is compiled at run time with the process's working folder in its
+debug information, so in a folder where the program never ran the driver's JIT cache misses and the first attention
+call compiles it (0.6 to 1.2 s on the H200 host); a second run in the same folder finds it. At the end, what differs
+between the arms' programs as the kernel sees them (environment, standard streams, limits, cgroup, CPU and memory
+sets, signal masks, nice, scheduling policy), read from /proc while each arm's first program process runs.
+``--cwd copy``: ``alone``, ``polled`` and ``timeline`` run in a fresh copy of the workflow's folders (with TEMP, TMP
+and TEMPDIR /tmp, as Snakemake sets them in a job). ``--stacks DIR``: every arm's program runs under
+benchmarks/sampled.py, its stacks around its first iterations written to ``DIR/<arm>-<round>.jsonl``.
 
 Usage (GPU host, project root, after ``. .gpu-bundle/activate.sh``):
-``python3 benchmarks/first_token.py --rounds 2 --arms alone,polled,timeline,job,workflow [--cwd copy]``
+``cd benchmarks && python3 first_token.py --rounds 2 --arms alone,alone+cwd,timeline,job,workflow [--cwd copy]``
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,14 +53,18 @@ STEPS = {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iterati
 JOB_SCRIPT = """
 import json, sys
 sys.path.insert(0, {bench!r})
+import os
 from first_token import timeline
+json.dump(dict(os.environ), open(snakemake.params.out + "-env.json", "w"))
 json.dump(timeline(snakemake.params.argv, snakemake.params.out), open(snakemake.output[0], "w"))
 """
 
 
-def serving_argv(device: str) -> list[str]:
-    """The serving test's program: 64 requests of mixed lengths through transformers' continuous batching."""
-    argv = [sys.executable, "-m", serving.__name__, "--config", json.dumps(SERVE_1B)]
+def serving_argv(device: str, stacks: str = "") -> list[str]:
+    """The serving test's program: 64 requests of mixed lengths through transformers' continuous batching
+    (``stacks``: its stacks sampled into that file around its first iterations, benchmarks/sampled.py)."""
+    sampled = [str(Path(__file__).with_name("sampled.py")), stacks, "_generation_step"] if stacks else []
+    argv = [sys.executable, *sampled, "-m", serving.__name__, "--config", json.dumps(SERVE_1B)]
     argv += ["--dtype", "bfloat16", "--device", device, "--requests", "64", "--prompt", "256", "--prompt-spread"]
     return argv + ["192", "--new", "64", "--new-spread", "48"]
 
@@ -79,11 +92,22 @@ def timeline(argv: list[str], out: str) -> dict:
     return _said(manifest["program_metrics"], manifest)
 
 
-def alone(argv: list[str], polled: bool = False) -> dict:
-    """The command alone; ``polled``: under Snakemake's benchmark sampler, with what each sample took (ms)."""
+THREADS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+# what a Snakemake job sets, one piece at a time (arms ``alone+threads``, ``alone+temp``, ``alone+cwd``)
+AS_IN_A_JOB = {
+    "threads": dict.fromkeys((*THREADS, "NUMEXPR_NUM_THREADS"), "1"),
+    "temp": dict.fromkeys(("TEMP", "TMP", "TEMPDIR"), "/tmp"),
+}
+
+
+def alone(argv: list[str], polled: bool = False, env: dict[str, str] | None = None, cwd: str | None = None) -> dict:
+    """The command alone; ``polled``: under Snakemake's benchmark sampler, with what each sample took (ms); ``env``
+    added to the environment, in ``cwd``."""
     from nsightflow.capture.read.own_metrics import own_metrics
 
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})}, cwd=cwd
+    )
     took: list[float] = []
     timer = None
     if polled:
@@ -104,6 +128,16 @@ def alone(argv: list[str], polled: bool = False) -> dict:
         timer.cancel()
     said = _said(own_metrics(out))
     return said | ({"samples": len(took), "sample_ms_max": max(took)} if took else {})
+
+
+def replay(argv: list[str], tmp: Path, env: dict[str, str]) -> dict:
+    """The timeline call in a plain child process given ``env`` (a job's environment) in ``tmp``: whether the
+    environment alone makes the job's program slow."""
+    code = f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from first_token import timeline; "
+    code += f"print(json.dumps(timeline({argv!r}, {str(tmp / 'out')!r})))"
+    env = {k: v for k, v in env.items() if k != "NSIGHTFLOW_JOB"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def job(argv: list[str], tmp: Path) -> dict:
@@ -152,6 +186,26 @@ def workflow(argv: list[str], tmp: Path) -> dict:
     return _said(manifest["program_metrics"], manifest)
 
 
+JIT_CACHE = Path(os.environ.get("CUDA_CACHE_PATH") or Path.home() / ".nv" / "ComputeCache")
+
+
+def jit_entries() -> set[Path]:
+    """The CUDA driver's JIT cache entries (PTX compiled to the GPU's code on load, kept across processes)."""
+    return set(JIT_CACHE.glob("*/*/*")) if JIT_CACHE.is_dir() else set()
+
+
+def jit_names(entries: set[Path]) -> list[str]:
+    """The kernels' source names in new JIT cache entries (a ``.cu`` name followed by the folder it was compiled in:
+    cuDNN's runtime-compiled kernels carry the process's working folder in their debug information)."""
+    names = set()
+    for entry in entries:
+        text = entry.read_bytes().decode("latin-1")
+        names |= {
+            m.group(0).split("lgenfe")[0][:160] for m in re.finditer(r"[A-Za-z0-9_]+\.cu/[\x20-\x7e]{0,60}", text)
+        }
+    return sorted(names)
+
+
 WATCH = ("SigBlk", "SigIgn", "Cpus_allowed_list", "Mems_allowed_list", "NoNewPrivs", "Seccomp")
 
 
@@ -162,15 +216,20 @@ def _facts(pid: int) -> dict[str, str]:
     try:
         for item in (proc / "environ").read_bytes().split(b"\0"):
             key, _, value = item.decode(errors="replace").partition("=")
-            if key and "/tmp" not in value and "first-token" not in value:
+            value = re.sub(r"/tmp/first-token-[^/:]*", "<run>", value)
+            if key and "nsightflow-" not in value:
                 facts[f"env {key}"] = value[:120]
+        for fd in (0, 1, 2):
+            target = os.readlink(proc / "fd" / str(fd))
+            facts[f"fd{fd}"] = re.sub(r"\[\d+\]|/tmp/first-token-[^ ]*", "", target)
         for line in (proc / "status").read_text().splitlines():
             key, _, value = line.partition(":")
             if key in WATCH:
                 facts[key] = value.strip()
         facts["limits"] = " | ".join(" ".join(ln.split()) for ln in (proc / "limits").read_text().splitlines()[1:])
         facts["cgroup"] = (proc / "cgroup").read_text().strip()
-        facts["nice"] = (proc / "stat").read_text().rsplit(")", 1)[1].split()[16]
+        stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        facts["nice"], facts["policy"] = stat[16], stat[38]
     except OSError:
         pass
     return facts
@@ -218,8 +277,10 @@ def main() -> None:
     ap.add_argument("--arms", default="alone,timeline,job,workflow")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--cwd", choices=["here", "copy"], default="here")
+    ap.add_argument("--stacks", default="", help="a folder: each arm's stacks sampled there (sampled.py)")
     args = ap.parse_args()
     argv = serving_argv(args.device)
+    job_env: dict[str, str] = {}
     arms = args.arms.split(",")
     alone(argv)  # the machine's first process reads cold: not counted
     seen: dict[str, dict[str, str]] = {}
@@ -227,13 +288,27 @@ def main() -> None:
         for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
             tmp = Path(tempfile.mkdtemp(prefix=f"first-token-{arm}-"))
             place = tmp / "copy" if args.cwd == "copy" and arm in ("alone", "polled", "timeline") else None
+            if args.stacks:
+                Path(args.stacks).mkdir(parents=True, exist_ok=True)
+                argv = serving_argv(args.device, str(Path(args.stacks).resolve() / f"{arm}-{r}.jsonl"))
+            cached = jit_entries()
             with _in(place), Watch() as watch:
                 if arm in ("alone", "polled"):
                     said = alone(argv, polled=arm == "polled")
+                elif arm.startswith("alone+"):
+                    what = arm.split("+", 1)[1]
+                    said = alone(argv, env=AS_IN_A_JOB.get(what), cwd=str(tmp) if what == "cwd" else None)
                 elif arm == "timeline":
                     said = timeline(argv, str(tmp / "out"))
+                elif arm == "replay":
+                    said = replay(argv, tmp, job_env)
+                elif arm == "job":
+                    said = job(argv, tmp)
+                    job_env = json.loads((tmp / "out-env.json").read_text())
                 else:
-                    said = job(argv, tmp) if arm == "job" else workflow(argv, tmp)
+                    said = workflow(argv, tmp)
+            new = jit_entries() - cached
+            said |= {"jit_cache_new": len(new), "jit_compiled": jit_names(new)} if new else {}
             print(f"round {r} {arm:9s} {json.dumps(said)}", flush=True)
             seen.setdefault(arm, watch.found)
     keys = sorted({k for f in seen.values() for k in f})
