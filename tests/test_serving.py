@@ -4,9 +4,11 @@ the workflow with its scheduler iterations as steps (config step_functions), on 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import statistics
 import sys
+from collections import Counter
 
 import pandas as pd
 import pytest
@@ -247,6 +249,11 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
           f"not counted: {counts.get('not_counted')}")  # fmt: skip
     jobs = {t.stem: float(pd.read_csv(t, sep="\t")["s"].iloc[0]) for t in (run / "benchmarks").glob("*.tsv")}
     print(f"serving on the GPU, seconds by job: {jobs}")
+    ncu_log = (run / "logs" / "ncu_capture.log").read_text(errors="replace")
+    passes = Counter(re.findall(r"==PROF== Profiling .* (\d+) pass", ncu_log))
+    metrics = next((ln for ln in ncu_log.splitlines() if "--metrics" in ln), "")
+    print(f"serving on the GPU, the ncu job: profiled launches by replay passes {dict(passes)}; its argv: "
+          f"{metrics[:600]}")  # fmt: skip
     assert abs(mine / alone - 1) < 0.05
     assert got is not None and abs(got / want - 1) < 0.01
     assert workflow_s / alone_s <= 5
