@@ -578,30 +578,38 @@ def test_a_window_profiles_only_its_steps_of_a_long_loop(tmp_path):
 def test_a_serving_loops_steps_are_grouped_by_their_batch_mix(tmp_path):
     """config step_inputs: each decode step's inputs summarised by the program's own function (rows in the batch);
     steps.csv has every step's wall, model FLOPs and batch mix, and the run page groups the steady steps by mix.
-    Expected from the loop's schedule and shapes: rows_i · 2 products · hidden x 4·hidden, 2 FLOPs a multiply-add."""
+    Expected from the loop's schedule and shapes: rows_i · 2 products · hidden x 4·hidden, 2 FLOPs a multiply-add.
+    The engine waits 8 ms a step and 60 ms more in the first step of each batch size (its lazy work per new shape):
+    the automatic warm-up rule, judging each mix's steps among themselves, sets apart exactly those first steps,
+    the fourth step among them (a rule over all steps at once stops at the third, a steady one)."""
     hidden, schedule, steps = 32, [2, 8, 8, 4], 12
     folder = ROOT / "tests" / "programs" / "stepper"
     argv = [sys.executable, "serve.py", "--hidden", str(hidden), "--steps", str(steps)]
-    argv += ["--batches", ",".join(map(str, schedule))]
-    workload = {"name": "mixes", "command": argv, "cwd": str(folder), "warmup_steps": 0}
+    argv += ["--batches", ",".join(map(str, schedule)), "--pause-ms", "8", "--first-ms", "60"]
+    workload = {"name": "mixes", "command": argv, "cwd": str(folder)}  # warmup_steps: auto, the default
     functions = {"prefill": "engine:Engine.prefill", "decode": "engine:Engine.step"}
     workload |= {"step_functions": functions, "step_inputs": {"decode": "mixes:rows"}}
     work = torch_workflow(tmp_path, [workload])
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "mixes"
     rows = [schedule[i % len(schedule)] for i in range(steps)]
+    firsts = [rows.index(r) for r in sorted(set(rows), key=rows.index)]  # each batch size's first step: 0, 1, 3
     table = pd.read_csv(run / "steps.csv", keep_default_na=False)
     assert list(table.loc[table["stage"] == "prefill", "mix"]) == [""]  # no summary function: no mix
+    assert table.loc[table["stage"] == "prefill", "steady"].all()  # one step: nothing to compare it with
     table = table[table["stage"] == "decode"]
-    assert list(table["step"]) == list(range(steps)) and table["steady"].all()
-    assert list(table["mix"]) == [f"rows={r}" for r in rows]
-    assert list(table["flops_model"]) == [r * 2 * 2 * hidden * 4 * hidden for r in rows]
+    assert list(table["step"]) == list(range(steps)) and list(table["mix"]) == [f"rows={r}" for r in rows]
     manifest = json.loads((run / "manifest.json").read_text())
+    apart = [w for w in manifest["warmup_steps"] if w["stage"] == "decode"]
+    assert [w["step"] for w in apart] == firsts == [i for i in range(steps) if not table["steady"].iloc[i]]
+    assert all(f"the steady median rows={rows[w['step']]} step" in w["why"] for w in apart)
+    steady = table[table["steady"]]
+    assert [float(f) for f in steady["flops_model"]] == [rows[i] * 2 * 2 * hidden * 4 * hidden for i in steady["step"]]
     assert list(table["wall_ms"]) == pytest.approx([w * 1e3 for w in manifest["every_wall_s"]["decode"]])
     page = (run / "report.html").read_text()
     assert "Steps by batch mix" in page
     for r in sorted(set(rows)):
-        assert f"<td class='label'>rows={r}</td><td>{rows.count(r)}</td>" in page
+        assert f"<td class='label'>rows={r}</td><td>{rows.count(r) - 1}</td>" in page
 
 
 def test_a_step_summary_that_fails_is_unread_never_made_up():

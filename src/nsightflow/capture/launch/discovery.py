@@ -13,6 +13,7 @@ from nsightflow.capture.read.attribution import top_level
 from nsightflow.capture.read.warmup import WarmupStep, Window, set_apart
 from nsightflow.domains import AUTO_DOMAIN, LIBRARY_DOMAINS, is_nsightflows_own
 from nsightflow.errors import CaptureError, WorkloadError
+from nsightflow.mixes import mix_label
 
 
 @dataclass(frozen=True)
@@ -149,10 +150,12 @@ def discover(
             )
         for k in outside:  # a stage that never ran inside the window is not one of the window's stages
             del walls[k], graphs[k], inside[k], paces[k]
+    summaries = record.get("step_inputs") or {}  # each step's batch, where step_inputs summarise it: judged by mix
+    mixes = {k: [mix_label(s, True) for s in v] for k, v in summaries.items() if k in walls and len(v) == len(walls[k])}
     apart = [
         w
         for stage, v in walls.items()
-        for w in set_apart(stage, v, graphs[stage], warmup_n, inside[stage] if window else None)
+        for w in set_apart(stage, v, graphs[stage], warmup_n, inside[stage] if window else None, mixes.get(stage))
     ]
     found = Discovery(domain, list(walls), walls, how, walls, apart, bool(record.get("compiled_graphs")))
     return Discovery(domain, list(walls), found.steady(walls), how, walls, apart, found.compiles, every_pace=paces)
