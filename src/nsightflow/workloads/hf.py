@@ -81,7 +81,11 @@ def build(
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     tokens = torch.randint(0, net.config.vocab_size, (batch, prompt), generator=gen, device=device)
     # Only the last position's logits pick the next token (as transformers' generate asks for them).
-    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(net.forward).parameters else {}
+    accepts = inspect.signature(net.forward).parameters
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in accepts else {}
+    # The KV cache's name: ``cache`` where forward takes it (transformers 5.24 deprecates ``past_key_values``), else
+    # ``past_key_values`` (5.17), in and out.
+    cache_arg = "cache" if "cache" in accepts else "past_key_values"
     state: dict[str, Any] = {}
 
     def setup() -> None:
@@ -90,12 +94,12 @@ def build(
     @torch.no_grad()
     def prefill(_: int) -> None:
         out = net(input_ids=tokens, use_cache=True, **last_only)
-        state["cache"], state["next"] = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        state["cache"], state["next"] = out[cache_arg], out.logits[:, -1:].argmax(-1)
 
     @torch.no_grad()
     def decode(_: int) -> None:
-        out = net(input_ids=state["next"], past_key_values=state["cache"], use_cache=True)
-        state["cache"], state["next"] = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        out = net(input_ids=state["next"], use_cache=True, **{cache_arg: state["cache"]})
+        state["cache"], state["next"] = out[cache_arg], out.logits[:, -1:].argmax(-1)
 
     c = net.config
     params = dict(
