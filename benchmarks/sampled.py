@@ -2,8 +2,9 @@
 see where a one-time cost goes (for example a serving loop's first iteration, slow in one setting and not another).
 
 ``python sampled.py OUT FUNCTION -m module args...``: from the first sample in which any thread runs ``FUNCTION`` (a
-code object's name, such as ``_generation_step``) and for WINDOW_S seconds after (4; environment SAMPLED_WINDOW_S), every sample's stacks (thread name
-and frames, innermost last) go to ``OUT`` as JSON lines when the program ends: ``{"t": s, "threads": {name: [...]}}``.
+code object's name, such as ``_generation_step``) and for WINDOW_S seconds after (4; environment SAMPLED_WINDOW_S),
+every sample's stacks (thread name and frames, innermost last) go to ``OUT`` as JSON lines when the program ends:
+``{"t": s, "threads": {name: [...]}}``.
 A run under nsys (its environment has QUADD_ variables) writes ``OUT.nsys`` instead, so the two launches of a
 workflow's timeline job do not overwrite each other. Used by benchmarks/first_token.py ``--stacks``.
 """
