@@ -126,7 +126,8 @@ with nvtx.annotate("prefill", domain="T"):
 """
 
 DRIVER = """
-import sys
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is, should it not end (the test asks)
 from nsightflow.capture.launch.command import CommandCall, timed_beside
 from nsightflow.capture.inside.hook_settings import HookSettings
 script, work = sys.argv[1], sys.argv[2]
@@ -157,14 +158,23 @@ def test_stopping_the_job_while_its_timed_run_runs_kills_both_launches(tmp_path)
     script.write_text(SLEEPER)
     work = tmp_path / "work"
     work.mkdir()
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(script), str(work)], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", DRIVER, str(script), str(work)]
+    driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not ((work / "started.timed").exists() and (work / "stages.json.ready").exists()):
         assert time.monotonic() < deadline and driver.poll() is None
         time.sleep(0.1)
     assert len(_running(str(script), [driver.pid])) == 2  # the timed run in its range, the other launch at its gate
     driver.send_signal(signal.SIGTERM)
-    out, _ = driver.communicate(timeout=30)
+    try:
+        out, _ = driver.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # say where the job is stuck (its threads' stacks), then fail
+        driver.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        driver.kill()
+        out, err = driver.communicate()
+        log = (work / "job.log").read_text(errors="replace") if (work / "job.log").exists() else ""
+        pytest.fail(f"the job had not ended 60 s after SIGTERM; it printed {out!r}; its threads:\n{err}\nlog:\n{log}")
     assert out.strip() == "left [] Stopped"  # both launches killed by the job itself
     deadline = time.monotonic() + 10
     while _running(str(script)) and time.monotonic() < deadline:
