@@ -45,6 +45,7 @@ from pathlib import Path
 
 from benchmark import workflow_copy  # benchmarks/ is on the path of a script run from it
 
+from nsightflow.capture.launch.hostfacts import THREAD_VARS
 from nsightflow.workloads import serving
 
 SERVE_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16}
@@ -92,10 +93,9 @@ def timeline(argv: list[str], out: str) -> dict:
     return _said(manifest["program_metrics"], manifest)
 
 
-THREADS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 # what a Snakemake job sets, one piece at a time (arms ``alone+threads``, ``alone+temp``, ``alone+cwd``)
 AS_IN_A_JOB = {
-    "threads": dict.fromkeys((*THREADS, "NUMEXPR_NUM_THREADS"), "1"),
+    "threads": dict.fromkeys(THREAD_VARS, "1"),
     "temp": dict.fromkeys(("TEMP", "TMP", "TEMPDIR"), "/tmp"),
 }
 
