@@ -25,6 +25,7 @@ def test_resolve_steps():
 
 def test_a_timeline_without_a_probe_pass_is_profiled_in_whole_steps(tmp_path):
     # This older timeline has no probe pass: each chosen step is one window, every launch of it planned.
+    (tmp_path / "plan.log").write_text("$ ncu --profile-from-start off python3 program.py\n")  # the job's log so far
     got = make_plan(
         D / "timeline.sqlite",
         "nsightflow",
@@ -52,6 +53,7 @@ def test_a_timeline_without_a_probe_pass_is_profiled_in_whole_steps(tmp_path):
     assert len(got.expected) == 128 + 2 * 136
     assert plan.CapturePlan.read(tmp_path / "plan.json") == got
     log = (tmp_path / "plan.log").read_text()
+    assert log.startswith("$ ncu --profile-from-start off")  # a plan made while ncu starts keeps its command line
     assert "decode: 1088 launches in 8 step(s) of 1 launch sequence(s); profiling 272" in log
 
 

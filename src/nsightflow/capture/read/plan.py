@@ -308,11 +308,11 @@ def make_plan(
     sqlite: str | Path, domain: str, sample_steps: list[Any], mode: CaptureMode, plan_out: str | Path, log: str | Path
 ) -> CapturePlan:
     """Attribute the timeline and write the run's capture plan (nsightflow.capture.read.plan); the log says what it
-    chose."""
+    chose, after what it holds already (a plan made while ncu starts: ncu's command line, written first)."""
     tl = read_timeline(sqlite, domain)
     plan = plan_capture(tl, domain, sample_steps, mode)
     plan.write(plan_out)
-    with open(log, "w") as fh:
+    with open(log, "a") as fh:
         for stage, s in plan.stages.items():
             fh.write(
                 f"{stage}: {s.launches} launches in {s.steps} step(s) of {s.structures} launch sequence(s); "
