@@ -179,7 +179,7 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     run time with the working folder in its debug information: in a folder where the program never ran, the CUDA
     driver's JIT cache misses and the first iteration compiles it, about 1 s more; benchmarks/first_token.py); the
     GEMM FLOPs counted over its iterations within 1% of those from the requests; the whole workflow at most 5 times
-    the loop alone (its median time)."""
+    the loop alone (its median time). A first run of the loop in that folder, not counted, fills the cache."""
     import shutil
     import subprocess
     import time
@@ -192,7 +192,7 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     argv = _gpu_serving(64, (256, 192), (64, 48))
     steps = {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
     work = _nsight_workflow(tmp_path, {"name": "serve", "command": argv, "warmup_steps": 0} | steps)
-    runs: list[tuple[float, float]] = []  # the loop alone (tokens/s, s): the first on a fresh machine reads cold
+    runs: list[tuple[float, float]] = []  # the loop alone (tokens/s, s), after the uncounted first run
     timed: list[float] = []  # tokens/s in the timed run beside the gated nsys launch, as the timeline job runs it
     ttft: dict[str, list[int]] = {"alone": [], "timed": []}  # TTFT p50 (ms): where a wait would show first
 
@@ -213,6 +213,9 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
         timed.append(said["tokens_per_s"])
         ttft["timed"].append(round(said["ttft_ms_p50"]))
 
+    # The folder's first run compiles cuDNN's attention kernel into the JIT cache (1.9 s TTFT against 0.7 s after it,
+    # 300 tokens/s against 375 to 470): not counted, so that every counted run finds the cache as the next ones do.
+    subprocess.run(argv, capture_output=True, text=True, check=True, cwd=work)
     for i in range(2):
         alone_run()
         timed_run(i)
