@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,9 @@ def _running(needle, but=()):
     return out
 
 
+SLOW_STOP_S = 15  # a job slower to start or to stop says where its threads were then (a warning); passes up to 60 s
+
+
 def test_stopping_the_job_while_its_timed_run_runs_kills_both_launches(tmp_path):
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
@@ -160,21 +164,36 @@ def test_stopping_the_job_while_its_timed_run_runs_kills_both_launches(tmp_path)
     work.mkdir()
     argv = [sys.executable, "-c", DRIVER, str(script), str(work)]
     driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
+    began = time.monotonic()
+    deadline, dumped = began + 60, False
     while not ((work / "started.timed").exists() and (work / "stages.json.ready").exists()):
         assert time.monotonic() < deadline and driver.poll() is None
+        if not dumped and time.monotonic() - began > SLOW_STOP_S:  # a slow start: where the job's threads are
+            driver.send_signal(signal.SIGUSR1)
+            dumped = True
         time.sleep(0.1)
+    start_s = time.monotonic() - began
     assert len(_running(str(script), [driver.pid])) == 2  # the timed run in its range, the other launch at its gate
     driver.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
     try:
-        out, _ = driver.communicate(timeout=60)
-    except subprocess.TimeoutExpired:  # say where the job is stuck (its threads' stacks), then fail
+        out, err = driver.communicate(timeout=SLOW_STOP_S)
+    except subprocess.TimeoutExpired:  # slow (once in a fresh clone's run, 30 s): where its threads are now
         driver.send_signal(signal.SIGUSR1)
-        time.sleep(2)
-        driver.kill()
-        out, err = driver.communicate()
-        log = (work / "job.log").read_text(errors="replace") if (work / "job.log").exists() else ""
-        pytest.fail(f"the job had not ended 60 s after SIGTERM; it printed {out!r}; its threads:\n{err}\nlog:\n{log}")
+        try:
+            out, err = driver.communicate(timeout=60 - SLOW_STOP_S)
+        except subprocess.TimeoutExpired:  # say where the job is stuck (its threads' stacks), then fail
+            driver.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            driver.kill()
+            out, err = driver.communicate()
+            log = (work / "job.log").read_text(errors="replace") if (work / "job.log").exists() else ""
+            pytest.fail(f"the job had not ended 60 s after SIGTERM; printed {out!r}; its threads:\n{err}\nlog:\n{log}")
+        took = time.monotonic() - stopped
+        said = f"the job took {took:.1f} s to end after SIGTERM; its threads at {SLOW_STOP_S} s:\n{err}"
+        warnings.warn(said, stacklevel=1)
+    if start_s > SLOW_STOP_S:
+        warnings.warn(f"the job took {start_s:.1f} s to start both launches; its threads then:\n{err}", stacklevel=1)
     assert out.strip() == "left [] Stopped"  # both launches killed by the job itself
     deadline = time.monotonic() + 10
     while _running(str(script)) and time.monotonic() < deadline:
