@@ -503,18 +503,41 @@ def test_bytes_lower_bound_counts_each_tensor_once():
     a, b = torch.randn(8, 16), torch.randn(16, 4)
     table, idx = torch.randn(100, 16), torch.tensor([1, 2, 3])
     empty = torch.randn(0, 16)  # a batch of none
+    batch = torch.randn(2, 3, 16)  # a linear layer's input: matmul folds it, then reshapes its product (no copy)
 
     def step(_):
         a @ b  # reads 8x16 + 16x4, writes 8x4 (float32)
         a.t()  # a view: moves nothing
         torch.nn.functional.embedding(idx, table)  # reads 3 rows of 16 and 3 int64 indices, writes 3x16
         empty @ b  # an empty product: reads not even the weight
+        batch @ b  # reads 6x16 + 16x4, writes 6x4
 
     wl = api.Workload(setup=lambda: None, stages=[api.Stage("s", step, repeats=2)])
     got = passes.count_flops(wl).stages["s"]
-    per_step = 4 * (8 * 16 + 16 * 4 + 8 * 4) + (4 * 3 * 16 + 8 * 3 + 4 * 3 * 16)
+    per_step = 4 * (8 * 16 + 16 * 4 + 8 * 4) + (4 * 3 * 16 + 8 * 3 + 4 * 3 * 16) + 4 * (6 * 16 + 16 * 4 + 6 * 4)
     assert got.bytes_lower_bound == 2 * per_step
-    assert got.flops == 2 * 2 * 8 * 16 * 4
+    assert got.flops == 2 * 2 * (8 + 6) * 16 * 4
+
+
+def test_an_in_place_scatter_counts_the_elements_it_writes_not_its_whole_destination():
+    import torch
+
+    from nsightflow.capture.inside import flops
+
+    cache, rows, new = torch.zeros(1000, 16), torch.tensor([5, 7, 9]), torch.randn(3, 16)  # a paged KV cache's write
+    acc, where, add = torch.zeros(100, 16), torch.randint(0, 100, (4, 16)), torch.randn(4, 16)
+    grid, picked, values = torch.zeros(50, 8, 4), torch.tensor([1, 2, 3]), torch.randn(3, 8, 4)
+
+    def step(_):
+        cache.index_copy_(0, rows, new)  # reads 3 int64 indices and 3x16 float32, writes 3x16 of the cache
+        acc.scatter_add_(0, where, add)  # reads 4x16 int64 indices and 4x16 float32, reads and writes 4x16 of acc
+        grid.index_put_((picked,), values)  # reads 3 indices and 3x8x4 values, writes 3 rows of 8x4
+
+    wl = api.Workload(setup=lambda: None, stages=[api.Stage("s", step)])
+    got = passes.count_flops(wl).stages["s"]
+    assert got.bytes_lower_bound == (8 * 3 + 4 * 48 + 4 * 48) + (8 * 64 + 4 * 64 + 2 * 4 * 64) + (8 * 3 + 2 * 4 * 96)
+    mask = torch.zeros(50, 8, 4, dtype=torch.bool)  # how many a mask picks is in the data: the whole tensor counts
+    assert flops.scattered_bytes("index_put_", (grid, [mask], torch.tensor(1.0)), {}) is None
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,13 @@ from nsightflow.precisions import tensor_precision
 from nsightflow.records import AnalyticCounts, StageCount
 
 GATHER_OPS = {"embedding", "index_select", "gather", "take", "index", "embedding_bag"}
+# In-place writes of some elements into a larger tensor (a paged KV cache's index_copy_ of each request's new token):
+# the destination counts as the elements written (read too where they are added into), not as its whole size.
+SCATTER_OPS = {"index_copy_", "index_add_", "index_put_", "scatter_", "scatter_add_", "scatter_reduce_"}
+ADDED_INTO = {"index_add_", "scatter_add_", "scatter_reduce_"}  # read-modify-write of each element written
+# Operators that return their input's storage without torch marking them as views (``is_view``): matmul's reshape of
+# its product back to the batch's shape. They move nothing; counted, each linear layer's output was counted twice.
+UNMARKED_VIEWS = {"_unsafe_view"}
 
 
 def input_precisions(name: str, klass: str, args: tuple[Any, ...]) -> list[str]:
@@ -52,10 +59,10 @@ def input_precisions(name: str, klass: str, args: tuple[Any, ...]) -> list[str]:
 def moved_bytes(inputs: list[Any], output: Any, gathers: bool = False) -> int:
     """Bytes an operator touches: each distinct input tensor once, plus new outputs.
 
-    Outputs that alias an input (views, in-place results) add nothing; a lookup (``gathers``)
-    reads only as many table bytes as it returns. Re-reads are not counted, so this is a lower
-    bound on what the operators must touch; DRAM traffic itself can be lower when an
-    intermediate stays in cache. A tensor is told apart by its first byte's address (its storage's
+    Outputs that alias an input (views, in-place results) add nothing; a lookup (``gathers``) reads only as many
+    table bytes as it returns (an in-place scatter: :func:`scattered_bytes`). Re-reads are not counted, so this is a
+    lower bound on what the operators must touch; DRAM traffic itself can be lower when an intermediate stays in
+    cache. A tensor is told apart by its first byte's address (its storage's
     address plus its offset: ``data_ptr``), its storage by that address less its offset.
     """
     from torch import Tensor
@@ -88,6 +95,36 @@ def moved_bytes(inputs: list[Any], output: Any, gathers: bool = False) -> int:
         if t.data_ptr() - t.storage_offset() * t.element_size() not in in_storage:
             total += t.nbytes  # (else a view or an in-place result: its bytes were counted as an input)
     return total
+
+
+def scattered_bytes(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """Bytes an in-place scatter (``SCATTER_OPS``) touches: its indices once, as much of its source as it writes,
+    and the destination's elements it writes (read as well where it adds into them). None where how many it writes is
+    in the data (a boolean mask's index_put_): the caller then counts the whole destination, as for other operators."""
+    import math
+
+    import torch
+
+    dest = args[0]
+    if name == "index_put_":
+        indices = args[1]
+        values = args[2] if len(args) > 2 else kwargs["values"]
+        added = bool(args[3] if len(args) > 3 else kwargs.get("accumulate", False))
+        given = [t for t in indices if t is not None]
+        if not given or any(t.dtype in (torch.bool, torch.uint8) for t in given):
+            return None
+        picked = math.prod(torch.broadcast_shapes(*(t.shape for t in given)))
+        written = picked * math.prod(n for d, n in enumerate(dest.shape) if d >= len(indices) or indices[d] is None)
+        read = sum({t.data_ptr(): t.nbytes for t in given}.values())
+        source = values
+    else:
+        index = args[2] if len(args) > 2 else kwargs["index"]
+        source = args[3] if len(args) > 3 else kwargs["source" if "source" in kwargs else "src"]
+        written = source.numel() if name in ("index_copy_", "index_add_") else index.numel()
+        read, added = index.nbytes, name in ADDED_INTO
+    if isinstance(source, torch.Tensor):  # (scatter_ may take a number instead)
+        read += min(source.nbytes, written * source.element_size())
+    return read + written * dest.element_size() * (2 if added else 1)
 
 
 def _tensors(items: list[Any] | tuple[Any, ...], tensor: type) -> list[Any]:
@@ -219,7 +256,8 @@ class Tally:
             name = op_name(func)
             packet = getattr(func, "overloadpacket", None)
             label = str(packet) if packet is not None else name  # aten.mm, mylib.fused_mm, flex_attention
-            moves, gathers = not getattr(func, "is_view", False), name in GATHER_OPS
+            moves = not getattr(func, "is_view", False) and name not in UNMARKED_VIEWS
+            gathers = name in GATHER_OPS
             op = self._ops[id(func)] = (name, label, moves, gathers, matrix_like(name))
         name, label, moves, gathers, matrix = op
         known = self._flops.get(key) if key is not None else None
@@ -260,7 +298,14 @@ class Tally:
                 s.attention_full += flops
             s.by_op[label] = s.by_op.get(label, 0) + flops
         if moves:  # views move no data
-            moved = moved_bytes([*args, *kwargs.values()], out, gathers=gathers)
+            moved = None
+            if name in SCATTER_OPS:
+                try:
+                    moved = scattered_bytes(name, args, kwargs)
+                except Exception:  # arguments of another form than the schema's: the whole destination counts
+                    moved = None
+            if moved is None:
+                moved = moved_bytes([*args, *kwargs.values()], out, gathers=gathers)
             s.bytes += moved
             if s.step_bytes:
                 s.step_bytes[-1] += moved
@@ -277,5 +322,5 @@ class Tally:
             "grouped GEMMs and flex attention from shapes and masks (nsightflow.formulas), matmul-like "
             "operators from torch.utils.flop_counter's formulas (register_flop_formula adds yours), other "
             "operators 0 FLOPs (those named like matrix work listed as no_formula); bytes: each operator's tensors "
-            "touched once",
+            "touched once (a lookup's table and an in-place scatter's destination: the elements read or written)",
         )
