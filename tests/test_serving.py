@@ -55,6 +55,8 @@ def test_continuous_batching_iterations_are_the_steps_with_the_models_flops(tmp_
     snakemake(work, "--cores", "1", "results/report.html")
     run = work / "results" / "serve"
     stages = pd.read_csv(run / "stages.csv").set_index("stage")
+    how = json.loads((run / "manifest.json").read_text())["stage_domain_how"]  # the run page's note on the stages
+    assert how.startswith("Steps from the functions the workload names") and f"{STEP} is a step of 'iteration'" in how
     # one iteration prefills every prompt and samples its first token, then one iteration per further token
     assert list(stages.index) == ["iteration"] and int(stages.loc["iteration", "range_instances"]) == NEW
     counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]

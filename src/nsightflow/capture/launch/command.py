@@ -261,7 +261,9 @@ def _timed(
     settings = replace(settings, gate=gate, gate_pid=pid)
     timed = _run(call, settings, log, timeout_s, [], devices=devices)
     mine = primary(timed, call.rank)
-    found = discover(mine, call.domain, call.stages, call.warmup_steps, window=call.steps_window())
+    found = discover(
+        mine, call.domain, call.stages, call.warmup_steps, window=call.steps_window(), functions=call.step_functions
+    )
     tuning = mine.get("autotuning") or {}
     inputs = {k: v for k, v in (mine.get("step_inputs") or {}).items() if k in found.stages}
     found = replace(found, inputs=inputs, inputs_errors=mine.get("step_inputs_errors") or {})

@@ -82,16 +82,22 @@ def discover(
     warmup: int | str = "auto",
     partial: bool = False,
     window: Window | None = None,
+    functions: dict[str, str] | None = None,
 ) -> Discovery:
     """The stage steps of a command's timed run (its hook record): the ranges of ``domain`` named ``stages`` (else
     its top-level ones), one at a time (a stage range inside another step is part of that step). Without a domain,
     the candidate (not a library's, not nsightflow's) whose top-level ranges hold the most wall time. ``warmup``: the
     steps set apart (nsightflow.capture.read.warmup): "auto", or the first N of each stage. ``partial``: a stage this
     process never ran is left out, not an error (a rank of a job that does not evaluate, as nanoGPT's rank 1).
-    ``window``: the steps profiled (the workload's ``window:``); the others are set apart with the warm-up."""
+    ``window``: the steps profiled (the workload's ``window:``); the others are set apart with the warm-up.
+    ``functions``: the workload's step functions (stage -> ``module:qualname``), whose calls are the steps."""
     rows = [list(r) + [_NONE.get(c, 0) for c in RANGE_COLUMNS[len(r) :]] for r in record.get("ranges") or []]
     ranges = auto_names(pd.DataFrame(rows, columns=RANGE_COLUMNS))
     how = AUTO_HOW if domain == AUTO_DOMAIN else f"the configured domain {domain!r}"
+    if functions:
+        how = "Steps from the functions the workload names (step_functions): each call of " + "; of ".join(
+            f"{where} is a step of {stage!r}" for stage, where in functions.items()
+        )
     own = ranges[ranges["domain"] != AUTO_DOMAIN]
     if domain is None:
         cand = own[
