@@ -428,6 +428,31 @@ def test_stage_ranges_in_a_worker_thread_are_profiled_under_torch_profiler(tmp_p
     assert kernels.loc["aten::mm", "instances"] == decode and kernels.loc["aten::tanh", "instances"] == decode
 
 
+MEMORY_PROGRAM = """
+import nvtx, torch
+for _ in range(3):
+    with nvtx.annotate("big", domain="M"):
+        x = torch.ones(64 << 20)  # 256 MiB of float32, written: resident while the step runs
+        del x
+    with nvtx.annotate("small", domain="M"):
+        y = torch.ones(1 << 18)  # 1 MiB
+        del y
+"""
+
+
+def test_a_commands_peak_memory_per_stage_is_measured_outside_its_timed_run(tmp_path):
+    """The timed run does nothing at a command's steps (they keep the program's pace); its peak memory per stage
+    comes from a run whose steps end synchronized anyway (here, on the torch.profiler path, the count run): the
+    process's resident peak during the step that holds 256 MiB more than the other stands that much above it."""
+    script = tmp_path / "memory.py"
+    script.write_text(MEMORY_PROGRAM)
+    work = torch_workflow(tmp_path, [{"name": "mem", "command": [sys.executable, str(script)], "warmup_steps": 0}])
+    snakemake(work, "--cores", "1", "results/report.html")
+    stages = pd.read_csv(work / "results" / "mem" / "stages.csv").set_index("stage")
+    big, small = stages.loc["big", "memory_rss_peak"], stages.loc["small", "memory_rss_peak"]
+    assert small > 0 and big - small > 0.9 * (256 << 20), (big, small)
+
+
 THREADS_PROGRAM = """
 import os, sys
 import nvtx, torch

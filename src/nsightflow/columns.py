@@ -209,7 +209,7 @@ STAGES: tuple[Column, ...] = (
         "peak memory allocated",
         "bytes",
         "the most device memory torch's caching allocator had allocated to tensors during one of the stage's steps "
-        "(the timed run, as the program runs)",
+        "(a callable's timed run; a command's run under nsys: as the program runs)",
         term="peak memory",
     ),
     Column(

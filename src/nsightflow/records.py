@@ -240,8 +240,8 @@ class Manifest(_Record):
     environment: dict[str, Any] = field(default_factory=dict)
     stage_wall_s: dict[str, list[float]] | None = None  # the ranged (profiled) pass's steps
     program_wall_s: dict[str, list[float]] | None = None  # the timed pass's: the program's own
-    # the timed pass's peak memory per stage (nsightflow.capture.inside.memory): allocated, reserved (device), rss
-    # (host)
+    # peak memory per stage (nsightflow.capture.inside.memory): allocated, reserved (device), rss (host); a callable's
+    # timed pass, a command's run under nsys or count run (nsightflow.capture.inside.hook_actions)
     program_memory: dict[str, dict[str, float]] | None = None
     analytic: dict[str, Any] | None = None
     versions: dict[str, Any] = field(default_factory=dict)

@@ -119,8 +119,9 @@ MEMORY = {"allocated": "memory_allocated_peak", "reserved": "memory_reserved_pea
 
 
 def with_timed_run(stages: pd.DataFrame, manifest_json: str | Path | None) -> pd.DataFrame:
-    """Each stage's peak memory in the timed pass (manifest ``program_memory``: nsightflow.capture.inside.memory), NaN
-    where it was not measured (no CUDA allocator, no Linux high-water mark, a command, an older run); and a command's
+    """Each stage's peak memory (manifest ``program_memory``: nsightflow.capture.inside.memory; a callable's timed
+    pass, a command's run under nsys or count run), NaN where it was not measured (no CUDA allocator, no Linux
+    high-water mark, a command that compiles on the torch.profiler path, an older run); and a command's
     pace a step (nsightflow.analysis.steps.stage_paces), NaN where its steps never follow one another."""
     manifest = Manifest.read(manifest_json) if manifest_json else None
     measured = manifest.program_memory if manifest is not None else None

@@ -98,6 +98,14 @@ class ProbeActions:
             "ncu": [probe_domain(s.mirror)],
         }.get(s.mode)
         self.probing = s.mode != "ranged"  # no TorchDispatchMode where the program compiles and is measured
+        # peak memory per stage, in the runs whose steps end synchronized anyway (never in the timed run, whose steps
+        # keep the program's pace): the run under nsys (the program as it runs), the count run
+        self.memory: Any = None
+        if profiled and s.mode in ("probe", "ranged", "count"):
+            from nsightflow.capture.inside.memory import StepMemory
+
+            self.memory = StepMemory()
+        self.stage = ""  # the step's, between begin and end
         self.marks = _Ranges(domains) if domains else None
         self.probe: Any = None
         self.capturing = False  # a window's capture range is open (HookSettings.capture_range)
@@ -125,6 +133,9 @@ class ProbeActions:
             capture_range(True)
         if self.marks is not None:
             self.marks.push(stage, step)
+        self.stage = stage
+        if self.memory is not None:
+            self.memory.start()
         if self.tally is not None:
             self.tally.begin(stage)
         if self.windows is not None:
@@ -141,6 +152,8 @@ class ProbeActions:
     def end(self) -> None:
         if self.observed:
             self.probe.__exit__(None, None, None)
+        if self.memory is not None:
+            self.memory.stop(self.stage)
         if self.windows is not None:
             self.windows.end_step()
         if self.tally is not None:
@@ -174,6 +187,7 @@ class ProbeActions:
         if self.s.ceilings_out:
             Ceilings.from_dict(measure_ceilings(device, matmul.dtype)).write(self.s.ceilings_out)
         return {
+            "program_memory": self.memory.peaks if self.memory is not None else None,
             "dtype": matmul.dtype,
             "precision": matmul.precision,
             "precision_source": matmul.source,

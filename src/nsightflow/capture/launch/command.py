@@ -324,6 +324,7 @@ def timeline(
         harness_json = Path(tmp) / "harness.json"
         extra = {k: counted[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
         extra.update(environment=counted["environment"], analytic_how=count_how(found, found.compiles))
+        extra.update(program_memory=profiled.get("program_memory"))  # as it runs under nsys (compiled: as it is)
         files.write_json(harness_json, _record(call, found, profiled, extra, rank_rows(timed, runs, found)))
         commands = [
             {"what": "the command, timed (no profiler; the one under nsys waits for it)", "argv": call.argv()},
@@ -361,6 +362,8 @@ def torch_profile(call: CommandCall, trace: str | Path, out: ProfileOutputs, run
             environment=counted["environment"],
             trace_labels=profiled["trace_labels"],
             analytic_how=count_how(found, True),
+            # the count run's, where it runs the program as it is (it runs a compiling program eager)
+            program_memory=None if found.compiles else counted.get("program_memory"),
         )
         harness_json = Path(tmp) / "harness.json"
         files.write_json(harness_json, _record(call, found, profiled, extra, rank_rows(timed, runs, found)))
