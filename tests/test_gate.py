@@ -60,6 +60,9 @@ def test_the_profile_launch_runs_its_program_after_the_timed_run_with_the_stages
     assert {k: len(v) for k, v in found.every_wall.items()} == {"prefill": 1, "decode": 3}
     assert {k: len(v) for k, v in runs[0]["steps"].items()} == {k: len(v) for k, v in found.walls.items()}
     assert len(timed) == 1 and timed[0]["mode"] == "timed"
+    # peak memory per stage from the probe run, whose steps end synchronized; the timed run does nothing at its steps
+    assert set(runs[0]["program_memory"]) == set(found.walls) and "program_memory" not in timed[0]
+    assert all(peaks["rss"] > 0 for peaks in runs[0]["program_memory"].values())
     # the hook's install on the ranges' clock, before the first range (benchmarks/launch_layers.py: first steps)
     assert 0 < timed[0]["started_ns"] < min(r[4] for r in timed[0]["ranges"])
 
