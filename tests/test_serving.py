@@ -175,9 +175,10 @@ def _gpu_serving(requests: int, prompt: tuple[int, int], new: tuple[int, int], c
 def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(tmp_path):
     """64 requests of mixed lengths through transformers' engine on the GPU, profiled by its iterations: the
     program's own tokens per second in nsightflow's timed run (as the timeline job runs it, beside the gated nsys
-    launch) within 5% of the loop run alone, each the median of runs taken in turns (alone, timed, alone, timed, alone,
-    the workflow, alone: one process's pace differs from the next one's by up to 30% on a shared H200 host, in slow
-    and fast spells of tens of seconds), every one in the workflow's folder (cuDNN's attention kernel is compiled at
+    launch) within 5% of the loop run alone. The runs alternate (alone, timed, alone, timed, alone, the workflow,
+    alone): one process's pace differs from the next one's by up to 30% on a shared H200 host, in slow and fast spells
+    of tens of seconds, so each timed run is compared with the mean of the two runs alone on either side of it, and the
+    median of those ratios is held to 5%. Every run is in the workflow's folder (cuDNN's attention kernel is compiled at
     run time with the working folder in its debug information: in a folder where the program never ran, the CUDA
     driver's JIT cache misses and the first iteration compiles it, about 1 s more; benchmarks/first_token.py); the
     GEMM FLOPs counted over its iterations within 1% of those from the requests; the whole workflow at most 5 times
@@ -235,6 +236,9 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
           f"(tokens/s, s), the timed run {[round(t, 1) for t in timed]} tokens/s (the workflow's last); TTFT p50 "
           f"{ttft} ms")  # fmt: skip
     alone, mine = statistics.median(t for t, _ in runs), statistics.median(timed)
+    # Each timed run against the mean of the runs alone on either side of it (they alternate): the host's pace drifts
+    # within one test (350.9 to 495.5 tokens/s alone, 2026-11-29), and a neighbour pair cancels a steady drift.
+    paired = [t / ((a[0] + b[0]) / 2) - 1 for t, a, b in zip(timed, runs[:-1], runs[1:], strict=True)]
     alone_s = statistics.median(s for _, s in runs)
     steps_csv = pd.read_csv(run / "steps.csv")
     counts = json.loads((run / "analytic_flops.json").read_text())["stages"]["iteration"]
@@ -246,7 +250,8 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     want = 2 * (body * tokens + h * SERVE_1B["vocab_size"] * sum(k for _, k in lengths))
     got = (counts.get("by_class") or {}).get("gemm")
     print(f"serving on the GPU: tokens/s {mine:.1f} under nsightflow's timed run, "
-          f"{alone:.1f} alone ({mine / alone - 1:+.2%}; medians); "
+          f"{alone:.1f} alone ({mine / alone - 1:+.2%}; medians); each against its neighbours alone "
+          f"{[f'{p:+.2%}' for p in paired]} (median {statistics.median(paired):+.2%}); "
           f"TTFT p50 in the workflow {ours.get('ttft_ms_p50')} ms, TPOT p50 {ours.get('tpot_ms_p50')} ms; "
           f"GEMM FLOPs {got} against "
           f"{want:.6g} from the requests; workflow {workflow_s:.0f} s, the loop alone {alone_s:.0f} s "
@@ -259,7 +264,7 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     metrics = next((ln for ln in ncu_log.splitlines() if "--metrics" in ln), "")
     print(f"serving on the GPU, the ncu job: profiled launches by replay passes {dict(passes)}; its argv: "
           f"{metrics[:600]}")  # fmt: skip
-    assert abs(mine / alone - 1) < 0.05
+    assert abs(statistics.median(paired)) < 0.05
     assert got is not None and abs(got / want - 1) < 0.01
     assert workflow_s / alone_s <= 5
 
