@@ -58,6 +58,11 @@ from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSetti
 from nsightflow.capture.launch.children import die_with
 from nsightflow.domains import AUTO_DOMAIN
 
+# While the rank is not known (a process of one, or ranks not yet up), a push looks for it at most once in this many
+# ns: looking (torch.distributed's state) took 0.6 µs, a fifth of the hook's push and pop, at every range of a
+# host-bound loop (gpt-fast's compiled decode step: 0.23 ms), where a millisecond is four of its steps.
+RANK_EVERY_NS = 1_000_000
+
 
 class Tracker:
     """Follows the program's push/pop ranges per thread and acts at stage step boundaries (see the module's doc)."""
@@ -79,7 +84,8 @@ class Tracker:
         self.inside = False  # the hook's own NVTX calls are not the program's
         self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
         self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
-        self.env_rank = os.environ.get("RANK", "")  # read once: every push looks for the rank until it is known
+        self.env_rank = os.environ.get("RANK", "")  # read once: pushes look for the rank until it is known
+        self.rank_looked = -RANK_EVERY_NS  # when a push last looked for it (perf_counter_ns)
         self.gated = settings.gate is not None and settings.mode in ("probe", "timed")  # not yet past the gate
         self.own = False  # whether the program has opened an NVTX range of its own
         self.auto: Any = None  # the automatic stages' hooks (nsightflow.capture.inside.hook_auto), while followed
@@ -121,7 +127,10 @@ class Tracker:
         tid = threading.get_ident()
         with self.lock:
             if self.rank is None:  # caught while torch.distributed is up (a program may end it before exit)
-                self.rank = rank_of(self.env_rank)
+                now = time.perf_counter_ns()
+                if now - self.rank_looked >= RANK_EVERY_NS:
+                    self.rank_looked = now
+                    self.rank = rank_of(self.env_rank)
             if domain != AUTO_DOMAIN and not self.own:
                 self.own = True
                 if self.auto is not None and self.s.domain is None:  # its own ranges are its stages

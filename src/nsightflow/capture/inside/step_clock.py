@@ -26,20 +26,31 @@ import time
 from collections import deque
 from typing import Any
 
-_CUDA: tuple[int, Any] | None = None  # (process, torch) once the program has initialised CUDA: it stays so
+_CUDA: Any = None  # torch, once the program has initialised CUDA: it stays so (a forked child asks again)
 _STREAMS: dict[tuple[int, int, int], Any] = {}  # the current stream's objects, by torch's (id, device, type)
+
+
+def _forked() -> None:
+    """In a forked child: CUDA is not initialised there, and the parent's streams and events are not its own."""
+    global _CUDA
+    _CUDA = None
+    _STREAMS.clear()
+    _FREE.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _cuda() -> Any:
     """torch, where the program has initialised CUDA (the hook never initialises it), else None. Asked at every
-    range's start and end: once CUDA is initialised the answer is kept (a forked child asks again)."""
+    clocked range's start and end: once CUDA is initialised the answer is kept (until a fork, in the child)."""
     global _CUDA
-    if _CUDA is not None and _CUDA[0] == os.getpid():
-        return _CUDA[1]
+    if _CUDA is not None:
+        return _CUDA
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
-    _CUDA = (os.getpid(), torch)
+    _CUDA = torch
     _bind(torch)
     return torch
 
