@@ -277,27 +277,3 @@ def test_mfu_against_the_datasheet_beside_the_measured_peak():
     assert np.allclose(st["mfu_busy"], model / busy_s / pk.compute)
     page = headline_html(st, agg.kernels, pk)
     assert "MFU vs datasheet, wall / busy" in page and "989 TFLOP/s, the dense bf16 peak" in page
-
-
-def test_a_launch_standing_in_takes_its_reference_launchs_counters():
-    """Capture mode 'differences' on four real iterations of a serving loop (tests/data/h200_serving): each
-    planned launch given counters of its own (its place in the plan), every launch of the chosen steps ends with
-    numbers: its class's in its step, or, standing in, those of the launch its plan names in the reference step,
-    looked up here by (step, seq); only those are marked estimates."""
-    tl = attribution.read_timeline(DATA / "h200_serving" / "timeline.sqlite", "nsightflow")
-    made = plan.plan_capture(tl, "nsightflow", ["first", "last"], "differences")
-    matched = plan.expected_frame(made)
-    for k, c in enumerate(metrics.COUNTERS):
-        matched[c] = np.arange(len(matched), dtype="float64") * 10.0 + k + 1.0
-    ranged = tl.launches[tl.launches["pass_"] == "ranged"]
-    stand = plan.stand_in_frame(made)
-    values = metrics.launch_values(ranged, matched, plan.chosen_pairs(made), True, stand)
-    assert values[metrics.COUNTERS].notna().all().all()
-    by_place = values.set_index(["step", "seq"])
-    for row in stand.itertuples():
-        mine, ref = by_place.loc[(row.step, row.seq)], by_place.loc[(row.ref_step, row.ref_seq)]
-        assert mine["stood_in"] and list(mine[metrics.COUNTERS]) == list(ref[metrics.COUNTERS])
-    assert int(values["stood_in"].sum()) == len(stand)
-    # without the stand-ins, those launches have no number: never a zero
-    alone = metrics.launch_values(ranged, matched, plan.chosen_pairs(made), True)
-    assert int(alone["flops_tensor"].isna().sum()) == len(stand) and not alone["stood_in"].any()

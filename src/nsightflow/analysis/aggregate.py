@@ -91,16 +91,13 @@ def tables(
     focus: Focus,
     by_call: bool = True,
     program_wall: tuple[dict[str, list[float]] | None, str] = (None, ""),
-    stand_ins: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(classes, kernels, stages, per step: nsightflow.analysis.steps.step_measured) of a run whose ncu results are
     joined to its timeline; ``chosen``: the
     (stage, step) pairs the capture measured; ``by_call``: see nsightflow.analysis.metrics.launch_values;
     ``program_wall``: the timed pass's step times and the file they come from
-    (nsightflow.analysis.metrics.with_program_wall); ``stand_ins``: launches that take another step's counters
-    (nsightflow.capture.read.plan.stand_in_frame)."""
-    ranged = tl.launches[tl.launches["pass_"] == "ranged"]
-    values = metrics.launch_values(ranged, matched, chosen, by_call, stand_ins)
+    (nsightflow.analysis.metrics.with_program_wall)."""
+    values = metrics.launch_values(tl.launches[tl.launches["pass_"] == "ranged"], matched, chosen, by_call)
     classes = metrics.class_summary(values)
     kernels = ranked(metrics.kernel_summary(classes, tl.ranges, pk), focus.top_n, focus.coverage)
     walls = metrics.with_program_wall(attribution.stage_table(tl), *program_wall)

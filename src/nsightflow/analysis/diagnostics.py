@@ -15,7 +15,6 @@ from nsightflow.analysis.aggregate import FULL_COVERAGE, RunTables
 from nsightflow.analysis.metrics import MIN_COVERAGE
 from nsightflow.analysis.program_notes import program_notes
 from nsightflow.capture.read import ncu_csv
-from nsightflow.capture.read.sequences import GRID_SPAN
 from nsightflow.formulas import TILE
 from nsightflow.precisions import SIMT
 from nsightflow.records import CaptureRecord, Diagnostic, Manifest, StageCount
@@ -26,10 +25,6 @@ MODE_TEXT = {
     "one step stands for the same call in every step of its stage, and launches no call identifies (CUDA-graph "
     "replays, compiled code) are profiled in each sampled step and stand for the launch at the same position "
     "in the other steps",
-    "differences": "one profiled launch per class of identical launches, as in capture mode representatives, except "
-    "in a step whose launch sequence no sampled step has: there only the launches where its sequence differs from "
-    "an earlier profiled step's are profiled, and each other launch takes the counters of the launch of the same "
-    f"kernel and block (its grid within {GRID_SPAN:g}x) at its aligned place there: estimates",
     "every_launch": "every launch of the sampled steps profiled, each class's mean scaled by its launches in the "
     "timeline",
 }

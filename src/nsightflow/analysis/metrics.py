@@ -46,11 +46,7 @@ def strict(g: Any, how: str) -> pd.DataFrame:
 
 
 def launch_values(
-    ranged: pd.DataFrame,
-    matched: pd.DataFrame,
-    chosen: set[tuple[str, int]],
-    by_call: bool = True,
-    stand_ins: pd.DataFrame | None = None,
+    ranged: pd.DataFrame, matched: pd.DataFrame, chosen: set[tuple[str, int]], by_call: bool = True
 ) -> pd.DataFrame:
     """Counters of every launch of the ranged pass, measured or scaled.
 
@@ -58,14 +54,12 @@ def launch_values(
     identical; see nsightflow.capture.read.plan); with ``by_call``, where its class is an operator call
     (nsightflow.capture.read.attribution.call_classes), the mean of that call's profiled launches in any step of its
     stage (the same call does the same work in every step: a training loop's iterations, a decode step's GEMMs);
-    a launch of ``stand_ins`` (nsightflow.capture.read.plan.stand_in_frame: capture mode 'differences') left
-    without counters, those of its reference step's launch (an estimate); outside the ``chosen`` steps, the mean,
-    over the chosen steps with the same structure (launch sequence), of the launch at its position: decode steps
-    repeat their kernels while the work of some (attention over a growing cache, a replayed CUDA graph) changes.
-    NaN where nothing measured stands for it: never a zero. ``by_call`` is off for captures of every launch (calls
-    whose work depends on data, e.g. MoE routing). ``stood_in``: an operator call profiled in no step (other shapes
-    than every profiled launch's: a serving iteration's batch) that took the counters of another call's launch at
-    its position, or a stand-in: an estimate.
+    outside the ``chosen`` steps, the mean, over the chosen steps with the same structure (launch sequence), of
+    the launch at its position: decode steps repeat their kernels while the work of some (attention over a
+    growing cache, a replayed CUDA graph) changes. NaN where nothing measured stands for it: never a zero.
+    ``by_call`` is off for captures of every launch (calls whose work depends on data, e.g. MoE routing).
+    ``stood_in``: an operator call profiled in no step (other shapes than every profiled launch's: a serving
+    iteration's batch) that took the counters of another call's launch at its position: an estimate.
     """
     cols = ["stage", "step", "seq", "class_key", "structure", "kernel", "duration_ns"]
     out = ranged[cols].copy()
@@ -83,30 +77,12 @@ def launch_values(
     if by_call:
         per_call = strict(out[calls & (out["profiled"] > 0)].groupby(["stage", "class_key"])[COUNTERS], "mean")
         _fill(out, calls & (out["profiled"] == 0), per_call, ["stage", "class_key"])
-    if stand_ins is not None and not stand_ins.empty:
-        _stand_in(out, stand_ins)
     win = pd.Series(pd.MultiIndex.from_frame(out[["stage", "step"]]).isin(list(chosen)), index=out.index)
     slots = strict(out[win].groupby(["stage", "structure", "seq"])[COUNTERS], "mean")
     by_position = ~win & out[COUNTERS].isna().all(axis=1)
     _fill(out, by_position, slots, ["stage", "structure", "seq"])
-    out["stood_in"] = out["stood_in"] | (by_position & calls & out[COUNTERS].notna().any(axis=1)).to_numpy()
+    out["stood_in"] = (by_position & calls & out[COUNTERS].notna().any(axis=1)).to_numpy()
     return out
-
-
-def _stand_in(out: pd.DataFrame, stand_ins: pd.DataFrame) -> None:
-    """Counters of each stand-in launch that has none, from its reference step's launch (filled before it: the
-    plan lists a reference's own stand-ins first); such a launch is ``stood_in``."""
-    for (stage, step), mine in stand_ins.groupby(["stage", "step"], sort=False):
-        ref_step = int(mine["ref_step"].iloc[0])
-        ref = out[(out["stage"] == stage) & (out["step"] == ref_step)].set_index("seq")[COUNTERS]
-        here = out[(out["stage"] == stage) & (out["step"] == step) & out[COUNTERS].isna().all(axis=1)]
-        wanted = here[here["seq"].isin(mine["seq"])]
-        if wanted.empty:
-            continue
-        to_ref = mine.set_index("seq")["ref_seq"]
-        looked = ref.reindex(to_ref.loc[wanted["seq"]].to_numpy())
-        out.loc[wanted.index, COUNTERS] = looked.to_numpy()
-        out.loc[wanted.index, "stood_in"] = looked.notna().any(axis=1).to_numpy()
 
 
 def _fill(out: pd.DataFrame, rows: pd.Series, table: pd.DataFrame, keys: list[str]) -> None:

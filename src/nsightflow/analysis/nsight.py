@@ -37,7 +37,7 @@ from nsightflow.analysis.focus import Focus
 from nsightflow.analysis.steps import step_table, stood_in_shares
 from nsightflow.capture.read import attribution, ncu_csv
 from nsightflow.capture.read.matching import match_to_plan
-from nsightflow.capture.read.plan import CapturePlan, chosen_pairs, expected_frame, stand_in_frame
+from nsightflow.capture.read.plan import CapturePlan, chosen_pairs, expected_frame
 from nsightflow.errors import InputError
 from nsightflow.precisions import SIMT
 from nsightflow.records import CaptureRecord, Ceilings, Diagnostic, Manifest
@@ -98,7 +98,7 @@ def aggregate_run(
     check_dram_floor(matched, caches_flushed(capture_record), str(run.export))
     wall = program_wall(run.manifest)
     classes, kernels, stages, per_step = tables(
-        tl, matched, chosen_pairs(plan), analytic, pk, focus, plan.mode != "every_launch", wall, stand_in_frame(plan)
+        tl, matched, chosen_pairs(plan), analytic, pk, focus, plan.mode == "representatives", wall
     )
     notes = [note("capture", f"{MODE_TEXT[plan.mode]}."), wall_note(wall[0], "nsys", tl.probe_stands_in, stages)]
     estimates = []
@@ -111,15 +111,9 @@ def aggregate_run(
                 f", in steps {s.sampled_steps} of {s.steps}"
                 + (f" and {s.extra_steps} (launch sequences no sampled step has)" if s.extra_steps else "")
                 + (
-                    f"; step(s) {before} launched only calls profiled in an earlier step, or launches standing in "
-                    "for one, so none of theirs was"
+                    f"; step(s) {before} launched only calls profiled in an earlier step, so none of theirs was"
                     if before
                     else ""
-                )
-                + "".join(
-                    f"; step {x.step}'s {len(x.pairs)} launches of the same kernel at the aligned place in step "
-                    f"{x.reference}'s launch sequence took its counters (capture mode differences)"
-                    for x in s.stand_ins
                 )
                 + "; the other steps scaled launch by launch from the same calls, or from the sampled steps' launch "
                 "at the same position"
@@ -128,13 +122,12 @@ def aggregate_run(
             text += (
                 f"; {stood[stage]:.1%} of its GPU time is in operator calls profiled in no step (shapes no profiled "
                 "step had: a serving iteration's batch, a growing cache), which take the counters of the launch at "
-                "their position in the profiled steps of the same launch sequence (or at their aligned place in "
-                "another sequence's, capture mode differences): estimates"
+                "their position in the profiled steps of the same launch sequence: estimates"
             )
         notes.append(note(stage, f"{text}."))
         if s.profiled < s.launches:
             estimates.append(Diagnostic("estimate", stage, text))
-    whole = [w for w in plan.windows if w.units is None and plan.mode != "every_launch"]
+    whole = [w for w in plan.windows if w.units is None and plan.mode == "representatives"]
     for w in whole:
         notes.append(note(w.stage, f"step {w.step}: {w.why}."))
     if run.ranges_export and run.ranges_plan:

@@ -13,12 +13,8 @@ For a stage that runs several steps (decode, iterations), the sampled steps are 
 steps a launch takes its call's counters, or, where no call identifies it (a replayed CUDA graph,
 compiled code), those of the launch at the same position in the sampled steps that launch the same
 kernels in the same order (the same *structure*); a structure that no sampled step has gets its first
-step profiled too. With ``mode='differences'`` that step profiles only the launches where its sequence differs from
-the nearest earlier chosen step's (difflib's alignment of their kernels); each of the others takes the counters of the
-launch of the same kernel at its aligned place there (a *stand-in*: an estimate, as a later step's launch at its
-position is), so that a serving loop's launch sequences, which differ by batch in a few GEMM choices, cost a few
-launches each instead of a whole step. With ``mode='every_launch'`` every launch of the chosen steps is profiled
-instead (for workloads where identical calls do different work, e.g. data-dependent routing).
+step profiled too. With ``mode='every_launch'`` every launch of the chosen steps is profiled instead
+(for workloads where identical calls do different work, e.g. data-dependent routing).
 
 Windows are stage steps of the probe pass (nsightflow.capture.inside.probe). A step whose probe pass launched exactly
 the kernels of its ranged pass, in the same order, gets windows around the units (operators, gaps)
@@ -38,14 +34,13 @@ import pandas as pd
 from nsightflow import files
 from nsightflow.capture.read.attribution import Timeline, call_classes, read_timeline
 from nsightflow.capture.read.comm import is_comm
-from nsightflow.capture.read.sequences import nearest_sequence
 from nsightflow.errors import ConfigError, PlanError, RecordError
 from nsightflow.records import SCHEMA, load_object
 
 # config ncu.capture: one launch per class of identical launches, or every launch of the sampled steps.
-CaptureMode = Literal["representatives", "differences", "every_launch"]
+CaptureMode = Literal["representatives", "every_launch"]
 
-MODES = ("representatives", "differences", "every_launch")
+MODES = ("representatives", "every_launch")
 
 
 def resolve_steps(spec: list[Any], repeats: int) -> list[int]:
@@ -91,22 +86,11 @@ EXPECTED_COLUMNS = [f.name for f in fields(PlannedLaunch)]
 
 
 @dataclass
-class StandIn:
-    """A chosen step's launches that take the counters of the launch of the same kernel (and block) at the aligned
-    place in an earlier chosen step's launch sequence (capture mode 'differences'): ``pairs``, [seq, the reference
-    step's seq] of each launch profiled neither in its step nor as a call profiled before."""
-
-    step: int
-    reference: int
-    pairs: list[list[int]]
-
-
-@dataclass
 class StagePlan:
     """What the plan chose in one stage: its steps in the timeline, the sampled ones and the extra ones (launch
     sequences no sampled step has), its launch sequences, launches and communication launches (None: a plan made
-    before it counted them), and what it profiles: launches, classes, the steps every call of which an earlier
-    step profiled, and the launches that take another step's counters (capture mode 'differences')."""
+    before it counted them), and what it profiles: launches, classes, and the steps every call of which an earlier
+    step profiled."""
 
     steps: int
     sampled_steps: list[int]
@@ -117,7 +101,6 @@ class StagePlan:
     profiled: int = 0
     classes: int = 0
     steps_profiled_before: list[int] = field(default_factory=list)
-    stand_ins: list[StandIn] = field(default_factory=list)
 
 
 @dataclass
@@ -161,14 +144,10 @@ class CapturePlan:
         try:
             windows = [Window(**w) for w in data["windows"]]
             expected = [PlannedLaunch(**e) for e in data["expected"]]
-            stages = {str(k): _stage_plan(v) for k, v in (data.get("stages") or {}).items()}
+            stages = {str(k): StagePlan(**v) for k, v in (data.get("stages") or {}).items()}
         except (TypeError, ValueError, AttributeError) as exc:
             raise RecordError(f"{path}: a window, planned launch or stage is malformed ({exc}); {fix}") from exc
         return cls(data["mode"], data["domain"], windows, expected, stages)
-
-
-def _stage_plan(data: dict[str, Any]) -> StagePlan:
-    return StagePlan(**{**data, "stand_ins": [StandIn(**x) for x in data.get("stand_ins") or []]})
 
 
 def _stage_order(tl: Timeline) -> list[str]:
@@ -219,28 +198,14 @@ def plan_capture(tl: Timeline, domain: str, sample_steps: list[Any], mode: Captu
     # Operator calls already profiled in an earlier chosen step of the stage: the same call does the same work in
     # every step (a training loop's iterations, a decode step's GEMMs), so a later step profiles only what is new.
     profiled_calls: dict[str, set[str]] = {stage: set() for stage in summary}
-    earlier: dict[str, list[tuple[int, pd.DataFrame]]] = {stage: [] for stage in summary}  # chosen steps' launches
     for stage, step in tl.ranges.sort_values("start")[["stage", "step"]].itertuples(index=False):
         if (stage, step) not in chosen:
             continue
         r = ranged[(ranged["stage"] == stage) & (ranged["step"] == step)].sort_values("seq")
         p = probe[(probe["stage"] == stage) & (probe["step"] == step)].sort_values("seq")
         r, p = r[~is_comm(r["kernel"])], p[~is_comm(p["kernel"])]  # never profiled (nsightflow.capture.read.comm)
-        known = profiled_calls[stage] if mode != "every_launch" else set()
-        reference: int | None = None
-        aligned: list[list[int]] = []
-        if mode == "differences" and step in summary[stage].extra_steps and earlier[stage]:
-            reference, aligned = nearest_sequence(earlier[stage], r)
-        earlier[stage].append((int(step), r))
-        window, rows = _window(stage, int(step), r, p, mode, known, {seq for seq, _ in aligned})
-        if reference is not None:
-            took = set(rows["class_key"]) | known
-            cls = dict(zip(r["seq"], r["class_key"], strict=True))
-            pairs = [pair for pair in aligned if cls[pair[0]] not in took]
-            if pairs:
-                summary[stage].stand_ins.append(StandIn(int(step), reference, pairs))
-                if window is not None:
-                    window.why += f"; {len(pairs)} launches take step {reference}'s counters at their aligned place"
+        known = profiled_calls[stage] if mode == "representatives" else set()
+        window, rows = _window(stage, int(step), r, p, mode, known)
         if window is None:
             summary[stage].steps_profiled_before.append(int(step))
             continue
@@ -271,17 +236,10 @@ def _plain(v: Any) -> Any:
 
 
 def _window(
-    stage: str,
-    step: int,
-    ranged: pd.DataFrame,
-    probe: pd.DataFrame,
-    mode: str,
-    known: set[str],
-    aligned: set[int],
+    stage: str, step: int, ranged: pd.DataFrame, probe: pd.DataFrame, mode: str, known: set[str]
 ) -> tuple[Window | None, pd.DataFrame]:
     """The window of one stage step and the launches it profiles (in launch order); no window where every class
-    of the step is an operator call in ``known`` (profiled in an earlier step of the stage) or has a launch
-    ``aligned`` (seq) with one of an earlier step that stands in for it."""
+    of the step is an operator call in ``known`` (profiled in an earlier step of the stage)."""
     whole = ranged.assign(unit=-1)
     if mode == "every_launch":
         return Window(stage, step, None, "every launch of the step (capture mode every_launch)"), whole
@@ -312,8 +270,8 @@ def _window(
         ), whole
     units: list[int] = []
     covered: set[str] = set(known)
-    for cls, unit, seq in zip(probe["class_key"], probe["unit"], probe["seq"], strict=True):
-        if cls not in covered and seq not in aligned:
+    for cls, unit in zip(probe["class_key"], probe["unit"], strict=True):
+        if cls not in covered:
             units.append(int(unit))
             covered |= set(probe.loc[probe["unit"] == unit, "class_key"])
     if not units:
@@ -342,18 +300,6 @@ def check_stages(tl: Timeline) -> None:
         )
 
 
-def stand_in_frame(plan: CapturePlan) -> pd.DataFrame:
-    """The plan's stand-ins, one row a launch (stage, step, seq, ref_step, ref_seq), in the plan's order (a
-    reference step's own stand-ins come before those that take its counters)."""
-    rows = [
-        (stage, x.step, seq, x.reference, ref)
-        for stage, s in plan.stages.items()
-        for x in s.stand_ins
-        for seq, ref in x.pairs
-    ]
-    return pd.DataFrame(rows, columns=["stage", "step", "seq", "ref_step", "ref_seq"])
-
-
 def expected_frame(plan: CapturePlan) -> pd.DataFrame:
     return pd.DataFrame([asdict(e) for e in plan.expected], columns=EXPECTED_COLUMNS)
 
@@ -373,15 +319,7 @@ def make_plan(
                 f"profiling {s.profiled} ({s.classes} classes) in steps {s.sampled_steps} + {s.extra_steps}\n"
             )
             if s.steps_profiled_before:
-                fh.write(
-                    f"{stage}: steps {s.steps_profiled_before} need no window: every call profiled before, or "
-                    "stood in for\n"
-                )
-            for x in s.stand_ins:
-                fh.write(
-                    f"{stage} step {x.step}: {len(x.pairs)} launches take step {x.reference}'s counters (the same "
-                    "kernel at the aligned place in its launch sequence): estimates\n"
-                )
+                fh.write(f"{stage}: steps {s.steps_profiled_before} need no window: every call profiled before\n")
         for w in plan.windows:
             fh.write(f"window {w.stage} step {w.step}: {w.why}\n")
     return plan
