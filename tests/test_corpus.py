@@ -252,13 +252,15 @@ def _own_clock(argv: list[str], folder: Path, record: Path) -> dict[str, Any]:
     device = argv[at("--device") + 1]
     cmd += ["--new", str(NEW), "--long", str(LONG), "--rounds", str(OWN_ROUNDS[device]), "--device", device]
     cmd += ["--hook", str(record)] + (["--compile"] if "--compile" in argv else [])
-    cmd += ["--every", f"{step_clock.EVERY},1"]  # the hook as it is, and with every step clocked, in turns
+    # the hook as it is, with no step clocked on the GPU (its Python alone), and with every step clocked, in turns
+    cmd += ["--every", f"{step_clock.EVERY},0,1"]
     out = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, check=True, timeout=900).stdout
     got = json.loads(out.strip().splitlines()[-1])
     plain = got["step_s"]
     for name, times in (
         ("plain", got),
-        *((f"under the timed hook, 1 step in {k} clocked", v) for k, v in got["every"].items()),
+        *((f"under the timed hook, {f'1 step in {k}' if k != '0' else 'no step'} clocked", v)
+          for k, v in got["every"].items()),  # fmt: skip
     ):
         new, long = ([round(x * 1e3, 3) for x in times[k]] for k in ("new", "long"))
         print(f"gpt-fast in one process, {name}, {NEW} and {LONG} new tokens in turns: {new} and {long} ms")

@@ -126,6 +126,7 @@ def host(tracker: Any) -> dict[str, Any]:
         tracker.push("nsightflow.host", "pair")
         tracker.pop("nsightflow.host")
 
+    tracker.inside = False  # the hook following the ranges, as in its rounds (the rounds ended with it bypassed)
     facts: dict[str, Any] = {}
     for key, path in (("clocksource", "/sys/devices/system/clocksource/clocksource0/current_clocksource"),):
         try:
