@@ -259,8 +259,10 @@ def _own_clock(argv: list[str], folder: Path, record: Path) -> dict[str, Any]:
     plain = got["step_s"]
     for name, times in (
         ("plain", got),
-        *((f"under the timed hook, {f'1 step in {k}' if k != '0' else 'no step'} clocked", v)
-          for k, v in got["every"].items()),  # fmt: skip
+        *(
+            (f"under the timed hook, {f'1 step in {k}' if k != '0' else 'no step'} clocked", v)
+            for k, v in got["every"].items()
+        ),
     ):
         new, long = ([round(x * 1e3, 3) for x in times[k]] for k in ("new", "long"))
         print(f"gpt-fast in one process, {name}, {NEW} and {LONG} new tokens in turns: {new} and {long} ms")
