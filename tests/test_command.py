@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -579,7 +580,9 @@ def test_a_window_profiles_only_its_steps_of_a_long_loop(tmp_path):
     functions = {"prefill": "engine:Engine.prefill", "decode": "engine:Engine.step"}
     workload = {"name": "loop", "command": argv, "cwd": str(folder), "step_functions": functions}
     work = torch_workflow(tmp_path, [{**workload, "window": {"start": start, "steps": n}}])
+    began = time.time()
     snakemake(work, "--cores", "1", "results/report.html")
+    ended = time.time()
     run = work / "results" / "loop"
     manifest = json.loads((run / "manifest.json").read_text())
     assert [s["name"] for s in manifest["stages"]] == ["decode"]
@@ -598,6 +601,13 @@ def test_a_window_profiles_only_its_steps_of_a_long_loop(tmp_path):
     # the timed run serves every step; the launches under torch.profiler and for the count end after the window's
     log = (run / "logs" / "torch_profile.log").read_text()
     assert log.count(f"served {steps} steps") == 1 and log.count("the window's last step has ended") == 2
+    # when each launch's program ran, on the wall clock: the timed run's, then the one under torch.profiler
+    spans = re.search(
+        r"timed run's program ran from ([\d.]+) to ([\d.]+); under torch.profiler from ([\d.]+) to ([\d.]+)", log
+    )
+    assert spans is not None, log[-2000:]
+    t0, t1, p0, p1 = map(float, spans.groups())
+    assert began < t0 < t1 <= p0 < p1 < ended
 
 
 def test_a_serving_loops_steps_are_grouped_by_their_batch_mix(tmp_path):

@@ -80,6 +80,7 @@ class Tracker:
         self.gpu = step_clock.GpuSpans()  # timed: ranges' spans on the GPU's clock, by index in ranges
         self.clocked = step_clock.Sampler()  # timed: which candidate steps are clocked on the GPU
         self.started = time.perf_counter()
+        self.started_epoch = time.time()  # the install, on the wall clock (the job's log sets the runs side by side)
         self.started_ns = time.perf_counter_ns()  # the install, on the ranges' clock (a first step's delay from it)
         self.inside = False  # the hook's own NVTX calls are not the program's
         self.actions: Any = None  # what each mode does at step boundaries (Actions), made at the first step
@@ -250,6 +251,7 @@ class Tracker:
             "mode": self.s.mode,
             "pid": os.getpid(),
             "program_wall_s": time.perf_counter() - self.started,
+            "epoch": [self.started_epoch, time.time()],  # the install and this record, on the wall clock
             "started_ns": self.started_ns,
             "steps": self.walls,  # the host's: a timed run's walls are its ranges' (discovery reads them)
             "stage_order": list(self.walls),

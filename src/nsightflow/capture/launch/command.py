@@ -32,7 +32,7 @@ from nsightflow.capture.launch import nsys
 from nsightflow.capture.launch.children import identity
 from nsightflow.capture.launch.hook_site import program_tmp, site_dir
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
-from nsightflow.capture.launch.tools import publish_nsys, run_tool, tool_warnings, write_manifest
+from nsightflow.capture.launch.tools import note, publish_nsys, run_tool, tool_warnings, write_manifest
 from nsightflow.capture.read.comm import REPLAY_SAFE_ENV
 from nsightflow.capture.read.own_metrics import own_metrics
 from nsightflow.capture.read.warmup import Window
@@ -243,6 +243,19 @@ def count_how(found: Discovery, separate: bool) -> str:
     )
 
 
+def _spans_note(timed: list[dict[str, Any]], runs: list[dict[str, Any]], tool: str) -> str:
+    """When each run's program ran (its processes' hooks, from install to record, on the wall clock): where a job's
+    time went (its programs' start-up, steps and exit) beside the profiler's own span in the log."""
+
+    def span(records: list[dict[str, Any]]) -> str:
+        times = [r["epoch"] for r in records if r.get("epoch")]
+        if not times:
+            return "not recorded"
+        return f"from {min(t[0] for t in times):.3f} to {max(t[1] for t in times):.3f}"
+
+    return f"the timed run's program ran {span(timed)}; under {tool} {span(runs)} (epoch s)"
+
+
 def _timed(
     call: CommandCall,
     tmp: str,
@@ -317,6 +330,7 @@ def timeline(
         wrap = nsys.profile_argv(nsys_bin, tmp_base, [], capture_range="stop" if probe.capture_range else "")
         found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap)
         profiled = primary(runs, call.rank)
+        note(log, _spans_note(timed, runs, "nsys"))
         same_steps(found, profiled, "nsys")
         publish_nsys(tmp_base, rep, sqlite_out, log)
         # A program that compiles ran unprobed under nsys (the gate said so): it is counted in a run of its own.
@@ -355,6 +369,7 @@ def torch_profile(call: CommandCall, trace: str | Path, out: ProfileOutputs, run
         hook = replace(hook, end_after_steps=call.steps_window() is not None)  # a window: the program ends after it
         runs = _run(call, hook, log, timeout_s, [])
         profiled = primary(runs, call.rank)
+        note(log, _spans_note(timed, runs, "torch.profiler"))
         same_steps(found, profiled, "torch.profiler")
         counted = _count(call, found, tmp, flops, ceilings, log, timeout_s)
         extra = {k: counted[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}

@@ -13,7 +13,6 @@ capture is always the one its plan asks for.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -25,7 +24,7 @@ from nsightflow.capture.inside.progress import LaunchProgress
 from nsightflow.capture.launch import ncu
 from nsightflow.capture.launch.ncu_inputs import CaptureFiles, Counters, PlanSource, read_plan
 from nsightflow.capture.launch.ncu_settings import NcuSettings
-from nsightflow.capture.launch.tools import append_log, require, run_tool
+from nsightflow.capture.launch.tools import append_log, note, require, run_tool
 from nsightflow.errors import CaptureError, MatchError, ToolError
 from nsightflow.records import CaptureRecord
 
@@ -94,13 +93,6 @@ def _counted(c: Counters) -> str:
 
 def _filtered(comm: bool) -> str:
     return ", NCCL's kernels left out" if comm else ""
-
-
-def _note(log: str | Path, text: str) -> None:
-    """A line for the terminal and the job's log."""
-    print(f"[nsightflow] {text}", file=sys.stderr, flush=True)
-    with open(log, "a") as fh:
-        fh.write(f"\n[nsightflow] {text}\n")
 
 
 def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, programs: list[Launch]) -> None:
@@ -174,7 +166,7 @@ def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, pro
             try:
                 out, rc = launch(argv, program, progress, planner)
             except _Replan as exc:
-                _note(log, f"{exc}: ncu started again with them")
+                note(log, f"{exc}: ncu started again with them")
                 planner.publish()
                 argv = planner.wanted
                 out, rc = launch(argv, program, progress)
@@ -196,7 +188,7 @@ def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, pro
             if i == len(tries) - 1 or not (isinstance(exc, MatchError) or ncu.differs_from_plan(out, rc, expected)):
                 raise
             set_aside = str(exc).splitlines()[0][:500]
-            _note(
+            note(
                 log,
                 f"the capture of the program's first pass differs from the plan ({set_aside}): that pass is not the "
                 "program's steady state; capturing again after its warm-up passes",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -123,6 +124,13 @@ def require(binary: str) -> None:
 
     if not found(binary):
         raise ToolError(f"{binary!r} not found on PATH: install it or set its path under `tools:` in the config")
+
+
+def note(log: str | Path, text: str) -> None:
+    """A line for the terminal and the job's log."""
+    print(f"[nsightflow] {text}", file=sys.stderr, flush=True)
+    with open(log, "a") as fh:
+        fh.write(f"\n[nsightflow] {text}\n")
 
 
 def append_log(log: str | Path, argv: list[str], text: str) -> None:
