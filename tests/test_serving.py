@@ -259,6 +259,16 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
           f"not counted: {counts.get('not_counted')}")  # fmt: skip
     jobs = {t.stem: float(pd.read_csv(t, sep="\t")["s"].iloc[0]) for t in (run / "benchmarks").glob("*.tsv")}
     print(f"serving on the GPU, seconds by job: {jobs}")
+    timeline_log = (run / "logs" / "timeline.log").read_text(errors="replace")
+    nsys_ran = re.search(r"; ran from ([0-9.]+) to ([0-9.]+)", timeline_log)  # the profiler's own span
+    programs = re.search(r"timed run's program ran from ([0-9.]+) to ([0-9.]+); under nsys from ([0-9.]+) to ([0-9.]+)",
+                         timeline_log)  # fmt: skip
+    if nsys_ran and programs:  # where the timeline job's time went, from its log (s from nsys's start)
+        n0, n1 = map(float, nsys_ran.groups())
+        t0, t1, p0, p1 = (float(x) - n0 for x in programs.groups())
+        print(f"serving on the GPU, the timeline job: the timed run's program {t0:.1f} to {t1:.1f} s, the one under "
+              f"nsys {p0:.1f} to {p1:.1f} s (its steps after the timed run's end), nsys's end {n1 - n0:.1f} s "
+              f"(its import and export {n1 - n0 - p1:.1f} s)")  # fmt: skip
     ncu_log = (run / "logs" / "ncu_capture.log").read_text(errors="replace")
     passes = Counter(re.findall(r"==PROF== Profiling .* (\d+) pass", ncu_log))
     metrics = next((ln for ln in ncu_log.splitlines() if "--metrics" in ln), "")
