@@ -10,7 +10,8 @@
 # Two sessions at once on a machine of two GPUs: `WAIT=0 GPU=0 bash benchmarks/gpu_session.sh start <args>` and then
 # `GPU=1 bash benchmarks/gpu_session.sh start <other args>` in the same call, each seeing its GPU alone
 # (CUDA_VISIBLE_DEVICES); a call without start follows every session on the machine until all have ended or WAIT
-# passes. Tests that need two GPUs belong in a session without GPU set (it sees them all).
+# passes. Tests that need two GPUs belong in a session without GPU set (it sees them all), or with GPU=2,3; a session
+# started with AFTER=2_3 (that session's name) waits for it to end before its tests start.
 # Each session's tests have a TMPDIR of their own (tests/conftest.py), where ncu keeps the lock that makes ncu
 # processes take turns: on distinct GPUs two sessions' ncu captures ran at once and both completed (2026-11-28,
 # docs/gpu-host.md); two ncu processes with different locks on one GPU refused ("a driver resource was unavailable").
@@ -26,7 +27,10 @@ if [ "$1" = start ]; then
   export NSIGHTFLOW_CORPUS=$W/.corpus PYTHONUNBUFFERED=1
   [ -n "$GPU" ] && export CUDA_VISIBLE_DEVICES=$GPU
   printf '%q ' "$@" > $W.args
-  setsid nohup bash -c "cd $W && date +%s > $W.began && python3 -m pytest -m gpu -v -s -p no:cacheprovider -rA --tb=short --durations=0 --timeout=2400 --basetemp=$W-bt $(cat $W.args) > $W.log 2>&1; echo EXIT \$? >> $W.log" >/dev/null 2>&1 < /dev/null &
+  # AFTER=<another session's GPU list, as in its name> (e.g. 2_3): this one's tests wait until that session has ended
+  # (two-GPU tests first on GPUs 2 and 3, then a session on each of them alone)
+  wait_for=${AFTER:+"echo waiting for session $AFTER > $W.log; until grep -q '^EXIT' /tmp/nf-$AFTER.log 2>/dev/null; do sleep 5; done;"}
+  setsid nohup bash -c "cd $W && date +%s > $W.began && $wait_for python3 -m pytest -m gpu -v -s -p no:cacheprovider -rA --tb=short --durations=0 --timeout=2400 --basetemp=$W-bt $(cat $W.args) > $W.log 2>&1; echo EXIT \$? >> $W.log" >/dev/null 2>&1 < /dev/null &
   sleep 2
   cd - >/dev/null || exit 1
 fi
