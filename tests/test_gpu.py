@@ -926,6 +926,9 @@ def test_reports_from_another_machine_are_exported_and_analysed(run_dir, tmp_pat
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_interrupting_a_profile_stops_the_profiler_and_the_workload(tmp_path, how):
+    """Ctrl-C or SIGTERM to the workflow's group while the workload sleeps in its stage: the workload and every
+    harness of this workflow end, and no timeline is published. The workflow starts as a terminal's foreground job
+    (conftest.foreground_workflow): a test run started in the background ignores SIGINT, and so would its children."""
     import signal
 
     marker = tmp_path / "pid"
@@ -933,33 +936,24 @@ def test_interrupting_a_profile_stops_the_profiler_and_the_workload(tmp_path, ho
     env = _configure(
         work, workloads=[{"name": "w", "callable": "workloads:slow", "args": {"marker": str(marker), "seconds": 60}}]
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "results/report.html"],
-        cwd=work,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.time() + 180
-    while not (marker.exists() and marker.read_text()) and time.time() < deadline:
-        time.sleep(0.5)
-    workload = int(marker.read_text())  # the harness, a child of nsys
-    os.killpg(proc.pid, signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
-    proc.wait(timeout=120)
-    deadline = time.time() + 30
-    while os.path.exists(f"/proc/{workload}") and time.time() < deadline:
-        time.sleep(0.5)
+    proc = foreground_workflow(work, env)
+    try:
+        deadline = time.time() + 180
+        while not (marker.exists() and marker.read_text()) and time.time() < deadline:
+            time.sleep(0.5)
+        workload = int(marker.read_text())  # the first harness in its stage (the timed pass, or the one under nsys)
+        os.killpg(proc.pid, signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
+        proc.wait(timeout=120)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)  # a failure here must not leave this workflow to the next tests
+        proc.wait()
+        raise
+    gone = wait_gone([workload])  # a zombie has ended: only its reaping is left (by init, once its job has gone)
     ours = {str(p) for p in marked(os.environ[SUITE_ENV])}  # another test run's harness on this host is not ours
-    left = [
-        p
-        for p in subprocess.run(
-            ["pgrep", "-f", "nsightflow.capture.inside.harness"], capture_output=True, text=True
-        ).stdout.split()
-        if p in ours
-    ]
-    print(f"{how}: workload {workload} gone: {not os.path.exists(f'/proc/{workload}')}; harness processes left: {left}")
-    assert not os.path.exists(f"/proc/{workload}") and not left
+    harnesses = subprocess.run(["pgrep", "-f", "nsightflow.capture.inside.harness"], capture_output=True, text=True)
+    left = [p for p in harnesses.stdout.split() if p in ours]
+    print(f"{how}: workload {workload} gone: {gone}; harness processes left: {left}")
+    assert gone and not left
     assert not (work / "results" / "w" / "timeline" / "timeline.sqlite").exists()
 
 
@@ -1221,17 +1215,17 @@ def _check_ranks(run, parallel, reference, profiled_rank=0):
         assert row["launches"] - row["comm_launches"] == n_full and st.loc[stage, "coverage"] == 1
 
 
-def test_two_ranks_on_one_gpu_report_per_rank_stages(tmp_path):
-    # Two tensor-parallel ranks sharing one GPU, talking over gloo; rank 0 captured.
-    job = {"name": "tp1", "command": _torchrun("tensor"), "env": {"CUDA_VISIBLE_DEVICES": "0"}}
+def test_two_ranks_on_one_gpu_report_per_rank_stages(tmp_path, monkeypatch):
+    # Two tensor-parallel ranks sharing one GPU, talking over gloo; rank 0 captured. The GPU is the first this test
+    # run may use (a run given GPUs 2 and 3 of a host has CUDA_VISIBLE_DEVICES=2,3), never device 0 of the host,
+    # which another run may hold; the run's own setting is back as it was for the tests after this one.
+    one = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    job = {"name": "tp1", "command": _torchrun("tensor"), "env": {"CUDA_VISIBLE_DEVICES": one}}
     job["warmup_steps"] = 0  # the reference counts every step's launches
     results, seconds = _run(tmp_path, "ranks_one_gpu", workloads=[job])
-    print(f"two ranks on one GPU: workflow {seconds:.1f} s")
-    os.environ["CUDA_VISIBLE_DEVICES"] = "0"
-    try:
-        reference = _rank_reference(tmp_path, "tensor", ["prefill", "decode"])
-    finally:
-        del os.environ["CUDA_VISIBLE_DEVICES"]
+    print(f"two ranks on one GPU (device {one}): workflow {seconds:.1f} s")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", one)
+    reference = _rank_reference(tmp_path, "tensor", ["prefill", "decode"])
     _check_ranks(results / "tp1", "tensor", reference)
 
 
