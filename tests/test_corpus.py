@@ -407,6 +407,18 @@ def _plain_times(manifest: dict, plain: list[pd.DataFrame], log: Path, timed_log
           f"nsightflow's steady decode pace {ours * 1e3:.4f} ms ({ours / theirs_step - 1:+.2%})")  # fmt: skip
 
 
+def _shift(got: list[str], want: list[str]) -> str:
+    """Where a reference capture of a fixed launch count lies against the launches it was meant to hold (both as
+    kernel-name sequences): aligned, or began k launches early (the program launched k more before it under ncu than
+    in the timeline) or late, or matches at no shift up to a quarter of its length."""
+    for k in range(len(want) // 4):
+        if got[k:] == want[: len(want) - k]:
+            return "aligned" if k == 0 else f"began {k} launches early"
+        if k and got[: len(got) - k] == want[k:]:
+            return f"began {k} launches late"
+    return "matches at no shift"
+
+
 def _against_every_launch(run: Path, argv: list[str], folder: Path, base: Path, tuning: dict) -> None:
     """Each stage's measured tensor FLOPs and DRAM bytes per steady step against ncu over every launch of the last
     sample's ranges (its prefill and decode steps) in one run of the same command: the program alone under ncu, taking
@@ -433,6 +445,9 @@ def _against_every_launch(run: Path, argv: list[str], folder: Path, base: Path, 
     export = [ncu_bin, "--import", f"{base}.ncu-rep", "--page", "raw", "--csv", "--print-units", "base"]
     tail, _ = ncu_csv.parse_raw_csv(subprocess.run(export, capture_output=True, text=True, check=True).stdout)
     assert len(tail) == count
+    got_names = list(map(name_key, tail["Kernel Name"]))
+    want_names = [name_key(k) for r in steps for k in r["kernel"]]
+    print(f"the reference against the timeline's last sample: {_shift(got_names, want_names)}")
     stage, at = [], 0
     for st, step in zip(names, steps, strict=True):  # the reference's steps, kernel by kernel the timeline's
         block = tail["Kernel Name"].iloc[at : at + len(step)]
