@@ -7,12 +7,17 @@ and ms per profiled kernel (against the same flags with nothing profiled). One m
 page at the end of the capture itself (no ``ncu --import`` after it): whether it prints one.
 
 nsys: the 8B-shaped decoder's timeline launch (the workflow's flags), then with one flag changed; each row prints
-the launch's seconds and how long nsys worked after the program's end."""
+the launch's seconds and how long nsys worked after the program's end.
+
+``--rounds N --only "as captured" --only "no --nvtx" --no-nsys``: those ncu rows N times each, in turns, and each
+row's median (one launch per row is within the host's spread of another)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -25,7 +30,7 @@ from nsightflow import ncu_metrics
 from nsightflow.capture.launch import ncu, nsys
 
 
-def _ncu_rows(ncu_bin: str, tmp: str) -> None:
+def _ncu_rows(ncu_bin: str, tmp: str, rounds: int = 1, only: list[str] | None = None) -> None:
     bf16 = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     no_caches = [m for m in bf16 if not m.startswith(("lts__", "l1tex__"))]
 
@@ -47,9 +52,13 @@ def _ncu_rows(ncu_bin: str, tmp: str) -> None:
             ("--csv", "--page", "raw", "--print-units", "base", "--print-kernel-base", "mangled"),
         ),
     }
+    rows = {k: v for k, v in rows.items() if not only or k in only}
     idle = None
+    per_row: dict[str, list[float]] = {}
     print(f"{'ncu':24} {'profiled':>8} {'passes':>7} {'loop s':>7} {'ncu s':>7} {'ms/kernel':>10}", flush=True)
-    for name, (variant, metrics, drop, add) in {"nothing profiled": ("idle", bf16, (), ()), **rows}.items():
+    # rounds: the rows in turns, each round a launch of every row, so a drift of the host's pace falls on all of them
+    turns = [(name, spec) for _ in range(rounds) for name, spec in rows.items()]
+    for name, (variant, metrics, drop, add) in [("nothing profiled", ("idle", bf16, (), ())), *turns]:
         start = time.perf_counter()
         out = subprocess.run(
             argv(name.replace(" ", "_").replace("/", "_"), variant, metrics, drop, add),
@@ -64,6 +73,7 @@ def _ncu_rows(ncu_bin: str, tmp: str) -> None:
         idle = loop if idle is None else idle
         per = (loop - idle) / n * 1e3 if n else float("nan")
         print(f"{name:24} {n:>8} {str(passes):>7} {loop:7.2f} {total:7.2f} {per:10.1f}", flush=True)
+        per_row.setdefault(name, []).append(per)
         if name == "raw CSV at the end":
             csv_lines = [ln for ln in out.splitlines() if ln.startswith('"ID"') or ln.startswith('"0"')]
             print(
@@ -72,6 +82,10 @@ def _ncu_rows(ncu_bin: str, tmp: str) -> None:
                 flush=True,
             )
             print("  " + "\n  ".join(out.splitlines()[-4:])[:600], flush=True)
+    if rounds > 1:
+        for name, values in per_row.items():
+            if name != "nothing profiled":
+                print(f"{name:24} ms per profiled kernel, median of {len(values)}: {statistics.median(values):.1f}")
 
 
 def _nsys_rows(nsys_bin: str, tmp: str) -> None:
@@ -93,9 +107,15 @@ def _nsys_rows(nsys_bin: str, tmp: str) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1, help="launches of each ncu row, in turns")
+    parser.add_argument("--only", action="append", help="an ncu row's name (again for more); default: every row")
+    parser.add_argument("--no-nsys", action="store_true", help="leave out the nsys rows")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        _ncu_rows(shutil.which("ncu") or "ncu", tmp)
-        _nsys_rows(shutil.which("nsys") or "nsys", tmp)
+        _ncu_rows(shutil.which("ncu") or "ncu", tmp, args.rounds, args.only)
+        if not args.no_nsys:
+            _nsys_rows(shutil.which("nsys") or "nsys", tmp)
 
 
 if __name__ == "__main__":
