@@ -175,6 +175,7 @@ OWN_ROUNDS = {"cpu": 5, "cuda": 99}  # rounds of both lengths (a GPU's round tak
 OWN_STEP = 0.05  # nsightflow's steady decode pace (start to next start, stages.csv pace_ms) within 5% of that
 SAMPLED = 0.02  # the sampled step clock's steady mean pace and walls' sum within 2% of every step clocked
 REFERENCE_S = 900  # ncu over the last sample's launches
+GUARD = 32  # launches before the last sample profiled too: the run under ncu may launch a few fewer before it
 RANGES = [  # (a line of generate.py, the lines a user puts around it); the same indentation
     ("next_token = prefill(model, prompt.view(batch_size, -1), input_pos, **sampling_kwargs).clone()", "prefill"),
     ("next_token, next_prob = decode_one_token(", "decode"),
@@ -407,25 +408,16 @@ def _plain_times(manifest: dict, plain: list[pd.DataFrame], log: Path, timed_log
           f"nsightflow's steady decode pace {ours * 1e3:.4f} ms ({ours / theirs_step - 1:+.2%})")  # fmt: skip
 
 
-def _shift(got: list[str], want: list[str]) -> str:
-    """Where a reference capture of a fixed launch count lies against the launches it was meant to hold (both as
-    kernel-name sequences): aligned, or began k launches early (the program launched k more before it under ncu than
-    in the timeline) or late, or matches at no shift up to a quarter of its length."""
-    for k in range(len(want) // 4):
-        if got[k:] == want[: len(want) - k]:
-            return "aligned" if k == 0 else f"began {k} launches early"
-        if k and got[: len(got) - k] == want[k:]:
-            return f"began {k} launches late"
-    return "matches at no shift"
-
-
 def _against_every_launch(run: Path, argv: list[str], folder: Path, base: Path, tuning: dict) -> None:
     """Each stage's measured tensor FLOPs and DRAM bytes per steady step against ncu over every launch of the last
     sample's ranges (its prefill and decode steps) in one run of the same command: the program alone under ncu, taking
     the timed run's autotuning choices (ncu's own timing would pick other kernels), with the capture's own metric list
     (which counters share a replay pass changes what DRAM bytes a pass sees). The launches before that sample are
-    skipped, counted from the user's ranges in nsightflow's timeline (ncu's SASS counters cost about 0.3 s a launch),
-    and each of the reference's steps is checked kernel by kernel against the timeline's."""
+    skipped but the last GUARD, counted from the user's ranges in nsightflow's timeline (ncu's SASS counters cost about
+    0.3 s a launch); ncu profiles to the program's end, and the last sample is the capture's last launches: a run under
+    ncu that launches a few kernels more or fewer in the ranges before it (a CUDA graph recorded again) does not shift
+    it (on four H200s a reference of a fixed launch count once began before the sample). Each of the reference's steps
+    is checked kernel by kernel against the timeline's."""
     cmd = json.loads((run / "ncu" / "capture.cmd.json").read_text())["argv"]
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
     sqlite = run / "timeline" / "timeline.sqlite"
@@ -436,18 +428,21 @@ def _against_every_launch(run: Path, argv: list[str], folder: Path, base: Path, 
     skip = sum(len(r) for st in STAGES for r in ranges[st]) - count
     ncu_bin = shutil.which("ncu") or "ncu"
     ref = ncu.reference_argv(ncu_bin, base, "LLM", list(STAGES), metrics, argv)
-    ref = ref[: -len(argv)] + ["--launch-skip", str(skip), "--launch-count", str(count)] + argv
+    start = max(0, skip - GUARD)
+    ref = ref[: -len(argv)] + ["--launch-skip", str(start)] + argv
     env = tuned_env(base.parent / "tuned-site", tuning)
     began = time.monotonic()
     with open(f"{base}.log", "w") as log:  # a bound, so that a slow reference fails here with its log named
         subprocess.run(ref, check=True, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=REFERENCE_S)
-    print(f"ncu over the {count} launches of the last sample (after {skip}): {time.monotonic() - began:.0f} s")
     export = [ncu_bin, "--import", f"{base}.ncu-rep", "--page", "raw", "--csv", "--print-units", "base"]
-    tail, _ = ncu_csv.parse_raw_csv(subprocess.run(export, capture_output=True, text=True, check=True).stdout)
-    assert len(tail) == count
-    got_names = list(map(name_key, tail["Kernel Name"]))
-    want_names = [name_key(k) for r in steps for k in r["kernel"]]
-    print(f"the reference against the timeline's last sample: {_shift(got_names, want_names)}")
+    every, _ = ncu_csv.parse_raw_csv(subprocess.run(export, capture_output=True, text=True, check=True).stdout)
+    every = every.sort_values("ID", key=lambda ids: ids.astype(int)).reset_index(drop=True)
+    more = len(every) - (skip - start) - count  # launches in the ranges before the last sample, under ncu less timeline
+    print(f"ncu over the {len(every)} launches in the ranges after {start} ({time.monotonic() - began:.0f} s): the "
+          f"last sample's {count} at their end; under ncu the program launched {more:+d} kernels in its ranges before "
+          f"that sample against the timeline")  # fmt: skip
+    assert len(every) >= count, f"the reference holds {len(every)} launches, fewer than the last sample's {count}"
+    tail = every.iloc[-count:].reset_index(drop=True)
     stage, at = [], 0
     for st, step in zip(names, steps, strict=True):  # the reference's steps, kernel by kernel the timeline's
         block = tail["Kernel Name"].iloc[at : at + len(step)]
