@@ -461,9 +461,12 @@ def test_training_iterations_are_measured_from_one_and_cost_no_more(tmp_path):
 
 
 def _gpu_local_cpus() -> list[int]:
-    """A few CPUs of the GPU's NUMA node (its PCI device's local_cpulist), to run programs on the same cores."""
+    """A few CPUs of the GPU's NUMA node (its PCI device's local_cpulist), to run programs on the same cores. The GPU
+    is the first one this test run may use: nvidia-smi numbers the host's GPUs whatever CUDA_VISIBLE_DEVICES says, so
+    a run given GPU 2 of four pinned its programs to GPU 0's cores, which may be another NUMA node's."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"  # an index or a UUID
     bus = subprocess.run(
-        ["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", "0"], capture_output=True, text=True
+        ["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", first], capture_output=True, text=True
     ).stdout.strip()
     path = f"/sys/bus/pci/devices/{('0000' + bus[8:]).lower()}/local_cpulist"
     cpus: list[int] = []
