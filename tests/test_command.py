@@ -731,3 +731,43 @@ def test_a_timed_steps_wall_is_its_work_on_the_gpu_with_no_wait():
     assert step_clock.end_mark() is None  # nothing left to run: the range ended with its host span
     assert host_s < 0.5 * gpu_s and gpu_s == pytest.approx(alone_s, rel=0.05)
     assert settled[0][1] == 0 and at_s == pytest.approx(gpu_s, rel=0.05)
+    # A child forked with the clock's read events cached (a subprocess with a preexec_fn, as nsightflow's own runs
+    # start theirs) starts: the parent's events are not destroyed there (their destructors call CUDA, which aborted
+    # such a child on the GPU host).
+    assert step_clock._FREE
+    done = subprocess.run([sys.executable, "-c", "print('started')"], preexec_fn=os.getpid, capture_output=True)
+    assert (done.returncode, done.stdout) == (0, b"started\n"), done.stderr.decode()[-2000:]
+
+
+def test_a_forked_child_starts_with_no_events_and_destroys_none_of_its_parents():
+    """A child forked after the timed run has cached events (nsightflow.capture.inside.step_clock) starts with an empty
+    cache, and the parent's events are never destroyed in it: a CUDA event's destructor calls CUDA, which fails in a
+    child forked after CUDA's initialisation, and torch aborted such a child on the GPU host (the GPU test above runs a
+    real one). An object standing for an event tells, from its destructor, whether the child destroyed it."""
+    import gc
+
+    from nsightflow.capture.inside import step_clock
+
+    read, write = os.pipe()
+
+    class Event:
+        def __del__(self) -> None:
+            os.write(write, b"destroyed;")
+
+    step_clock._FREE.setdefault(0, []).append(Event())
+    step_clock._STREAMS[(0, 0, 1)] = Event()
+    pid = os.fork()
+    if pid == 0:  # the child: exits through os._exit (as a forked worker does), after a full collection
+        gc.collect()
+        os.write(write, b"empty;" if step_clock._FREE == {} and step_clock._STREAMS == {} else b"kept;")
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    os.write(write, b"end;")
+    told = b""
+    while not told.endswith(b"end;"):
+        told += os.read(read, 100)
+    step_clock._FREE.clear()  # the parent's own: destroyed here, as they would be at its exit
+    step_clock._STREAMS.clear()
+    os.close(write)
+    os.close(read)
+    assert status == 0 and told == b"empty;end;"

@@ -31,11 +31,17 @@ _STREAMS: dict[tuple[int, int, int], Any] = {}  # the current stream's objects, 
 
 
 def _forked() -> None:
-    """In a forked child: CUDA is not initialised there, and the parent's streams and events are not its own."""
-    global _CUDA
+    """In a forked child: CUDA is not initialised there, and the parent's streams and events are not its own. They
+    are left behind, never destroyed: an event's destructor calls CUDA, which fails in a child forked after CUDA's
+    initialisation, and torch then aborts the child (a ``subprocess`` with a ``preexec_fn``, a DataLoader's forked
+    workers). A new, empty cache takes their place."""
+    global _CUDA, _STREAMS, _FREE
     _CUDA = None
-    _STREAMS.clear()
-    _FREE.clear()
+    if _STREAMS or _FREE:
+        import ctypes
+
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object((_STREAMS, _FREE)))  # a reference no one holds: never freed
+    _STREAMS, _FREE = {}, {}
 
 
 os.register_at_fork(after_in_child=_forked)
