@@ -1399,6 +1399,7 @@ def test_a_compiled_command_runs_its_compiled_kernels_as_a_plain_nsys_run_does(t
     names = tail["Kernel Name"].iloc[:per_step].str[:40].tolist()
     places = list(zip(names, by_position.values.tolist(), strict=True))
     print(f"ncu over every launch, DRAM bytes per launch by position in the step (mean, min, max): {places}")
+    print(f"ncu over every launch, DRAM MB per steady step: {(dram.to_numpy() / 1e6).round(3).reshape(steady, -1)}")
     for raw_csv in sorted((run / "ncu").glob("*.raw.csv")):
         mine_raw, _ = ncu_csv.parse_raw_csv(raw_csv)
         bytes_ = mine_raw["dram__bytes_read.sum"] + mine_raw["dram__bytes_write.sum"]
