@@ -1400,12 +1400,24 @@ def test_a_compiled_command_runs_its_compiled_kernels_as_a_plain_nsys_run_does(t
     places = list(zip(names, by_position.values.tolist(), strict=True))
     print(f"ncu over every launch, DRAM bytes per launch by position in the step (mean, min, max): {places}")
     print(f"ncu over every launch, DRAM MB per steady step: {(dram.to_numpy() / 1e6).round(3).reshape(steady, -1)}")
-    for raw_csv in sorted((run / "ncu").glob("*.raw.csv")):
-        mine_raw, _ = ncu_csv.parse_raw_csv(raw_csv)
-        bytes_ = mine_raw["dram__bytes_read.sum"] + mine_raw["dram__bytes_write.sum"]
-        print(f"windowed {raw_csv.name}: {list(zip(mine_raw['Kernel Name'].str[:40], bytes_.tolist(), strict=True))}")
+    windowed = pd.concat([ncu_csv.parse_raw_csv(f)[0] for f in sorted((run / "ncu").glob("*.raw.csv"))])
+    both = windowed[list(ncu_csv.DRAM_BYTES)].values.tolist()
+    print(f"windowed reads, writes: {list(zip(windowed['Kernel Name'].str[:40], both, strict=True))}")
+    # Every sampled step holds the step's whole launch sequence: its bytes scaled to the steady steps.
+    scale = steady / (len(windowed) / per_step)
+    reads, writes = (float(windowed[c].sum()) * scale for c in ncu_csv.DRAM_BYTES)
+    full_reads, full_writes = (float(tail[c].sum()) for c in ncu_csv.DRAM_BYTES)
+    print(f"DRAM reads {reads:.6g} vs ncu over every launch {full_reads:.6g} ({reads / full_reads - 1:+.3%}); writes "
+          f"{writes:.6g} vs {full_writes:.6g}")  # fmt: skip
     assert len(own) == COMPILED["steps"] and abs(ratio - 1) < 0.05
-    assert abs(mt / t - 1) < 0.01 and abs(md / d - 1) < 0.01
+    assert abs(mt / t - 1) < 0.01
+    # The stage's DRAM bytes are its sampled launches' reads and writes, scaled; the reads (a GEMM's weights, read
+    # once) within 1% of ncu over every launch. A launch's writes are the bytes L2 wrote back while it ran: ncu saw
+    # the same GEMM write 5 KB to 120 KB or 0.75 to 1.0 MB of its 1-MB output, the larger state only after several
+    # steps of continuous profiling, and two captures of every launch a minute apart differ by 1.2% in all
+    # (benchmarks/ncu_dram_spread.py, docs/benchmarks.md); the total differs from the reference by at most its writes.
+    assert md == pytest.approx(reads + writes, rel=1e-6)
+    assert abs(reads / full_reads - 1) < 0.01 and abs(md - d) <= 0.01 * d + full_writes
 
 
 NO_RANGES = {"steps": 6, "accum": 2, "hidden": 1024, "batch": 512, "eval-every": 3, "eval-batches": 2}
