@@ -743,7 +743,8 @@ def test_a_forked_child_starts_with_no_events_and_destroys_none_of_its_parents()
     """A child forked after the timed run has cached events (nsightflow.capture.inside.step_clock) starts with an empty
     cache, and the parent's events are never destroyed in it: a CUDA event's destructor calls CUDA, which fails in a
     child forked after CUDA's initialisation, and torch aborted such a child on the GPU host (the GPU test above runs a
-    real one). An object standing for an event tells, from its destructor, whether the child destroyed it."""
+    real one), nor are a range's events still pending. An object standing for an event tells, from its destructor,
+    whether the child destroyed it."""
     import gc
 
     from nsightflow.capture.inside import step_clock
@@ -756,10 +757,14 @@ def test_a_forked_child_starts_with_no_events_and_destroys_none_of_its_parents()
 
     step_clock._FREE.setdefault(0, []).append(Event())
     step_clock._STREAMS[(0, 0, 1)] = Event()
+    spans = step_clock.GpuSpans()  # a range's events still pending (not yet read) when the program forks
+    spans.origin = start = Event()
+    spans.pending.append((0, start, Event()))
     pid = os.fork()
     if pid == 0:  # the child: exits through os._exit (as a forked worker does), after a full collection
         gc.collect()
-        os.write(write, b"empty;" if step_clock._FREE == {} and step_clock._STREAMS == {} else b"kept;")
+        empty = step_clock._FREE == step_clock._STREAMS == {} and not spans.pending and spans.origin is None
+        os.write(write, b"empty;" if empty else b"kept;")
         os._exit(0)
     _, status = os.waitpid(pid, 0)
     os.write(write, b"end;")
@@ -768,6 +773,8 @@ def test_a_forked_child_starts_with_no_events_and_destroys_none_of_its_parents()
         told += os.read(read, 100)
     step_clock._FREE.clear()  # the parent's own: destroyed here, as they would be at its exit
     step_clock._STREAMS.clear()
+    del spans, start
+    gc.collect()
     os.close(write)
     os.close(read)
     assert status == 0 and told == b"empty;end;"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import weakref
 from collections import deque
 from typing import Any
 
@@ -34,14 +35,17 @@ def _forked() -> None:
     """In a forked child: CUDA is not initialised there, and the parent's streams and events are not its own. They
     are left behind, never destroyed: an event's destructor calls CUDA, which fails in a child forked after CUDA's
     initialisation, and torch then aborts the child (a ``subprocess`` with a ``preexec_fn``, a DataLoader's forked
-    workers). A new, empty cache takes their place."""
+    workers). New, empty caches and pending lists take their place."""
     global _CUDA, _STREAMS, _FREE
     _CUDA = None
-    if _STREAMS or _FREE:
+    inherited = [_STREAMS, _FREE] + [(s.pending, s.origin) for s in _SPANS]
+    if _STREAMS or _FREE or any(s.pending for s in _SPANS):
         import ctypes
 
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object((_STREAMS, _FREE)))  # a reference no one holds: never freed
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(inherited))  # a reference no one holds: never freed
     _STREAMS, _FREE = {}, {}
+    for spans in _SPANS:
+        spans.pending, spans.origin = deque(), None
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -137,6 +141,7 @@ class Sampler:
 
 
 _FREE: dict[int, list[Any]] = {}  # device -> events whose times have been read, recorded again by the next marks
+_SPANS: weakref.WeakSet[GpuSpans] = weakref.WeakSet()  # every GpuSpans, whose pending events a forked child leaves
 
 
 def mark() -> Any:
@@ -184,6 +189,7 @@ class GpuSpans:
         self.pending: deque[tuple[int, Any, Any]] = deque()
         self.spans: dict[int, tuple[int, int]] = {}  # key -> (span, start from the origin), ns
         self.origin: Any = None
+        _SPANS.add(self)
 
     def add(self, key: int, start: Any, end: Any) -> None:
         """A range's events at its start and end; ``end`` None: its start only (its host span stands, span 0)."""
