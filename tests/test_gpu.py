@@ -460,11 +460,16 @@ def test_training_iterations_are_measured_from_one_and_cost_no_more(tmp_path):
     assert all(ncu.profiled_count(logs[n]) == len(plans[n]["expected"]) for n in logs)
 
 
+def _first_gpu() -> str:
+    """The first GPU this test run may use, as CUDA_VISIBLE_DEVICES names it (an index or a UUID; "0" unset)."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+
+
 def _gpu_local_cpus() -> list[int]:
     """A few CPUs of the GPU's NUMA node (its PCI device's local_cpulist), to run programs on the same cores. The GPU
     is the first one this test run may use: nvidia-smi numbers the host's GPUs whatever CUDA_VISIBLE_DEVICES says, so
     a run given GPU 2 of four pinned its programs to GPU 0's cores, which may be another NUMA node's."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"  # an index or a UUID
+    first = _first_gpu()
     bus = subprocess.run(
         ["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", first], capture_output=True, text=True
     ).stdout.strip()
@@ -1222,7 +1227,7 @@ def test_two_ranks_on_one_gpu_report_per_rank_stages(tmp_path, monkeypatch):
     # Two tensor-parallel ranks sharing one GPU, talking over gloo; rank 0 captured. The GPU is the first this test
     # run may use (a run given GPUs 2 and 3 of a host has CUDA_VISIBLE_DEVICES=2,3), never device 0 of the host,
     # which another run may hold; the run's own setting is back as it was for the tests after this one.
-    one = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    one = _first_gpu()
     job = {"name": "tp1", "command": _torchrun("tensor"), "env": {"CUDA_VISIBLE_DEVICES": one}}
     job["warmup_steps"] = 0  # the reference counts every step's launches
     results, seconds = _run(tmp_path, "ranks_one_gpu", workloads=[job])
