@@ -1,11 +1,15 @@
 """What each layer of a command's profiled launches costs the program's own pace: the command alone; under the hook
 timed (what the timed run adds); probed with no profiler (the operator probe and count); under nsys with its steps
 mirrored and no probe (what nsys's tracing adds); under nsys probed (the timeline job's launch); and under ncu with
-the hook's windows from an empty plan (what ncu adds to launches it never profiles); and the timed run as the timeline
-job runs it, beside the probed launch gated until it ends, under nsys (``beside-nsys``) or not (``beside``): what
-that neighbour does to the timed run. Each line: the program's own figure (its ``nsightflow-metrics`` tokens_per_s,
-tpot_ms_p50, ttft_ms_p50) and the launch's wall seconds, in rounds; a timed run's line also its first three
-steps: when each began after the hook's install, and its wall.
+the hook's windows from an empty plan (one launch of the last step profiled: what ncu adds to launches it never
+profiles), the same without ``--nvtx`` (``ncu-no-nvtx``: what ncu's NVTX tracking adds to them); with ``--plan`` (a
+capture plan of this program: a workflow's ``results/<run>/plan.json``), under ncu profiling that plan's launches
+with and without ``--nvtx`` (``ncu-plan``, ``ncu-plan-no-nvtx``: what a profiled launch costs, and the part of it
+ncu's NVTX stacks take); and the timed run as the timeline job runs it, beside the probed launch gated until it
+ends, under nsys (``beside-nsys``) or not (``beside``): what that neighbour does to the timed run. Each line: the
+program's own figure (its ``nsightflow-metrics`` tokens_per_s, tpot_ms_p50, ttft_ms_p50) and the launch's wall
+seconds, in rounds; a timed run's line also its first three steps: when each began after the hook's install, and its
+wall.
 
     python3 benchmarks/launch_layers.py --rounds 1 -- python3 -m nsightflow.workloads.serving --device cuda ...
     --step-function iteration=MODULE:QUALNAME   (a loop without ranges: its steps, as config step_functions)
@@ -22,11 +26,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from nsightflow import ncu_metrics
 from nsightflow.capture.inside.hook_settings import HookSettings
 from nsightflow.capture.launch import ncu, nsys
 from nsightflow.capture.launch.command import CommandCall, _run, _timed, timed_beside
+from nsightflow.capture.launch.tools import run_tool
 from nsightflow.capture.read.own_metrics import own_metrics
-from nsightflow.ncu_metrics import DEFAULT_METRICS
 
 
 def _figures(output: str) -> str:
@@ -47,12 +52,34 @@ def _first_steps(record: dict) -> str:
     return "  first steps " + ", ".join(f"{(r[4] - t0) / 1e9:.2f} s +{(r[5] - r[4]) / 1e6:.0f} ms" for r in ranges)
 
 
+def ncu_argv(ncu_bin: str, out: str, nvtx: bool = True, metrics: list[str] | None = None) -> list[str]:
+    """The capture's ncu prefix (its bf16 metrics unless others are given, kernel replay, caches flushed), with or
+    without ``--nvtx``."""
+    metrics = metrics or ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+    argv = ncu.capture_argv(
+        ncu_bin, out, [], metrics=metrics, replay_mode="kernel", clock_control="none", cache_control="all",
+        comm_filter=False,
+    )  # fmt: skip
+    return argv if nvtx else [a for a in argv if a != "--nvtx"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--step-function", action="append", default=[], help="STAGE=module:qualname")
     ap.add_argument("--step-input", action="append", default=[], help="STAGE=module:qualname (timed run only)")
-    ap.add_argument("--only", help="comma-separated layers (probe,nsys,nsys+probe,ncu,beside,beside-nsys)")
+    ap.add_argument(
+        "--only",
+        help="comma-separated layers (probe,nsys,nsys+probe,ncu,ncu-no-nvtx,ncu-plan,ncu-plan-no-nvtx,"
+        "ncu-plan-time,ncu-plan-no-caches,ncu-plan-no-peaks,beside,beside-nsys)",
+    )
+    ap.add_argument(
+        "--ncu-metrics",
+        action="append",
+        default=[],
+        help="NAME=metric,... : one more layer, ncu-plan-NAME, the plan profiled with those metrics",
+    )
+    ap.add_argument("--plan", type=Path, help="a capture plan of this program (plan.json) for the ncu-plan layers")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -77,25 +104,40 @@ def main() -> None:
         )
         base = HookSettings("probe", None, found.domain, found.stages, call.mirror, skip=found.skip)
         plan = Path(tmp) / "plan.json"
-        plan.write_text(json.dumps({"windows": []}))
+        # one window of one operator in the last step (the plan's, else the last the timed run saw): the program
+        # runs to its end under ncu, which profiles a launch or two of it
+        stage = next(iter(found.stages or []), "")
+        last = len(found.every_wall.get(stage, [])) - 1
+        if args.plan is not None:
+            w = json.loads(args.plan.read_text())["windows"][-1]
+            stage, last = w["stage"], w["step"]
+        plan.write_text(json.dumps({"windows": [{"stage": stage, "step": last, "units": [0]}]}))
         layers = {
             "probe": (replace(base, flops_out=f"{tmp}/f.json"), []),
             "nsys": (replace(base, mode="ranged"), nsys.profile_argv(nsys_bin, f"{tmp}/n1", [])),
             "nsys+probe": (replace(base, flops_out=f"{tmp}/f2.json"), nsys.profile_argv(nsys_bin, f"{tmp}/n2", [])),
-            "ncu": (
-                replace(base, mode="ncu", windows=str(plan)),
-                ncu.capture_argv(
-                    ncu_bin,
-                    f"{tmp}/c",
-                    [],
-                    metrics=list(DEFAULT_METRICS),
-                    replay_mode="kernel",
-                    clock_control="none",
-                    cache_control="all",
-                    comm_filter=False,
-                ),
-            ),
+            "ncu": (replace(base, mode="ncu", windows=str(plan)), ncu_argv(ncu_bin, f"{tmp}/c")),
+            "ncu-no-nvtx": (replace(base, mode="ncu", windows=str(plan)), ncu_argv(ncu_bin, f"{tmp}/c0", nvtx=False)),
         }
+        if args.plan is not None:
+            planned = str(args.plan.resolve())
+            layers["ncu-plan"] = (replace(base, mode="ncu", windows=planned), ncu_argv(ncu_bin, f"{tmp}/p"))
+            layers["ncu-plan-no-nvtx"] = (
+                replace(base, mode="ncu", windows=planned),
+                ncu_argv(ncu_bin, f"{tmp}/p0", nvtx=False),
+            )
+            full = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
+            variants = {
+                "ncu-plan-time": ["gpu__time_duration.sum"],
+                "ncu-plan-no-caches": [m for m in full if not m.startswith(("lts__", "l1tex__"))],
+                "ncu-plan-no-peaks": [m for m in full if not m.endswith(".peak_sustained")],
+            }
+            for spec in args.ncu_metrics:  # NAME=metric,metric: the plan profiled with those metrics only
+                name, _, listed = spec.partition("=")
+                variants[f"ncu-plan-{name}"] = listed.split(",")
+            for name, metrics in variants.items():
+                settings = replace(base, mode="ncu", windows=planned)
+                layers[name] = (settings, ncu_argv(ncu_bin, f"{tmp}/{name}", True, metrics))
         layers["beside"] = (replace(base, flops_out=f"{tmp}/f3.json"), [])
         layers["beside-nsys"] = (
             replace(base, flops_out=f"{tmp}/f4.json"),
@@ -110,9 +152,15 @@ def main() -> None:
             if name.startswith("beside"):
                 _, timed, runs = timed_beside(call, f"{tmp}/{i}", log, None, settings, wrap)
                 print(f"round {r} {name:11s} timed {_figures(timed[0]['output'])}" + _first_steps(timed[0]), flush=True)
+            elif name.startswith("ncu"):  # the hook ends the program after the plan's last window: no record
+                launch = call.launch(settings, Path(settings.out).parent)
+                said, _ = run_tool(wrap + launch.argv, log, None, gpu=True, env=launch.env, cwd=launch.cwd)
+                runs = [{"output": said}]
             else:
                 runs = _run(call, settings, log, None, wrap)
-            print(f"round {r} {name:11s} {_figures(runs[0]['output'])}  {time.monotonic() - began:6.1f} s", flush=True)
+            said = runs[0]["output"]
+            profiled = f"  {ncu.profiled_count(said)} profiled" if name.startswith("ncu") else ""
+            print(f"round {r} {name:11s} {_figures(said)}  {time.monotonic() - began:6.1f} s{profiled}", flush=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
