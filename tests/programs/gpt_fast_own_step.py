@@ -2,8 +2,10 @@
 its ``main()`` calls it (the model loaded, ``decode_one_token`` compiled as ``--compile`` compiles it, the call timed
 between two device synchronisations), for NEW and LONG new tokens in turns, so that the two lengths share the
 process's pace; the difference of their median times over the LONG - NEW extra steps is a decode step (set-up,
-prefill and copies, the same at both lengths, cancel). Run in gpt-fast's folder (pytorch-labs/gpt-fast, BSD-3-Clause:
-tests/test_corpus.py's corpus); prints one JSON line ``{"new": [s...], "long": [s...], "step_s": s}``.
+prefill and copies, the same at both lengths, cancel); and each decode step's own period, from one call of
+``decode_one_token`` to the next (a clock of this script's around generate.py's step function, in every arm alike):
+``period_s``, their median. Run in gpt-fast's folder (pytorch-labs/gpt-fast, BSD-3-Clause: tests/test_corpus.py's
+corpus); prints one JSON line ``{"new": [s...], "long": [s...], "step_s": s, "period_s": s}``.
 
 The KV cache is set up at the longer length first and kept (gpt-fast keeps a cache that is large enough), so both
 lengths replay the same compiled graph: the steps attend over the cache of PROMPT + LONG positions.
@@ -12,7 +14,8 @@ With ``--hook``, nsightflow's hook in its timed mode (what a command's timed run
 follows the ranges of generate.py in every other round, and lets them pass untouched in the others, in turns: in one
 process, whose pace both share, gpt-fast's own time per decode step without and with the hook (what the hook costs
 the program), and nsightflow's steady decode pace from the hook's record, found as a command's timed run finds it
-(nsightflow.capture.launch.discovery): ``"hooked": {"new", "long", "step_s", "pace_s"}`` beside the plain numbers.
+(nsightflow.capture.launch.discovery): ``"hooked": {"new", "long", "step_s", "period_s", "pace_s"}`` beside the
+plain numbers.
 ``--every N,M``: the hook's rounds once for each of its step clock's samplings (one step in N clocked on the GPU:
 nsightflow.capture.inside.step_clock.EVERY), in turns with the plain rounds; ``"hooked"`` is the first, each under
 ``"every"``; with 1 among them after another, its ``"sampled"``: what that other's sampling finds from the same
@@ -61,14 +64,28 @@ def main() -> None:
     encoded = torch.randint(0, 1024, (a.prompt,), device=a.device, dtype=torch.int64)  # main()'s synthetic prompt
     if a.compile:
         g.decode_one_token = torch.compile(g.decode_one_token, mode="reduce-overhead", fullgraph=True)
+    one_token = g.decode_one_token
+    calls: list[int] = []  # when each decode step called decode_one_token (ns): the program's own step clock
 
-    def timed(new: int) -> float:
+    def decode_one_token(*args: Any, **kwargs: Any) -> Any:
+        calls.append(time.perf_counter_ns())
+        return one_token(*args, **kwargs)
+
+    g.decode_one_token = decode_one_token  # decode_n_tokens looks it up in generate.py's globals at each step
+
+    def timed(new: int, steps: list[float] | None = None) -> float:
+        """One generate() of ``new`` tokens, timed as main() times it; ``steps``: its decode steps' periods (s), call
+        to next call, added there."""
         g.device_sync(device=a.device)
+        first = len(calls)
         t0 = time.perf_counter()
         g.generate(model, encoded, new, batch_size=1, draft_model=None, speculate_k=5, interactive=False,
                    callback=lambda x: x, temperature=0.8, top_k=200)  # fmt: skip
         g.device_sync(device=a.device)
-        return time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        if steps is not None:
+            steps += [(b - c) / 1e9 for c, b in zip(calls[first:], calls[first + 1 :], strict=False)]
+        return took
 
     def follow(on: bool) -> None:
         if tracker is not None:
@@ -82,6 +99,7 @@ def main() -> None:
     everys = [int(n) for n in a.every.split(",") if n] or [step_clock.EVERY]
     turns: list[int | None] = [None, *everys] if tracker is not None else [None]  # None: plain
     times: dict[int | None, tuple[list[float], list[float]]] = {k: ([], []) for k in turns}
+    periods: dict[int | None, list[float]] = {k: [] for k in turns}  # each arm's decode steps, call to next call
     ranges: dict[int, list[int]] = {k: [] for k in everys}  # the hook's ranges of each sampling's rounds
     for r in range(a.rounds):
         for k in turns[r % len(turns) :] + turns[: r % len(turns)]:
@@ -89,12 +107,13 @@ def main() -> None:
             first = len(tracker.ranges) if tracker is not None else 0
             if k is not None:
                 step_clock.EVERY = k
-            times[k][0].append(timed(a.new))
-            times[k][1].append(timed(a.long))
+            times[k][0].append(timed(a.new, periods[k]))
+            times[k][1].append(timed(a.long, periods[k]))
             if k is not None and tracker is not None:
                 ranges[k] += range(first, len(tracker.ranges))
     follow(False)
     out: dict[str, object] = {"new": times[None][0], "long": times[None][1], "step_s": per_step(*times[None], a)}
+    out["period_s"] = statistics.median(periods[None])
     if tracker is not None:
         record = tracker.record()
         every: dict[int, dict[str, object]] = {}
@@ -102,6 +121,7 @@ def main() -> None:
             mine = [record["ranges"][i] for i in ranges[k]]
             new, long = times[k]
             every[k] = {"new": new, "long": long, "step_s": per_step(new, long, a), **decode(mine)}
+            every[k]["period_s"] = statistics.median(periods[k])
             if k == 1 and everys[0] != 1:  # every step clocked: what the sampling would have found from them
                 every[k]["sampled"] = decode(sampled(mine, everys[0]), every[k]["skip"])  # the same steps
         out["hooked"], out["every"] = every[everys[0]], every
