@@ -1,15 +1,15 @@
 """What each layer of a command's profiled launches costs the program's own pace: the command alone; under the hook
 timed (what the timed run adds); probed with no profiler (the operator probe and count); under nsys with its steps
 mirrored and no probe (what nsys's tracing adds); under nsys probed (the timeline job's launch); and under ncu with
-the hook's windows from an empty plan (one launch of the last step profiled: what ncu adds to launches it never
-profiles), the same without ``--nvtx`` (``ncu-no-nvtx``: what ncu's NVTX tracking adds to them); with ``--plan`` (a
-capture plan of this program: a workflow's ``results/<run>/plan.json``), under ncu profiling that plan's launches
-with and without ``--nvtx`` (``ncu-plan``, ``ncu-plan-no-nvtx``: what a profiled launch costs, and the part of it
-ncu's NVTX stacks take); and the timed run as the timeline job runs it, beside the probed launch gated until it
-ends, under nsys (``beside-nsys``) or not (``beside``): what that neighbour does to the timed run. Each line: the
-program's own figure (its ``nsightflow-metrics`` tokens_per_s, tpot_ms_p50, ttft_ms_p50) and the launch's wall
-seconds, in rounds; a timed run's line also its first three steps: when each began after the hook's install, and its
-wall.
+a plan of one window, one operator of the last step (the program runs to its end under ncu, which profiles nothing
+or a launch or two: what ncu adds to launches it never profiles), the same without ``--nvtx`` (``ncu-no-nvtx``: what
+ncu's NVTX tracking adds to them); with ``--plan`` (a capture plan of this program: a workflow's
+``results/<run>/plan.json``), under ncu profiling that plan's launches with and without ``--nvtx`` (``ncu-plan``,
+``ncu-plan-no-nvtx``: what a profiled launch costs, and the part of it ncu's NVTX stacks take); and the timed run as
+the timeline job runs it, beside the probed launch gated until it ends, under nsys (``beside-nsys``) or not
+(``beside``): what that neighbour does to the timed run. Each line: the program's own figure (its
+``nsightflow-metrics`` tokens_per_s, tpot_ms_p50, ttft_ms_p50) and the launch's wall seconds, in rounds; a timed
+run's line also its first three steps: when each began after the hook's install, and its wall.
 
     python3 benchmarks/launch_layers.py --rounds 1 -- python3 -m nsightflow.workloads.serving --device cuda ...
     --step-function iteration=MODULE:QUALNAME   (a loop without ranges: its steps, as config step_functions)
@@ -105,7 +105,7 @@ def main() -> None:
         base = HookSettings("probe", None, found.domain, found.stages, call.mirror, skip=found.skip)
         plan = Path(tmp) / "plan.json"
         # one window of one operator in the last step (the plan's, else the last the timed run saw): the program
-        # runs to its end under ncu, which profiles a launch or two of it
+        # runs to its end under ncu, which profiles nothing or a launch or two of it
         stage = next(iter(found.stages or []), "")
         last = len(found.every_wall.get(stage, [])) - 1
         if args.plan is not None:
