@@ -778,3 +778,56 @@ def test_a_forked_child_starts_with_no_events_and_destroys_none_of_its_parents()
     os.close(write)
     os.close(read)
     assert status == 0 and told == b"empty;end;"
+
+
+def test_threads_pushing_ranges_at_once_keep_each_ranges_gpu_events(monkeypatch):
+    """The timed hook's ranges from several threads at once (a serving engine's thread beside the main one), thread
+    switches forced every microsecond: each range is recorded once, at its depth, and the GPU events of its start and
+    end are kept under its own index in the record (the push and pop take no lock unless the range is clocked). The
+    clock's events are stand-ins naming the thread and the range they were made for (no CUDA here)."""
+    import threading
+
+    from nsightflow.capture.inside import hook, step_clock
+    from nsightflow.capture.inside.hook_settings import HookSettings
+
+    made: dict[int, int] = {}  # thread -> marks made, in its order of pushes
+
+    def mark() -> tuple[int, int]:
+        tid = threading.get_ident()
+        made[tid] = made.get(tid, 0) + 1
+        return (tid, made[tid] - 1)
+
+    monkeypatch.setattr(step_clock, "mark", mark)
+    monkeypatch.setattr(step_clock, "end_mark", lambda: "end")
+    monkeypatch.setattr(step_clock, "EVERY", 1)
+    tracker = hook.Tracker(HookSettings("timed", ""))
+    added: list[tuple[int, object, object]] = []
+    monkeypatch.setattr(tracker.gpu, "add", lambda key, start, end: added.append((key, start, end)))
+    per, threads = 3000, 4
+
+    def loop() -> None:
+        for i in range(per):  # a top-level range (clocked), a nested one of its domain (not), one of another (clocked)
+            tracker.push("LLM", str(i))
+            tracker.push("LLM", "sub")
+            tracker.push("inner", str(i))
+            tracker.pop("inner")
+            tracker.pop("LLM")
+            tracker.pop("LLM")
+
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        workers = [threading.Thread(target=loop) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        sys.setswitchinterval(was)
+    ranges = tracker.ranges
+    assert len(ranges) == 3 * per * threads and len(added) == 2 * per * threads
+    depths = Counter((r[0], r[2]) for r in ranges)
+    assert depths == {("LLM", 0): per * threads, ("LLM", 1): per * threads, ("inner", 0): per * threads}
+    for key, (tid, n), end in added:  # the thread's n-th clocked push: its range n // 2, of LLM or of inner
+        assert ranges[key][:4] == ("LLM" if n % 2 == 0 else "inner", str(n // 2), 0, tid) and end == "end"
+    assert len({key for key, *_ in added}) == len(added)

@@ -50,11 +50,14 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from threading import get_ident
+from time import perf_counter_ns
 from typing import Any
 
 from nsightflow.capture.inside import hook_nvtx, step_clock
 from nsightflow.capture.inside.hook_actions import end_program, one_process
 from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
+from nsightflow.capture.inside.step_clock import compiled_graphs
 from nsightflow.capture.launch.children import die_with
 from nsightflow.domains import AUTO_DOMAIN
 
@@ -120,33 +123,37 @@ class Tracker:
         self.gated = False
 
     def push(self, domain: str | None, name: str | None, payload: Any = None) -> None:
-        # Every range of the program passes here: a host-bound step (a CUDA-graph replay) has all of it in its pace,
-        # so the common case (a top-level range, the stages known or not) makes as few calls as it can.
+        # Every range of the program passes here: a host-bound step (a CUDA-graph replay) has all of it in its pace.
+        # The common case (a top-level range, no configured stage) takes no lock: it touches this thread's stack, the
+        # ranges list (appends only) and the sampler; the lock guards what threads share (the step, the GPU's spans).
         if self.inside:
             return
         domain, name = domain or "", name or ""
-        tid = threading.get_ident()
-        with self.lock:
-            if self.rank is None:  # caught while torch.distributed is up (a program may end it before exit)
-                now = time.perf_counter_ns()
-                if now - self.rank_looked >= RANK_EVERY_NS:
-                    self.rank_looked = now
-                    self.rank = rank_of(self.env_rank)
-            if domain != AUTO_DOMAIN and not self.own:
-                self.own = True
-                if self.auto is not None and self.s.domain is None:  # its own ranges are its stages
-                    self.auto.remove()
-            stack = self.stacks.get(tid)
-            if stack is None:
-                stack = self.stacks[tid] = []
-            depth = 0
+        if self.rank is None:  # caught while torch.distributed is up (a program may end it before exit)
+            now = perf_counter_ns()
+            if now - self.rank_looked >= RANK_EVERY_NS:
+                self.rank_looked = now
+                self.rank = rank_of(self.env_rank)
+        if not self.own and domain != AUTO_DOMAIN:
+            with self.lock:
+                if not self.own:
+                    self.own = True
+                    if self.auto is not None and self.s.domain is None:  # its own ranges are its stages
+                        self.auto.remove()
+        tid = get_ident()
+        stack = self.stacks.get(tid)
+        if stack is None:
+            stack = self.stacks.setdefault(tid, [])
+        depth = 0
+        if stack:  # a top-level range, as nearly always, has none below it
             for entry in stack:
                 if entry[0] == domain:
                     depth += 1
-            graphs = step_clock.compiled_graphs()
-            s = self.s
-            if s.domain is not None and self.step is None and domain == s.domain:  # a stage step?
-                if name in s.stages if s.stages is not None else depth == 0:
+        graphs = compiled_graphs()
+        s = self.s
+        if s.domain is not None and self.step is None and domain == s.domain:  # a stage step?
+            with self.lock:
+                if self.step is None and (name in s.stages if s.stages is not None else depth == 0):
                     ordinal = self.counts.get(name, 0)
                     step = payload if isinstance(payload, int) and not isinstance(payload, bool) else ordinal
                     self.counts[name] = ordinal + 1
@@ -154,52 +161,60 @@ class Tracker:
                     self.step = (name, step, tid, len(stack), apart)  # its range's place in the stack, pushed below
                     if not apart:
                         self._begin(name, step)
-            event = None
-            # the timed run clocks a sample of its candidate steps on the GPU (top level in their domain, or a
-            # configured stage's name)
-            if s.mode == "timed" and (depth == 0 or name in (s.stages or ())) and self.clocked.take(domain, name):
-                event = step_clock.mark()
-            # every range starts once the hook's own work is done: none of it is part of the program's time
-            began = time.perf_counter_ns()
-            stack.append((domain, name, began, graphs, event))
-            step_now = self.step
-            if step_now is not None and step_now[2] == tid and step_now[3] == len(stack) - 1:
-                self.t0 = began  # a step's host wall starts with its range, after the hook's work
+        event = None
+        # the timed run clocks a sample of its candidate steps on the GPU (top level in their domain, or a
+        # configured stage's name)
+        if s.mode == "timed" and (depth == 0 or name in (s.stages or ())) and self.clocked.take(domain, name):
+            event = step_clock.mark()
+        # every range starts once the hook's own work is done: none of it is part of the program's time
+        began = perf_counter_ns()
+        stack.append((domain, name, began, graphs, event))
+        step_now = self.step
+        if step_now is not None and step_now[2] == tid and step_now[3] == len(stack) - 1:
+            self.t0 = began  # a step's host wall starts with its range, after the hook's work
 
     def pop(self, domain: str | None) -> None:
         if self.inside:
             return
         domain = domain or ""
-        tid = threading.get_ident()
-        with self.lock:
-            stack = self.stacks.get(tid)
-            if not stack:
+        tid = get_ident()
+        stack = self.stacks.get(tid)
+        if not stack:
+            return
+        if stack[-1][0] == domain:  # the innermost range, as nearly always
+            at = len(stack) - 1
+        else:
+            found = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == domain), None)
+            if found is None:
                 return
-            if stack[-1][0] == domain:  # the innermost range, as nearly always
-                at = len(stack) - 1
-            else:
-                found = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == domain), None)
-                if found is None:
-                    return
-                at = found
-            end = None
-            step_now = self.step
-            if step_now is not None and step_now[2] == tid and step_now[3] == at:
+            at = found
+        end = None
+        step_now = self.step
+        s = self.s
+        if step_now is not None and step_now[2] == tid and step_now[3] == at:  # only its own thread ends a step
+            with self.lock:
                 end = self._end()
-            elif self.s.domain is None and self.s.mode != "timed" and not any(d == domain for d, *_ in stack[:at]):
-                if domain != AUTO_DOMAIN or not self.own:
-                    end = step_clock.closing()  # stages not yet known: every top-level range ends synchronized
-            d, name, t0, graphs, began = stack.pop(at)
-            if self.s.mode == "timed":
-                depth = 0
+        elif s.domain is None and s.mode != "timed" and not any(d == domain for d, *_ in stack[:at]):
+            if domain != AUTO_DOMAIN or not self.own:
+                end = step_clock.closing()  # stages not yet known: every top-level range ends synchronized
+        d, name, t0, graphs, began = stack.pop(at)
+        if s.mode == "timed":
+            depth = 0
+            if at:
                 for i in range(at):
                     if stack[i][0] == d:
                         depth += 1
-                if end is None:
-                    end = time.perf_counter_ns()
-                if began is not None:  # its end on the GPU's clock where the GPU still runs its work (else its
-                    self.gpu.add(len(self.ranges), began, step_clock.end_mark())  # host span: end_mark)
-                self.ranges.append((d, name, depth, tid, t0, end, step_clock.compiled_graphs() - graphs))
+            if end is None:
+                end = perf_counter_ns()
+            gpu_end = step_clock.end_mark() if began is not None else None  # its end on the GPU's clock where the
+            row = (d, name, depth, tid, t0, end, compiled_graphs() - graphs)  # GPU still runs its work (else None)
+            self.ranges.append(row)
+            if began is not None:
+                with self.lock:  # its index: other threads only append, so it is where it was put or before
+                    key = len(self.ranges) - 1
+                    while self.ranges[key] is not row:
+                        key -= 1
+                    self.gpu.add(key, began, gpu_end)
 
     def _begin(self, stage: str, step: int) -> None:
         if DEBUG:
