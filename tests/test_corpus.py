@@ -240,14 +240,14 @@ def _own_sample_times(log: Path | str, new: int = NEW) -> list[float]:
 
 
 def _own_clock(argv: list[str], folder: Path, record: Path) -> dict[str, Any]:
-    """gpt-fast's own time per decode step, with no profiler in the process: its ``generate()`` timed as its
-    ``main()`` times it, for NEW and LONG new tokens in turns in one process (tests/programs/gpt_fast_own_step.py),
-    the difference of the median times over the LONG - NEW extra steps (its set-up, prefill and copies, the same at
-    both lengths, cancel): ``step_s``; and the median period of its decode steps, one call of its step function to
-    the next, by the script's own clock: ``period_s``. In the same process, in rounds taking turns with those,
-    nsightflow's hook in its timed mode follows generate.py's ranges: ``hooked`` gives gpt-fast's own step then and
-    nsightflow's steady decode pace from the hook's record (``pace_s``). One process for all: two processes' paces
-    differ by more than the 5% the pace is held to (docs/gpu-host.md)."""
+    """gpt-fast's own time per decode step, with no profiler in the process: its ``generate()`` timed as its ``main()``
+    times it, for NEW and LONG new tokens in turns in one process (tests/programs/gpt_fast_own_step.py), each round's
+    difference of the two times over the LONG - NEW extra steps (its set-up, prefill and copies, the same at both
+    lengths, cancel), their median: ``step_s``; and the median period of its decode steps, one call of its step function
+    to the next, by the script's own clock: ``period_s`` (the host's pace of issuing steps). In the same process, in
+    rounds taking turns with those, nsightflow's hook in its timed mode follows generate.py's ranges: ``hooked`` gives
+    gpt-fast's own step then and nsightflow's steady decode pace from the hook's record (``pace_s``). One process for
+    all: two processes' paces differ by more than the 5% the pace is held to (docs/gpu-host.md)."""
     at = argv.index
     cmd = [sys.executable, str(Path(__file__).parent / "programs" / "gpt_fast_own_step.py")]
     cmd += ["--checkpoint_path", argv[at("--checkpoint_path") + 1], "--prompt", argv[at("--prompt") + 1]]
@@ -364,17 +364,19 @@ def _pace_in_one_process(clock: dict[str, Any]) -> None:
         print(f"steady decode {what[:-2]}: sampled {got * 1e3:.4f} ms, every step clocked {want * 1e3:.4f} ms "
               f"({got / want - 1:+.2%})")  # fmt: skip
         assert what == "pace_s" or abs(got / want - 1) < SAMPLED
-    # the program's own step: the median period of its plain rounds' decode steps, a median of steps as nsightflow's
-    # pace is (the difference of two runs' median totals, printed above, moved by more than 5% on a noisy host)
-    assert abs(clock["hooked"]["pace_s"] / clock["period_s"] - 1) < OWN_STEP
+    # the program's own step, its GPU's work included: its plain rounds' synchronized times (each round's two runs
+    # within a second of each other). Not the host's period between two calls of its step function: on an H200 host
+    # that issued CUDA-graph replays faster than the GPU ran them, the period was 0.187 to 0.202 ms where each step
+    # took 0.229 to 0.231 ms (docs/benchmarks.md, 2026-12-01).
+    assert abs(clock["hooked"]["pace_s"] / clock["step_s"] - 1) < OWN_STEP
 
 
 @pytest.mark.gpu
 def test_gpt_fast_compiled_keeps_its_pace_under_the_timed_hook(tmp_path):
     """gpt-fast ``--compile``'s decode step (a CUDA-graph replay, host-bound: every microsecond of the hook's is in
     its pace) timed by its own clock with and without nsightflow's timed hook in one process, and nsightflow's steady
-    decode pace from the hook's record within 5% of the plain step (its decode steps' median period): the part of the
-    corpus test above that needs no profiler, on its own (two minutes against that test's fifteen)."""
+    decode pace from the hook's record within 5% of the plain step (the program's own synchronized time per step):
+    the part of the corpus test above that needs no profiler, on its own (two minutes against that test's fifteen)."""
     folder, argv = _gpt_fast(tmp_path, "cuda", True)
     _pace_in_one_process(_own_clock(argv, folder, tmp_path / "own-hooked.json"))
 

@@ -1,11 +1,14 @@
 """gpt-fast's own time per decode step, in one process with nothing of nsightflow in it: its ``generate()`` called as
 its ``main()`` calls it (the model loaded, ``decode_one_token`` compiled as ``--compile`` compiles it, the call timed
-between two device synchronisations), for NEW and LONG new tokens in turns, so that the two lengths share the
-process's pace; the difference of their median times over the LONG - NEW extra steps is a decode step (set-up,
-prefill and copies, the same at both lengths, cancel); and each decode step's own period, from one call of
+between two device synchronisations), for NEW and LONG new tokens in turns, so that the two lengths share the process's
+pace; in each round the difference of the two times over the LONG - NEW extra steps is a decode step (set-up, prefill
+and copies, the same at both lengths, cancel), and ``step_s`` is their median over the rounds: the program's own time
+per step, its GPU's work included (each call ends synchronized); and each decode step's own period, from one call of
 ``decode_one_token`` to the next (a clock of this script's around generate.py's step function, in every arm alike):
-``period_s``, their median. Run in gpt-fast's folder (pytorch-labs/gpt-fast, BSD-3-Clause: tests/test_corpus.py's
-corpus); prints one JSON line ``{"new": [s...], "long": [s...], "step_s": s, "period_s": s}``.
+``period_s``, their median. The period is the host's: where the host issues steps faster than the GPU runs them (a
+CUDA-graph replay on a fast host), it is shorter than the step. Run in gpt-fast's folder (pytorch-labs/gpt-fast,
+BSD-3-Clause: tests/test_corpus.py's corpus); prints one JSON line ``{"new": [s...], "long": [s...], "step_s": s,
+"period_s": s}``.
 
 The KV cache is set up at the longer length first and kept (gpt-fast keeps a cache that is large enough), so both
 lengths replay the same compiled graph: the steps attend over the cache of PROMPT + LONG positions.
@@ -213,8 +216,9 @@ def sampled(ranges: list[list[int]], every: int) -> list[list[int]]:
 
 
 def per_step(new: list[float], long: list[float], a: argparse.Namespace) -> float:
-    """A decode step: the difference of the median times at the two lengths over the extra steps."""
-    return (statistics.median(long) - statistics.median(new)) / (a.long - a.new)
+    """A decode step: each round's difference of the times at the two lengths over the extra steps, their median
+    (the two runs of a round take turns within a second: the host's drift between rounds cancels)."""
+    return statistics.median((b - n) / (a.long - a.new) for n, b in zip(new, long, strict=True))
 
 
 if __name__ == "__main__":
