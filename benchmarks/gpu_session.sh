@@ -16,6 +16,7 @@
 # processes take turns: on distinct GPUs two sessions' ncu captures ran at once and both completed (2026-11-28,
 # docs/gpu-host.md); two ncu processes with different locks on one GPU refused ("a driver resource was unavailable").
 # Needs NSIGHTFLOW_CORPUS's programs in .corpus/ for the corpus tests; carry .gpu-bundle, .corpus and benchmarks.
+# REPEAT=3 runs the session's tests three times in a row (a pace test's spread from run to run on one machine).
 S=${GPU:+-${GPU//,/_}}  # one session's files (GPU 2,3: nf-2_3, a name $OUT brings back): /tmp/nf$S (its tree),
 # .log, .began, -bt (pytest's basetemp)
 if [ "$1" = start ]; then
@@ -30,7 +31,11 @@ if [ "$1" = start ]; then
   # AFTER=<another session's GPU list, as in its name> (e.g. 2_3): this one's tests wait until that session has ended
   # (two-GPU tests first on GPUs 2 and 3, then a session on each of them alone)
   wait_for=${AFTER:+"echo waiting for session $AFTER > $W.log; until grep -q '^EXIT' /tmp/nf-$AFTER.log 2>/dev/null; do sleep 5; done;"}
-  setsid nohup bash -c "cd $W && date +%s > $W.began && $wait_for python3 -m pytest -m gpu -v -s -p no:cacheprovider -rA --tb=short --durations=0 --timeout=2400 --basetemp=$W-bt $(cat $W.args) > $W.log 2>&1; echo EXIT \$? >> $W.log" >/dev/null 2>&1 < /dev/null &
+  # REPEAT=N: the same tests N times in a row, each run with its own basetemp ($W-bt/N); the session's exit status is
+  # the last run's, each run's own on a line "RUN i rc"
+  mkdir -p $W-bt
+  runs="for i in \$(seq ${REPEAT:-1}); do echo \"RUN \$i\"; python3 -m pytest -m gpu -v -s -p no:cacheprovider -rA --tb=short --durations=0 --timeout=2400 --basetemp=$W-bt/\$i $(cat $W.args); rc=\$?; echo \"RUN \$i rc \$rc\"; done; exit \$rc"
+  setsid nohup bash -c "cd $W && date +%s > $W.began && $wait_for ( $runs ) > $W.log 2>&1; echo EXIT \$? >> $W.log" >/dev/null 2>&1 < /dev/null &
   sleep 2
   cd - >/dev/null || exit 1
 fi
