@@ -135,8 +135,10 @@ class Sampler:
         self.seen: dict[tuple[str, str], int] = {}
 
     def take(self, domain: str, name: str) -> bool:
-        n = self.seen.get((domain, name), 0)
-        self.seen[(domain, name)] = n + 1
+        key = (domain, name)  # made once: a push of every range of the program asks
+        seen = self.seen
+        n = seen.get(key, 0)
+        seen[key] = n + 1
         return n < FIRST or (EVERY > 0 and n % EVERY == 0)
 
 
