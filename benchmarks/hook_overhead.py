@@ -16,8 +16,8 @@ from collections.abc import Callable
 import torch
 
 from nsightflow.capture.inside import step_clock
-from nsightflow.capture.inside.hook import Tracker
 from nsightflow.capture.inside.hook_settings import HookSettings
+from nsightflow.capture.inside.hook_timed import TimedTracker
 
 STEPS, WARM = 20000, 500
 
@@ -39,7 +39,7 @@ def per_step_us(body: Callable[[], None], cuda: bool) -> float:
 def main() -> None:
     cuda = torch.cuda.is_available()
     x = torch.zeros(16, device="cuda" if cuda else "cpu")
-    tracker = Tracker(HookSettings("timed", "/dev/null"))
+    tracker = TimedTracker(HookSettings("timed", "/dev/null"))
 
     def plain() -> None:
         x.add_(1)
@@ -62,8 +62,10 @@ def main() -> None:
 
     def hooked_all() -> None:  # every step clocked on the GPU, as before the step clock sampled them
         step_clock.EVERY = 1
+        tracker.looks.clear()  # (EVERY applies from a name's next look)
         hooked()
         step_clock.EVERY = shipped
+        tracker.looks.clear()
 
     shipped = step_clock.EVERY
     parts = {"hook": hooked, "hook, all clocked": hooked_all, "marks": marks, "idle": idle}
@@ -85,7 +87,8 @@ def main() -> None:
         row = {"plain": base}
         row.update({k: per_step_us(f, cuda) - base for k, f in parts.items()})
         print("µs a step:", ", ".join(f"{k} {'+' if k != 'plain' else ''}{v:.2f}" for k, v in row.items()))
-        tracker.ranges.clear()
+        tracker.gpu.settle(wait=True)
+        tracker.rows().clear()
         tracker.gpu.spans.clear()
 
 
@@ -96,7 +99,7 @@ def replays() -> None:
     ``--compile``'s decode step)."""
     import statistics
 
-    tracker = Tracker(HookSettings("timed", "/dev/null"))
+    tracker = TimedTracker(HookSettings("timed", "/dev/null"))
     x = torch.zeros(16, device="cuda")
 
     def spin(us: float) -> None:
@@ -135,8 +138,9 @@ def replays() -> None:
         for r in range(9):
             for name in list(turns)[r % 3 :] + list(turns)[: r % 3]:
                 f, step_clock.EVERY = turns[name]
+                tracker.looks.clear()
                 got[name].append(per_step_us(f, True))
-                tracker.ranges.clear()
+                tracker.rows().clear()
                 tracker.gpu.settle(wait=True)
                 tracker.gpu.spans.clear()
         step_clock.EVERY = shipped

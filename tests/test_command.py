@@ -205,9 +205,11 @@ def test_the_timed_run_clocks_the_first_steps_of_each_range_then_one_in_every():
     from nsightflow.capture.inside import step_clock
 
     sampler = step_clock.Sampler()
-    taken = [n for n in range(40) if sampler.take("LLM", "decode")]
-    assert taken == [0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32]  # FIRST 8, then one in EVERY 8
-    assert sampler.take("LLM", "prefill")  # another name counts from its own first
+    taken = [n for n in range(40) if sampler.take("decode")]
+    assert taken == [0, 1, 2, 3, 4, 5, 6, 7, 15, 23, 31, 39]  # FIRST 8, then one in EVERY 8
+    assert sampler.take("prefill")  # another name counts from its own first
+    assert not sampler.take("prefill", candidate=False)  # looked at, not a candidate step: not clocked
+    assert sampler.seen == {"decode": 12, "prefill": 2}
 
 
 def test_the_hook_follows_the_programs_child_processes(tmp_path):
@@ -782,15 +784,17 @@ def test_a_forked_child_starts_with_no_events_and_destroys_none_of_its_parents()
 
 def test_threads_pushing_ranges_at_once_keep_each_ranges_gpu_events(monkeypatch):
     """The timed hook's ranges from several threads at once (a serving engine's thread beside the main one), thread
-    switches forced every microsecond: each range is recorded once, at its depth, and the GPU events of its start and
-    end are kept under its own index in the record (the push and pop take no lock unless the range is clocked). The
-    clock's events are stand-ins naming the thread and the range they were made for (no CUDA here)."""
+    switches forced every microsecond: each range is rebuilt once from the log, at its depth, and the GPU events of
+    its start and end are kept under its own row (a push logs without a lock unless its name is due a look, a pop
+    unless a clocked range is open). The clock's events are stand-ins naming the thread and its count of them (no
+    CUDA here). A range of a name seen once per thread is always looked at (each name's first FIRST are), so each
+    is clocked where it is a candidate; a name pushed every iteration is looked at one time in EVERY after those."""
     import threading
 
-    from nsightflow.capture.inside import hook, step_clock
+    from nsightflow.capture.inside import hook_install, step_clock
     from nsightflow.capture.inside.hook_settings import HookSettings
 
-    made: dict[int, int] = {}  # thread -> marks made, in its order of pushes
+    made: dict[int, int] = {}  # thread -> marks made
 
     def mark() -> tuple[int, int]:
         tid = threading.get_ident()
@@ -799,17 +803,17 @@ def test_threads_pushing_ranges_at_once_keep_each_ranges_gpu_events(monkeypatch)
 
     monkeypatch.setattr(step_clock, "mark", mark)
     monkeypatch.setattr(step_clock, "end_mark", lambda: "end")
-    monkeypatch.setattr(step_clock, "EVERY", 1)
-    tracker = hook.Tracker(HookSettings("timed", ""))
+    monkeypatch.setattr(step_clock, "release", lambda event: None)  # a pop's end event that ends no clocked range
+    tracker = hook_install.tracker_for(HookSettings("timed", ""))
     added: list[tuple[int, object, object]] = []
     monkeypatch.setattr(tracker.gpu, "add", lambda key, start, end: added.append((key, start, end)))
     per, threads = 3000, 4
 
     def loop() -> None:
-        for i in range(per):  # a top-level range (clocked), a nested one of its domain (not), one of another (clocked)
-            tracker.push("LLM", str(i))
+        for i in range(per):  # a top-level range, a nested one of its domain (never clocked), one of another domain
+            tracker.push("LLM", "step")
             tracker.push("LLM", "sub")
-            tracker.push("inner", str(i))
+            tracker.push("inner", f"{threading.get_ident()} {i}")  # its own name: every one clocked
             tracker.pop("inner")
             tracker.pop("LLM")
             tracker.pop("LLM")
@@ -824,10 +828,48 @@ def test_threads_pushing_ranges_at_once_keep_each_ranges_gpu_events(monkeypatch)
             w.join()
     finally:
         sys.setswitchinterval(was)
-    ranges = tracker.ranges
-    assert len(ranges) == 3 * per * threads and len(added) == 2 * per * threads
+    ranges = tracker.rows()
+    assert len(ranges) == 3 * per * threads and len(added) == sum(made.values())
     depths = Counter((r[0], r[2]) for r in ranges)
     assert depths == {("LLM", 0): per * threads, ("LLM", 1): per * threads, ("inner", 0): per * threads}
-    for key, (tid, n), end in added:  # the thread's n-th clocked push: its range n // 2, of LLM or of inner
-        assert ranges[key][:4] == ("LLM" if n % 2 == 0 else "inner", str(n // 2), 0, tid) and end == "end"
     assert len({key for key, *_ in added}) == len(added)
+    clocked = Counter(ranges[key][:3] for key, *_ in added)
+    steps = per * threads  # a look at the first FIRST, then about one in EVERY (threads may miss a count down)
+    assert clocked[("LLM", "step", 0)] in range(step_clock.FIRST, steps // step_clock.EVERY + step_clock.FIRST + 1)
+    assert sum(v for k, v in clocked.items() if k[0] == "inner") == per * threads
+    assert set(clocked) - {("LLM", "step", 0)} == {r[:3] for r in ranges if r[0] == "inner"}
+    for tid in made:  # a thread's k-th mark is on its k-th clocked range: their rows in that order, in its thread
+        mine = sorted((n, key) for key, (t, n), end in added if t == tid)
+        assert [n for n, _ in mine] == list(range(made[tid])) and all(ranges[k][3] == tid for _, k in mine)
+        starts = [ranges[k][4] for _, k in mine]
+        assert starts == sorted(starts) and all(end == "end" for *_, end in added)
+
+
+def test_the_timed_hook_rebuilds_each_range_from_its_log():
+    """The timed hook logs pushes and pops and rebuilds the ranges from them: each range's depth in its domain (a pop
+    ends its thread's innermost open range of its domain, even under another domain's), the graphs torch.compile made
+    while it was open (dynamo's counter at its pop less at its push: here a stand-in counter bumped between the
+    calls), a pop that ends no range dropped, a range still open left out."""
+    from nsightflow.capture.inside import hook_install
+    from nsightflow.capture.inside.hook_settings import HookSettings
+
+    tracker = hook_install.tracker_for(HookSettings("timed", ""))
+    stats: Counter[str] = Counter()
+    tracker.counters = {"stats": stats}
+    tracker.push("LLM", "prefill")
+    stats["unique_graphs"] += 2
+    tracker.push(None, "inner")  # the default domain
+    tracker.push("LLM", "attention")
+    stats["unique_graphs"] += 1
+    tracker.pop(None)  # ends "inner" though "attention" (another domain) is open inside it
+    tracker.pop("LLM")
+    tracker.pop("other")  # ends nothing
+    tracker.pop("LLM")
+    tracker.push("LLM", "decode")
+    tracker.pop("LLM")
+    tracker.push("LLM", "open at exit")
+    got = [(d, n, depth, graphs) for d, n, depth, _, _, _, graphs in tracker.rows()]
+    assert got == [("", "inner", 0, 1), ("LLM", "attention", 1, 1), ("LLM", "prefill", 0, 3), ("LLM", "decode", 0, 0)]
+    rows = tracker.ranges_record()
+    assert [r[7:] for r in rows] == [[0, -1]] * 4  # no CUDA here: nothing on the GPU's clock
+    assert all(r[4] <= r[5] for r in rows) and rows[2][4] < rows[1][4] < rows[0][5] <= rows[2][5]

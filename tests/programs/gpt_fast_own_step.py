@@ -50,7 +50,7 @@ def main() -> None:
     a = p.parse_args()
     tracker = None
     if a.hook:
-        from nsightflow.capture.inside.hook import install
+        from nsightflow.capture.inside.hook_install import install
         from nsightflow.capture.inside.hook_settings import HookSettings
 
         tracker = install(HookSettings("timed", str(a.hook)))
@@ -107,13 +107,14 @@ def main() -> None:
     for r in range(a.rounds):
         for k in turns[r % len(turns) :] + turns[: r % len(turns)]:
             follow(k is not None)
-            first = len(tracker.ranges) if tracker is not None else 0
-            if k is not None:
+            first = len(tracker.rows()) if tracker is not None else 0
+            if k is not None and tracker is not None:
                 step_clock.EVERY = k
+                tracker.looks.clear()  # the sampling from each name's next range
             times[k][0].append(timed(a.new, periods[k]))
             times[k][1].append(timed(a.long, periods[k]))
             if k is not None and tracker is not None:
-                ranges[k] += range(first, len(tracker.ranges))
+                ranges[k] += range(first, len(tracker.rows()))
     follow(False)
     out: dict[str, object] = {"new": times[None][0], "long": times[None][1], "step_s": per_step(*times[None], a)}
     out["period_s"] = statistics.median(periods[None])
@@ -164,6 +165,7 @@ def host(tracker: Any) -> dict[str, Any]:
         facts["cpu"] = None
     facts["clock_read_us"] = statistics.median(per_us(time.perf_counter_ns, 100_000) for _ in range(5))
     was, step_clock.EVERY = step_clock.EVERY, 0  # no range of this loop clocked on the GPU (EVERY 0: none after FIRST)
+    tracker.looks.clear()
     try:
         for _ in range(step_clock.FIRST):
             pair()  # the first FIRST of a range name are clocked: past them
@@ -173,6 +175,7 @@ def host(tracker: Any) -> dict[str, Any]:
         if torch.cuda.is_available() and torch.cuda.is_initialized():  # a range clocked on the GPU, its stream busy
             x = torch.zeros(16, device="cuda")
             step_clock.EVERY = 1
+            tracker.looks.clear()
 
             def clocked() -> None:
                 tracker.push("nsightflow.host", "pair")
@@ -210,7 +213,7 @@ def sampled(ranges: list[list[int]], every: int) -> list[list[int]]:
     was, step_clock.EVERY = step_clock.EVERY, every
     try:
         sampler = step_clock.Sampler()
-        return [r if r[2] != 0 or sampler.take(r[0], r[1]) else [*r[:7], 0, -1] for r in ranges]
+        return [r if r[2] != 0 or sampler.take(r[1]) else [*r[:7], 0, -1] for r in ranges]
     finally:
         step_clock.EVERY = was
 

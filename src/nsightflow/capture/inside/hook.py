@@ -2,13 +2,15 @@
 
 A command workload (``command:`` in the config) is a program nsightflow did not write: its stages are its own
 NVTX ranges. nsightflow puts a ``sitecustomize`` on the program's ``PYTHONPATH`` (a private folder of the run:
-nsightflow.capture.launch.hook_site) that calls :func:`install` at interpreter start when ``NSIGHTFLOW_HOOK`` holds
-:class:`HookSettings`. The hook wraps the NVTX calls a Python program makes (``nvtx.annotate``/``push_range``/
-``pop_range``, ``torch.cuda.nvtx.range``/``range_push``/``range_pop``) and, around each *stage step* (a push/pop
-range of the stages' domain, top level or named in the config), does what the harness does around a callable's step:
+nsightflow.capture.launch.hook_site) that installs the hook at interpreter start (capture.inside.hook_install) when
+``NSIGHTFLOW_HOOK`` holds :class:`HookSettings`. The hook wraps the NVTX calls a Python program makes
+(``nvtx.annotate``/``push_range``/``pop_range``, ``torch.cuda.nvtx.range``/``range_push``/``range_pop``) and, around
+each *stage step* (a push/pop range of the stages' domain, top level or named in the config), does what the harness
+does around a callable's step:
 
-- ``timed``: nothing but a clock (every range of every domain recorded: the stages are discovered from them; run
-  beside the nsys launch, whose program the hook holds until this run has ended: nsightflow.capture.inside.gate);
+- ``timed``: nothing but a clock (every range of every domain logged, the stages discovered from them later:
+  nsightflow.capture.inside.hook_timed; run beside the nsys launch, whose program the hook holds until this run has
+  ended: nsightflow.capture.inside.gate);
 - ``probe`` (under nsys): the step mirrored into nsightflow's own domain (the ranged pass) and its probe domain,
   its operators numbered, marked and counted (nsightflow.capture.inside.probe): the timeline reads as a callable's does;
 - ``ranged`` (under nsys, where the timed run saw ``torch.compile`` make graphs): the step mirrored only. A
@@ -30,7 +32,7 @@ are followed in every later run, synchronized at their end, and nothing else: no
 Under a profiler the GPU is synchronized before each step's range ends (the NVTX guide's rule, kept for programs that
 forget it), so a step's window holds its kernels. The timed run never waits: its walls are the program's own pace,
 read from the GPU's clock (nsightflow.capture.inside.step_clock). Each process writes its record (rank, steps' wall
-times, environment, the ranges seen) at exit, beside ``out`` (:func:`record_path`).
+times, environment; the timed run's ranges) at exit, beside ``out`` (:func:`record_path`).
 
 A job of several processes (torchrun, ``torch.multiprocessing``): the settings stay in the environment, so every
 Python process the command starts loads the hook. A process that runs stage steps is a *rank* (``RANK``, else its
@@ -43,7 +45,6 @@ rank writes its own trace (nsightflow.records.trace_path).
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import threading
@@ -54,34 +55,29 @@ from threading import get_ident
 from time import perf_counter_ns
 from typing import Any
 
-from nsightflow.capture.inside import hook_nvtx, step_clock
+from nsightflow.capture.inside import step_clock
 from nsightflow.capture.inside.hook_actions import end_program, one_process
-from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
-from nsightflow.capture.inside.step_clock import compiled_graphs
-from nsightflow.capture.launch.children import die_with
+from nsightflow.capture.inside.hook_settings import HookSettings
 from nsightflow.domains import AUTO_DOMAIN
 
 # While the rank is not known (a process of one, or ranks not yet up), a push looks for it at most once in this many
 # ns, not at every range of a host-bound loop (gpt-fast's compiled decode step: 0.23 ms, four to a millisecond):
 # looking (torch.distributed's state) took 0.6 µs in a loop of its own on a CPU where a push and pop took 3.3 µs.
+# (The timed run looks only where it looks at a range: nsightflow.capture.inside.hook_timed.)
 RANK_EVERY_NS = 1_000_000
 
 
 class Tracker:
-    """Follows the program's push/pop ranges per thread and acts at stage step boundaries (see the module's doc)."""
+    """Follows the program's push/pop ranges per thread and acts at stage step boundaries (see the module's doc); the
+    timed run's is a :class:`nsightflow.capture.inside.hook_timed.TimedTracker` (:func:`tracker_for`)."""
 
     def __init__(self, settings: HookSettings) -> None:
         self.s = settings
         self.lock = threading.RLock()
-        # thread -> (domain, name, start ns, graphs, the timed run's event at its start: step_clock)
-        self.stacks: dict[int, list[tuple[str, str, int, int, Any]]] = {}
-        # domain, name, depth, thread, start, end, graphs torch.compile made while the range was open
-        self.ranges: list[tuple[str, str, int, int, int, int, int]] = []
+        self.stacks: dict[int, list[tuple[str, str, int]]] = {}  # thread -> (domain, name, start ns)
         self.step: tuple[str, int, int, int, bool] | None = None  # stage, step, thread, depth of its range, set apart
         self.counts: dict[str, int] = {}
         self.walls: dict[str, list[float]] = {}
-        self.gpu = step_clock.GpuSpans()  # timed: ranges' spans on the GPU's clock, by index in ranges
-        self.clocked = step_clock.Sampler()  # timed: which candidate steps are clocked on the GPU
         self.started = time.perf_counter()
         self.started_epoch = time.time()  # the install, on the wall clock (the job's log sets the runs side by side)
         self.started_ns = time.perf_counter_ns()  # the install, on the ranges' clock (a first step's delay from it)
@@ -122,24 +118,34 @@ class Tracker:
                 self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
         self.gated = False
 
-    def push(self, domain: str | None, name: str | None, payload: Any = None) -> None:
-        # Every range of the program passes here: a host-bound step (a CUDA-graph replay) has all of it in its pace.
-        # The common case (a top-level range, no configured stage) takes no lock: it touches this thread's stack, the
-        # ranges list (appends only) and the sampler; the lock guards what threads share (the step, the GPU's spans).
-        if self.inside:
-            return
-        domain, name = domain or "", name or ""
-        if self.rank is None:  # caught while torch.distributed is up (a program may end it before exit)
+    def look_for_rank(self) -> None:
+        """While the rank is not known: torch.distributed's, at most once in RANK_EVERY_NS (caught while it is up: a
+        program may end it before exit)."""
+        if self.rank is None:
             now = perf_counter_ns()
             if now - self.rank_looked >= RANK_EVERY_NS:
                 self.rank_looked = now
                 self.rank = rank_of(self.env_rank)
-        if not self.own and domain != AUTO_DOMAIN:
+
+    def first_own(self, domain: str) -> None:
+        """At a range of ``domain`` ('' the default) while the program has opened none of its own: whether this is
+        its first (not an automatic stage's); its own ranges then are its stages, the automatic ones removed."""
+        if domain != AUTO_DOMAIN:
             with self.lock:
                 if not self.own:
                     self.own = True
-                    if self.auto is not None and self.s.domain is None:  # its own ranges are its stages
+                    if self.auto is not None and self.s.domain is None:
                         self.auto.remove()
+
+    def push(self, domain: str | None, name: str | None, payload: Any = None) -> None:
+        # Every range of the program passes here; the common case (a range that is not a stage step) takes no lock:
+        # it touches this thread's stack only; the lock guards what threads share (the step).
+        if self.inside:
+            return
+        domain, name = domain or "", name or ""
+        self.look_for_rank()
+        if not self.own:
+            self.first_own(domain)
         tid = get_ident()
         stack = self.stacks.get(tid)
         if stack is None:
@@ -149,7 +155,6 @@ class Tracker:
             for entry in stack:
                 if entry[0] == domain:
                     depth += 1
-        graphs = compiled_graphs()
         s = self.s
         if s.domain is not None and self.step is None and domain == s.domain:  # a stage step?
             with self.lock:
@@ -161,14 +166,9 @@ class Tracker:
                     self.step = (name, step, tid, len(stack), apart)  # its range's place in the stack, pushed below
                     if not apart:
                         self._begin(name, step)
-        event = None
-        # the timed run clocks a sample of its candidate steps on the GPU (top level in their domain, or a
-        # configured stage's name)
-        if s.mode == "timed" and (depth == 0 or name in (s.stages or ())) and self.clocked.take(domain, name):
-            event = step_clock.mark()
         # every range starts once the hook's own work is done: none of it is part of the program's time
         began = perf_counter_ns()
-        stack.append((domain, name, began, graphs, event))
+        stack.append((domain, name, began))
         step_now = self.step
         if step_now is not None and step_now[2] == tid and step_now[3] == len(stack) - 1:
             self.t0 = began  # a step's host wall starts with its range, after the hook's work
@@ -188,33 +188,15 @@ class Tracker:
             if found is None:
                 return
             at = found
-        end = None
         step_now = self.step
         s = self.s
         if step_now is not None and step_now[2] == tid and step_now[3] == at:  # only its own thread ends a step
             with self.lock:
-                end = self._end()
-        elif s.domain is None and s.mode != "timed" and not any(d == domain for d, *_ in stack[:at]):
+                self._end()
+        elif s.domain is None and not any(d == domain for d, *_ in stack[:at]):
             if domain != AUTO_DOMAIN or not self.own:
-                end = step_clock.closing()  # stages not yet known: every top-level range ends synchronized
-        d, name, t0, graphs, began = stack.pop(at)
-        if s.mode == "timed":
-            depth = 0
-            if at:
-                for i in range(at):
-                    if stack[i][0] == d:
-                        depth += 1
-            if end is None:
-                end = perf_counter_ns()
-            gpu_end = step_clock.end_mark() if began is not None else None  # its end on the GPU's clock where the
-            row = (d, name, depth, tid, t0, end, compiled_graphs() - graphs)  # GPU still runs its work (else None)
-            self.ranges.append(row)
-            if began is not None:
-                with self.lock:  # its index: other threads only append, so it is where it was put or before
-                    key = len(self.ranges) - 1
-                    while self.ranges[key] is not row:
-                        key -= 1
-                    self.gpu.add(key, began, gpu_end)
+                step_clock.closing()  # stages not yet known: every top-level range ends synchronized
+        stack.pop(at)
 
     def _begin(self, stage: str, step: int) -> None:
         if DEBUG:
@@ -228,15 +210,14 @@ class Tracker:
         if not self.actions.quiet:
             self._own(self.actions.begin, stage, step)
 
-    def _end(self) -> int:
-        """End the step: synchronized (timed: at the program's own pace, step_clock), its actions ended, its wall
-        kept; returns when it ended (ns)."""
+    def _end(self) -> None:
+        """End the step: synchronized (step_clock), its actions ended, its wall kept."""
         assert self.step is not None
         stage = self.step[0]
-        ended = time.perf_counter_ns() if self.s.mode == "timed" else step_clock.closing()
+        ended = step_clock.closing()
         if self.step[4]:  # a warm-up step: synchronized as in the timed run, nothing else
             self.step = None
-            return ended
+            return
         if self.actions is not None and not self.actions.quiet:
             self._own(self.actions.end)
         walls = self.walls.get(stage)
@@ -247,9 +228,8 @@ class Tracker:
         if self.s.steps and all(self.counts.get(k, 0) >= n for k, n in self.s.steps.items()):
             self._own(self.actions.last_step)  # torch.profiler stops on the thread that started it
             if self.s.end_after_steps and one_process():
-                self._own(_finish, self)
+                self._own(self.finish)
                 end_program("the window's last step has ended: this launch of the program stops here")
-        return ended
 
     def _own(self, fn: Any, *args: Any) -> Any:
         self.inside = True
@@ -258,10 +238,24 @@ class Tracker:
         finally:
             self.inside = False
 
+    def ranges_record(self) -> list[list[Any]]:
+        """The record's ranges: the timed run's (nsightflow.capture.inside.hook_timed); none in a profiled run."""
+        return []
+
+    def finish(self) -> None:
+        """Write the process's record (at exit, or at a window's last step)."""
+        from nsightflow import files
+
+        record = self.record()
+        if self.actions is not None:
+            self.inside = True
+            record.update(self.actions.finish())
+        if self.s.out:
+            files.write_json(record_path(self.s.out, os.getpid()), record)
+
     def record(self) -> dict[str, Any]:
-        """The process's record; a timed range's wall and start (its last columns, ns) on the GPU's clock where it has
-        them (else 0 and -1)."""
-        spans = self.gpu.settle(wait=True)
+        """The process's record."""
+        ranges = self.ranges_record()
         return {
             "mode": self.s.mode,
             "pid": os.getpid(),
@@ -270,7 +264,7 @@ class Tracker:
             "started_ns": self.started_ns,
             "steps": self.walls,  # the host's: a timed run's walls are its ranges' (discovery reads them)
             "stage_order": list(self.walls),
-            "ranges": [[*r, *spans.get(i, (0, -1))] for i, r in enumerate(self.ranges)],
+            "ranges": ranges,
             "main_thread": threading.main_thread().ident,
             "compiled_graphs": step_clock.compiled_graphs(),
             "rank": self.rank if self.rank is not None else rank_of(),
@@ -309,46 +303,4 @@ def record_path(out: str | Path, pid: int) -> Path:
     return out.with_name(f"{out.stem}.{pid}{out.suffix}")
 
 
-TRACKER: Tracker | None = None
 DEBUG = bool(os.environ.get("NSIGHTFLOW_HOOK_DEBUG"))  # say each step the hook sees, on stderr
-
-
-def install(settings: HookSettings | None = None) -> Tracker | None:
-    """Install the hook for this process (from ``NSIGHTFLOW_HOOK`` unless given); its record is written at exit."""
-    global TRACKER
-    if settings is None:
-        text = os.environ.get(HOOK_ENV)
-        if not text:
-            return None
-        settings = HookSettings.from_env(text)
-    TRACKER = tracker = Tracker(settings)  # the settings stay in the environment: ranks are child processes
-    die_with(os.environ.get(JOB_ENV, ""))  # a daemon the program starts, or an orphaned rank, ends with the job
-    hook_nvtx.wrap(tracker)
-    # beside the other launch (nsightflow.capture.inside.gate), before the program's first line, torch imported and no
-    # GPU touched: the probe waits for the stages, the timed run for the probe to be idle (never inside its clock)
-    tracker.pass_gate()
-    if settings.mode == "timed" or tracker.s.tuning is not None:  # the timed run's choices, taken when profiled
-        from nsightflow.capture.inside import hook_tuning
-
-        tracker.tuning = hook_tuning.install(tracker.s.tuning if settings.mode != "timed" else None)
-    if settings.step_functions:  # the calls of the functions it names are its steps
-        from nsightflow.capture.inside import hook_steps
-
-        tracker.steps_by = hook_steps.install(tracker, settings.step_functions, settings.step_inputs)
-    elif tracker.follows_auto():
-        from nsightflow.capture.inside import hook_auto
-
-        tracker.auto = hook_auto.install(tracker)  # stages for a program that opens no range of its own
-    atexit.register(_finish, tracker)
-    return tracker
-
-
-def _finish(tracker: Tracker) -> None:
-    from nsightflow import files
-
-    record = tracker.record()
-    if tracker.actions is not None:
-        tracker.inside = True
-        record.update(tracker.actions.finish())
-    if tracker.s.out:
-        files.write_json(record_path(tracker.s.out, os.getpid()), record)

@@ -120,26 +120,36 @@ def closing() -> int:
     return ended if done else time.perf_counter_ns()
 
 
-# Which candidate steps the timed run clocks on the GPU: the first FIRST of each range's name (where one-time work,
+# Which candidate steps the timed run clocks on the GPU: each name's first FIRST ranges (where one-time work,
 # compilation and cold caches, is), then one in EVERY. A step's two events, their queries and span reads cost about
 # 20 µs on an H200 host, most of the hook's cost to a host-bound step (+24% on gpt-fast's compiled 0.24-ms decode
 # step with every step clocked, docs/benchmarks.md); the steps between two clocked ones keep their host spans, put
 # on the GPU's clock by the two (nsightflow.capture.launch.discovery.step_clocks). EVERY 1: every step clocked.
 FIRST, EVERY = 8, 8
+NEVER = 1 << 62  # EVERY 0: no look after the FIRST
 
 
 class Sampler:
-    """Which ranges get the timed run's events (FIRST, EVERY), counted per domain and name."""
+    """Which ranges the timed run looks at, by name: its first FIRST ranges, then one in EVERY; a range looked at is
+    clocked where it is a candidate (top level in its domain, or a configured stage). ``looks[name]``: how many of the
+    name's ranges remain until its next look (none: the next one); the timed hook's push counts it down itself
+    (nsightflow.capture.inside.hook_timed), with no call, and calls :meth:`take` at a look. EVERY is read at a look: a
+    change applies from each name's next look (``looks.clear()``: from its next range)."""
 
     def __init__(self) -> None:
-        self.seen: dict[tuple[str, str], int] = {}
+        self.looks: dict[Any, int] = {}
+        self.seen: dict[Any, int] = {}  # looks so far, by name
 
-    def take(self, domain: str, name: str) -> bool:
-        key = (domain, name)  # made once: a push of every range of the program asks
-        seen = self.seen
-        n = seen.get(key, 0)
-        seen[key] = n + 1
-        return n < FIRST or (EVERY > 0 and n % EVERY == 0)
+    def take(self, name: Any, candidate: bool = True) -> bool:
+        """Whether this range of ``name`` is clocked."""
+        left = self.looks.get(name, 1) - 1
+        if left > 0:
+            self.looks[name] = left
+            return False
+        seen = self.seen.get(name, 0) + 1
+        self.seen[name] = seen
+        self.looks[name] = 1 if seen < FIRST else EVERY if EVERY > 0 else NEVER
+        return candidate
 
 
 _FREE: dict[int, list[Any]] = {}  # device -> events whose times have been read, recorded again by the next marks
@@ -166,6 +176,13 @@ def end_mark() -> Any:
         return None
     stream = _current_stream(torch)
     return None if _Calls.query_stream(stream) else _record(torch, stream)
+
+
+def release(event: Any) -> None:
+    """An event whose time is no longer needed (read, or recorded at a range's end that was not a clocked one's),
+    recorded again by a later mark (None: nothing)."""
+    if event is not None:
+        _FREE.setdefault(event.device.index, []).append(event)
 
 
 def _record(torch: Any, stream: Any) -> Any:
@@ -218,8 +235,8 @@ class GpuSpans:
                 except RuntimeError:  # recorded on two devices: the host span stands, the events are not reused
                     continue
                 for e in (start, end):
-                    if e is not None and e is not self.origin:
-                        _FREE.setdefault(e.device.index, []).append(e)
+                    if e is not self.origin:
+                        release(e)
         except RuntimeError:
             self.pending.clear()
         return self.spans

@@ -29,10 +29,10 @@ if _os.environ.get("NSIGHTFLOW_HOOK") and _is_python():
     finally:
         _sys.modules["sitecustomize"] = _mine
     try:
-        from nsightflow.capture.inside.hook import install
+        from nsightflow.capture.inside.hook_install import install
     except ImportError:
         _sys.path.append({src!r})
-        from nsightflow.capture.inside.hook import install
+        from nsightflow.capture.inside.hook_install import install
     install()
 '''
 
