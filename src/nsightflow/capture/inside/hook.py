@@ -69,7 +69,7 @@ RANK_EVERY_NS = 1_000_000
 
 class Tracker:
     """Follows the program's push/pop ranges per thread and acts at stage step boundaries (see the module's doc); the
-    timed run's is a :class:`nsightflow.capture.inside.hook_timed.TimedTracker` (:func:`tracker_for`)."""
+    timed run's is a nsightflow.capture.inside.hook_timed.TimedTracker (capture.inside.hook_install.tracker_for)."""
 
     def __init__(self, settings: HookSettings) -> None:
         self.s = settings
@@ -262,7 +262,7 @@ class Tracker:
             "program_wall_s": time.perf_counter() - self.started,
             "epoch": [self.started_epoch, time.time()],  # the install and this record, on the wall clock
             "started_ns": self.started_ns,
-            "steps": self.walls,  # the host's: a timed run's walls are its ranges' (discovery reads them)
+            "steps": self.walls,  # a profiled run's (the timed run's steps are found from its ranges: discovery)
             "stage_order": list(self.walls),
             "ranges": ranges,
             "main_thread": threading.main_thread().ident,
