@@ -746,10 +746,13 @@ def test_a_forked_child_starts_with_no_events_and_destroys_none_of_its_parents()
     cache, and the parent's events are never destroyed in it: a CUDA event's destructor calls CUDA, which fails in a
     child forked after CUDA's initialisation, and torch aborted such a child on the GPU host (the GPU test above runs a
     real one), nor are a range's events still pending. An object standing for an event tells, from its destructor,
-    whether the child destroyed it."""
+    whether the child destroyed it. The same for the timed hook's log (nsightflow.capture.inside.hook_timed): a
+    clocked range's events logged and not yet rebuilt, and one open: the child keeps their ranges' host times only."""
     import gc
 
     from nsightflow.capture.inside import step_clock
+    from nsightflow.capture.inside.hook_settings import HookSettings
+    from nsightflow.capture.inside.hook_timed import TimedTracker
 
     read, write = os.pipe()
 
@@ -762,11 +765,18 @@ def test_a_forked_child_starts_with_no_events_and_destroys_none_of_its_parents()
     spans = step_clock.GpuSpans()  # a range's events still pending (not yet read) when the program forks
     spans.origin = start = Event()
     spans.pending.append((0, start, Event()))
+    tracker = TimedTracker(HookSettings("timed", ""))
+    tracker.open[7] = [(0, 7, "LLM", "outer", 0, Event())]  # a clocked range open (rebuilt), thread 7's
+    tracker.events += [(1, 7, "LLM", "decode", 0, Event()), (2, 7, "LLM", 0, Event())]  # one logged, ended
+    tracker.open_clocked = 1
     pid = os.fork()
     if pid == 0:  # the child: exits through os._exit (as a forked worker does), after a full collection
         gc.collect()
         empty = step_clock._FREE == step_clock._STREAMS == {} and not spans.pending and spans.origin is None
-        os.write(write, b"empty;" if empty else b"kept;")
+        rows = tracker.rows()
+        logged = [e[-1] for e in tracker.open[7]] == [None] and tracker.open_clocked == 0 and not tracker.gpu.pending
+        logged = logged and [r[:3] for r in rows] == [("LLM", "decode", 1)]
+        os.write(write, b"empty;" if empty and logged else b"kept;")
         os._exit(0)
     _, status = os.waitpid(pid, 0)
     os.write(write, b"end;")
@@ -775,7 +785,7 @@ def test_a_forked_child_starts_with_no_events_and_destroys_none_of_its_parents()
         told += os.read(read, 100)
     step_clock._FREE.clear()  # the parent's own: destroyed here, as they would be at its exit
     step_clock._STREAMS.clear()
-    del spans, start
+    del spans, start, tracker
     gc.collect()
     os.close(write)
     os.close(read)

@@ -20,6 +20,8 @@ the counters' dictionary once ``torch._dynamo.utils`` is imported: nsightflow.ca
 
 from __future__ import annotations
 
+import os
+import weakref
 from threading import get_ident
 from time import perf_counter_ns
 from types import ModuleType
@@ -51,6 +53,7 @@ class TimedTracker(Tracker):
         # domain, name, depth, thread, start, end, graphs torch.compile made while the range was open
         self.ranges: list[tuple[str, str, int, int, int, int, int]] = []
         patch_on_import({"torch._dynamo.utils": self._counted})
+        _TRACKERS.add(self)
 
     def _counted(self, module: ModuleType) -> None:
         self.counters = module.counters
@@ -155,3 +158,23 @@ class TimedTracker(Tracker):
         rows = self.rows()
         spans = self.gpu.settle(wait=True)
         return [[*r, *spans.get(i, (0, -1))] for i, r in enumerate(rows)]
+
+
+_TRACKERS: weakref.WeakSet[TimedTracker] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    """In a forked child (a DataLoader's worker, a ``subprocess`` with a ``preexec_fn``): the parent's CUDA events in
+    the log and in the open ranges are not the child's, and are left behind, never destroyed (their destructors call
+    CUDA, which aborts such a child: step_clock._forked); the ranges keep their host times, none is open on the GPU."""
+    for t in _TRACKERS:
+        stacks = list(t.open.values())
+        kept = [e[-1] for e in t.events + [e for stack in stacks for e in stack] if e[-1] is not None]
+        if kept:
+            step_clock.leak(kept)
+        t.events = [e[:-1] + (None,) for e in t.events]
+        t.open = {tid: [e[:-1] + (None,) for e in stack] for tid, stack in t.open.items()}
+        t.open_clocked = 0
+
+
+os.register_at_fork(after_in_child=_forked)

@@ -40,12 +40,18 @@ def _forked() -> None:
     _CUDA = None
     inherited = [_STREAMS, _FREE] + [(s.pending, s.origin) for s in _SPANS]
     if _STREAMS or _FREE or any(s.pending for s in _SPANS):
-        import ctypes
-
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(inherited))  # a reference no one holds: never freed
+        leak(inherited)
     _STREAMS, _FREE = {}, {}
     for spans in _SPANS:
         spans.pending, spans.origin = deque(), None
+
+
+def leak(inherited: Any) -> None:
+    """A reference to ``inherited`` that no one holds: never freed (a forked child's copies of its parent's CUDA
+    objects, see :func:`_forked`)."""
+    import ctypes
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(inherited))
 
 
 os.register_at_fork(after_in_child=_forked)
