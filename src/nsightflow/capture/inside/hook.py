@@ -63,7 +63,7 @@ from nsightflow.domains import AUTO_DOMAIN
 # While the rank is not known (a process of one, or ranks not yet up), a push looks for it at most once in this many
 # ns, not at every range of a host-bound loop (gpt-fast's compiled decode step: 0.23 ms, four to a millisecond):
 # looking (torch.distributed's state) took 0.6 µs in a loop of its own on a CPU where a push and pop took 3.3 µs.
-# (The timed run looks only where it looks at a range: nsightflow.capture.inside.hook_timed.)
+# (The timed run looks only where it clocks a range on the GPU: nsightflow.capture.inside.hook_timed.)
 RANK_EVERY_NS = 1_000_000
 
 
