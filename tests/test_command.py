@@ -201,9 +201,10 @@ def test_steps_between_two_clocked_ones_share_the_gpus_time_by_their_host_paces(
     }
 
 
-def test_the_timed_run_clocks_the_first_steps_of_each_range_then_one_in_every():
+def test_the_timed_run_clocks_the_first_steps_of_each_range_then_one_in_every(monkeypatch):
     from nsightflow.capture.inside import step_clock
 
+    monkeypatch.setattr(step_clock, "EVERY", 8)
     sampler = step_clock.Sampler()
     taken = [n for n in range(40) if sampler.take("decode")]
     assert taken == [0, 1, 2, 3, 4, 5, 6, 7, 15, 23, 31, 39]  # FIRST 8, then one in EVERY 8

@@ -127,11 +127,12 @@ def closing() -> int:
 
 
 # Which candidate steps the timed run clocks on the GPU: each name's first FIRST ranges (where one-time work,
-# compilation and cold caches, is), then one in EVERY. A step's two events, their queries and span reads cost about
-# 20 µs on an H200 host, most of the hook's cost to a host-bound step (+24% on gpt-fast's compiled 0.24-ms decode
-# step with every step clocked, docs/benchmarks.md); the steps between two clocked ones keep their host spans, put
-# on the GPU's clock by the two (nsightflow.capture.launch.discovery.step_clocks). EVERY 1: every step clocked.
-FIRST, EVERY = 8, 8
+# compilation and cold caches, is), then one in EVERY. A clocked step cost a host-bound step 71 to 95 µs more than
+# an unclocked one (its two events, their queries and span reads, the look: +21% to +29% of gpt-fast's compiled
+# 0.33-0.40 ms decode step with every step clocked, docs/benchmarks.md), so one in 8 cost 2.5-3.5% of each step; one
+# in 32 costs a quarter of that. The steps between two clocked ones keep their host spans, put on the GPU's clock by
+# the two (nsightflow.capture.launch.discovery.step_clocks). EVERY 1: every step clocked.
+FIRST, EVERY = 8, 32
 NEVER = 1 << 62  # EVERY 0: no look after the FIRST
 
 
