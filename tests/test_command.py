@@ -201,6 +201,27 @@ def test_steps_between_two_clocked_ones_share_the_gpus_time_by_their_host_paces(
     }
 
 
+def test_a_short_run_with_no_clocked_step_takes_its_walls_tail_from_its_stages_clocked_steps_around_it():
+    """A run of a few decode steps between two prefills may have no step clocked (one in EVERY is): its steps' walls
+    are their host spans (50 and 40 ns) and the mean of what the nearest clocked decode steps of the thread, in the
+    runs before and after, held on the GPU beyond their host spans (30 and 10): 70 and 60, not the host spans alone.
+    Another thread's clocked step is not a neighbour; a stage with no clocked step keeps its host spans."""
+    ranges = [
+        ["LLM", "decode", 0, 1, 0, 60, 0, 90, 1_000],  # clocked: 30 beyond its host span
+        ["LLM", "prefill", 0, 1, 100, 200],
+        ["LLM", "decode", 0, 1, 300, 350],  # the short run: none clocked
+        ["LLM", "decode", 0, 1, 400, 440],
+        ["LLM", "decode", 0, 2, 450, 460, 0, 500, 1_450],  # another thread's: 490 beyond, not a neighbour
+        ["LLM", "prefill", 0, 1, 500, 600],
+        ["LLM", "decode", 0, 1, 700, 750, 0, 60, 1_700],  # clocked: 10 beyond
+    ]
+    walls = discover({"ranges": ranges}, "LLM", ["prefill", "decode"], 0).every_wall
+    assert walls == {
+        "prefill": pytest.approx([1e-7, 1e-7], rel=1e-12),
+        "decode": pytest.approx([9e-8, 7e-8, 6e-8, 5e-7, 6e-8], rel=1e-12),
+    }
+
+
 def test_the_timed_run_clocks_the_first_steps_of_each_range_then_one_in_every(monkeypatch):
     from nsightflow.capture.inside import step_clock
 

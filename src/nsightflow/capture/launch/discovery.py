@@ -180,9 +180,10 @@ def step_clocks(steps: pd.DataFrame) -> tuple[dict[str, list[float | None]], lis
     (a compilation step keeps its length). A step outside every stretch keeps its host pace.
 
     A step's wall is its span on the GPU's clock where it has one (> 0), its host span where it was clocked and the
-    GPU had no work left at its end; an unclocked step of a run with clocked ones, its host span and the mean of what
-    the nearest clocked step before it and after it had beyond their host spans (the GPU's tail of a host-bound
-    step, the launch queue's lag of a GPU-bound one); else its host span.
+    GPU had no work left at its end; an unclocked step, its host span and the mean of what the nearest clocked steps
+    of its stage on its thread before it and after it (in its run or another: a run of a few steps may have none
+    clocked) had beyond their host spans (the GPU's tail of a host-bound step, the launch queue's lag of a GPU-bound
+    one); a stage with no clocked step on its thread, its host span.
 
     ``steps``: a run's stage steps (RANGE_COLUMNS), in the order they started."""
     names, tids = steps["name"].astype(str).tolist(), steps["tid"].astype(int).tolist()
@@ -212,14 +213,20 @@ def step_clocks(steps: pd.DataFrame) -> tuple[dict[str, list[float | None]], lis
             for j in range(a, b):
                 share = host[j] / on_host if on_host > 0 else 1 / (b - a)
                 paces[names[run[j]]][at[run[j]]] = on_gpu * share / 1e9
-        # an unclocked step's wall: its host span and what its clocked neighbours' GPU spans held beyond theirs
-        beyond = {j: walls[run[j]] - (ends[run[j]] - starts[run[j]]) / 1e9 for j in clocked}
-        for j, r in enumerate(run):
-            if gpu[r] >= 0 or not clocked:
-                continue
-            after = bisect.bisect(clocked, j)  # the nearest clocked steps: clocked[after - 1] < j < clocked[after]
-            near = [beyond[clocked[k]] for k in (after - 1, after) if 0 <= k < len(clocked)]
-            walls[r] = max(0.0, walls[r] + sum(near) / len(near))
+    # an unclocked step's wall: its host span and what the nearest clocked steps of its stage on its thread (in its run
+    # or another: a short run may have none) held on the GPU beyond their host spans
+    clocked_rows: dict[tuple[str, int], list[int]] = {}
+    for r, key in enumerate(zip(names, tids, strict=True)):
+        if gpu[r] >= 0:
+            clocked_rows.setdefault(key, []).append(r)
+    beyond = [w - (e - s) / 1e9 for w, s, e in zip(walls, starts, ends, strict=True)]
+    for r, key in enumerate(zip(names, tids, strict=True)):
+        rows = clocked_rows.get(key)
+        if gpu[r] >= 0 or not rows:
+            continue
+        after = bisect.bisect(rows, r)  # the nearest clocked steps: rows[after - 1] < r < rows[after]
+        near = [beyond[rows[k]] for k in (after - 1, after) if 0 <= k < len(rows)]
+        walls[r] = max(0.0, walls[r] + sum(near) / len(near))
     return paces, walls
 
 
