@@ -17,7 +17,8 @@
 # docs/gpu-host.md); two ncu processes with different locks on one GPU refused ("a driver resource was unavailable").
 # Needs NSIGHTFLOW_CORPUS's programs in .corpus/ for the corpus tests; carry .gpu-bundle, .corpus and benchmarks.
 # REPEAT=3 runs the session's tests three times in a row (a pace test's spread from run to run on one machine).
-# KEEP='<glob>' brings back the tests' files of that name too (under 4 MB), beside their logs in logs.tgz.
+# KEEP='<glob>' brings back the tests' files of that name too (under 40 MB, each one found listed with its size),
+# beside their logs in logs.tgz.
 S=${GPU:+-${GPU//,/_}}  # one session's files (GPU 2,3: nf-2_3, a name $OUT brings back): /tmp/nf$S (its tree),
 # .log, .began, -bt (pytest's basetemp)
 if [ "$1" = start ]; then
@@ -57,7 +58,11 @@ for w in $sessions; do
   cp $w.log "$OUT/"
   # the tests' logs so far, running or ended (a job's log follows its tool as it runs: where a long one stands), and
   # the files named by KEEP (a glob, e.g. KEEP='own-*.json': a record a test wrote, for a look afterwards)
-  (cd $w-bt 2>/dev/null && find . -size -4M \( -name '*.log' -o -name "${KEEP:-*.log}" \) | tar czf "$OUT/$n-logs.tgz" -T -)
+  # (a record of many steps passes 4 MB: KEEP's files up to 40 MB, which gzip brings under the reply's 16 MiB a file;
+  # each one found is listed with its size, so a file that did not come back says why)
+  (cd $w-bt 2>/dev/null && { find . -size -4M -name '*.log'; [ -n "$KEEP" ] && find . -size -40M -name "$KEEP"; } |
+    tar czf "$OUT/$n-logs.tgz" -T -)
+  [ -n "$KEEP" ] && (cd $w-bt 2>/dev/null && find . -name "$KEEP" -printf "KEEP %p %s bytes\n" | head -20)
 done
 # where a running session stands: its processes, the GPUs, and (py-spy where the bundle has it) each program's stacks
 if ! ended; then
