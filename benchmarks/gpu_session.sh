@@ -57,7 +57,7 @@ for w in $sessions; do
   echo "== $n: tail"; tail -c $((${TAIL:-2400} / $(echo $sessions | wc -w))) $w.log
   cp $w.log "$OUT/"
   # the tests' logs so far, running or ended (a job's log follows its tool as it runs: where a long one stands), and
-  # the files named by KEEP (a glob, e.g. KEEP='own-*.json': a record a test wrote, for a look afterwards)
+  # the files named by KEEP (a glob, e.g. KEEP='stages.csv': a file a test's workflow wrote, for a look afterwards)
   # (a record of many steps passes 4 MB: KEEP's files up to 40 MB, which gzip brings under the reply's 16 MiB a file;
   # each one found is listed with its size, so a file that did not come back says why)
   (cd $w-bt 2>/dev/null && { find . -size -4M -name '*.log'; [ -n "$KEEP" ] && find . -size -40M -name "$KEEP"; } |
