@@ -130,9 +130,10 @@ def closing() -> int:
 # compilation and cold caches, is), then one in EVERY. A clocked step cost a host-bound step 71 to 95 µs more than
 # an unclocked one (its two events, their queries and span reads, the look: +21% to +29% of gpt-fast's compiled
 # 0.33-0.40 ms decode step with every step clocked, docs/benchmarks.md), so one in 8 cost 2.5-3.5% of each step; one
-# in 32 measured -0.1%, -0.1% and +3.5% of the program's own step in three runs (two arms of one process differ by a
-# few percent there). The steps between two clocked ones keep their host spans, put on the GPU's clock by the two
-# (nsightflow.capture.launch.discovery.step_clocks). EVERY 1: every step clocked.
+# in 32 measured -1.2% to +5.1% of the program's own step in six runs on two machines, where the same process's arm
+# with no step clocked read -2.9% to +4.0% (the arms' spread, not the clock's cost). The steps between two clocked
+# ones keep their host spans, put on the GPU's clock by the two (nsightflow.capture.launch.discovery.step_clocks).
+# EVERY 1: every step clocked.
 FIRST, EVERY = 8, 32
 NEVER = 1 << 62  # EVERY 0: no look after the FIRST
 
