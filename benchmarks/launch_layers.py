@@ -52,12 +52,19 @@ def _first_steps(record: dict) -> str:
     return "  first steps " + ", ".join(f"{(r[4] - t0) / 1e9:.2f} s +{(r[5] - r[4]) / 1e6:.0f} ms" for r in ranges)
 
 
-def ncu_argv(ncu_bin: str, out: str, nvtx: bool = True, metrics: list[str] | None = None) -> list[str]:
-    """The capture's ncu prefix (its bf16 metrics unless others are given, kernel replay, caches flushed), with or
-    without ``--nvtx``."""
+def ncu_argv(
+    ncu_bin: str,
+    out: str,
+    nvtx: bool = True,
+    metrics: list[str] | None = None,
+    replay_mode: ncu.ReplayMode = "kernel",
+    cache_control: ncu.CacheControl = "all",
+) -> list[str]:
+    """The capture's ncu prefix (its bf16 metrics unless others are given, kernel replay, caches flushed, unless told
+    otherwise), with or without ``--nvtx``."""
     metrics = metrics or ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
     argv = ncu.capture_argv(
-        ncu_bin, out, [], metrics=metrics, replay_mode="kernel", clock_control="none", cache_control="all",
+        ncu_bin, out, [], metrics=metrics, replay_mode=replay_mode, clock_control="none", cache_control=cache_control,
         comm_filter=False,
     )  # fmt: skip
     return argv if nvtx else [a for a in argv if a != "--nvtx"]
@@ -71,7 +78,7 @@ def main() -> None:
     ap.add_argument(
         "--only",
         help="comma-separated layers (probe,nsys,nsys+probe,ncu,ncu-no-nvtx,ncu-plan,ncu-plan-no-nvtx,"
-        "ncu-plan-time,ncu-plan-no-caches,ncu-plan-no-peaks,beside,beside-nsys)",
+        "ncu-plan-time,ncu-plan-no-caches,ncu-plan-no-peaks,ncu-plan-app,ncu-plan-no-flush,beside,beside-nsys)",
     )
     ap.add_argument(
         "--ncu-metrics",
@@ -80,6 +87,7 @@ def main() -> None:
         help="NAME=metric,... : one more layer, ncu-plan-NAME, the plan profiled with those metrics",
     )
     ap.add_argument("--plan", type=Path, help="a capture plan of this program (plan.json) for the ncu-plan layers")
+    ap.add_argument("--keep", type=Path, help="copy each ncu layer's report (.ncu-rep) into this folder")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -126,6 +134,16 @@ def main() -> None:
                 replace(base, mode="ncu", windows=planned),
                 ncu_argv(ncu_bin, f"{tmp}/p0", nvtx=False),
             )
+            # the plan profiled by application replay (one pass: the program is run once, as by kernel replay), and by
+            # kernel replay with the caches left as they are: what each does to a profiled launch's cost
+            layers["ncu-plan-app"] = (
+                replace(base, mode="ncu", windows=planned),
+                ncu_argv(ncu_bin, f"{tmp}/pa", replay_mode="application"),
+            )
+            layers["ncu-plan-no-flush"] = (
+                replace(base, mode="ncu", windows=planned),
+                ncu_argv(ncu_bin, f"{tmp}/pn", cache_control="none"),
+            )
             full = ncu_metrics.resolve_metrics("default", [], ["bf16"], non_tensor=False)
             variants = {
                 "ncu-plan-time": ["gpu__time_duration.sum"],
@@ -161,6 +179,10 @@ def main() -> None:
             said = runs[0]["output"]
             profiled = f"  {ncu.profiled_count(said)} profiled" if name.startswith("ncu") else ""
             print(f"round {r} {name:11s} {_figures(said)}  {time.monotonic() - began:6.1f} s{profiled}", flush=True)
+            if args.keep is not None and name.startswith("ncu"):
+                args.keep.mkdir(parents=True, exist_ok=True)
+                for rep in Path(tmp).glob(f"{Path(wrap[wrap.index('--export') + 1]).name}.ncu-rep"):
+                    shutil.copy2(rep, args.keep / f"r{r}-{name}.ncu-rep")
         shutil.rmtree(tmp, ignore_errors=True)
 
 
