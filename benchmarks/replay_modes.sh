@@ -9,7 +9,11 @@
 #   bash benchmarks/replay_modes.sh OUTDIR
 set -u
 out=$(realpath -m "$1"); mkdir -p "$out"
-wf=$(bash benchmarks/serving_workflow.sh "$out" | tee /dev/stderr | sed -n 's/^wf //p')
+# its lines to a file first: `tee /dev/stderr` reopens a stderr that is a file, truncating it, and the caller's
+# later output wrote over them (seen 2026-12-02 with stdout and stderr both in one log)
+bash benchmarks/serving_workflow.sh "$out" > "$out/workflow.txt"
+cat "$out/workflow.txt"
+wf=$(sed -n 's/^wf //p' "$out/workflow.txt")
 argv=$(cat "$out/argv")
 step=$(python3 -c 'from nsightflow.workloads import serving; print(serving.STEP)')
 eval "python3 benchmarks/launch_layers.py --plan $out/plan.json --keep $out/reps \
