@@ -55,8 +55,9 @@ def _percentile(values: list[float], q: float) -> float:
 def own_clock(outputs: list[Any], began: float, ended: float) -> dict[str, Any]:
     """The engine's own numbers over its request records: tokens per second from the first request's arrival to the
     last token (``served_s``; the records' ``perf_counter`` times, so the engine's warm-up before the first request and
-    its teardown after the last token, a thread join and a garbage collection, are left out: where a record has no
-    times, ``began`` and ``ended`` stand), and per request the time to its first token and per further token."""
+    its teardown after the last token, a thread join and a garbage collection, are left out; where a record has no
+    token times, ``ended`` stands for the last token), and per request the time to its first token and per further
+    token."""
     tokens = sum(len(o.generated_tokens) for o in outputs)
     first = min((o.created_time for o in outputs), default=began)
     lasts = [o.timestamps[-1] for o in outputs if o.timestamps]
