@@ -8,13 +8,15 @@ this file with ``--program``: nsightflow.workloads.serving with its context mana
 ``serve()`` timed, printed as a line ``nsightflow-phases: ...`` beside its ``nsightflow-metrics`` line.
 
 Usage (GPU host, project root, after ``. .gpu-bundle/activate.sh``; one run of the loop first fills the JIT cache):
-``python3 benchmarks/serving_turns.py --rounds 5 -- --config '<model JSON>' --dtype bfloat16 --device cuda ...``
+``python3 benchmarks/serving_turns.py --rounds 5 -- --config '<model JSON>' --dtype bfloat16 --device cuda ...``;
+``--cpus 2-5`` pins both arms to those CPUs (is one process's pace nearer the next one's when they run on the same?).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -76,10 +78,20 @@ def _line(tag: str, output: str) -> str:
     )
 
 
+def _cpus(spec: str) -> set[int]:
+    """CPUs written as taskset's list: ``2-5,8``."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--program", action="store_true", help="run as the phased serving program (internal)")
+    ap.add_argument("--cpus", default="", help="CPUs (e.g. 2-5,8) this script and every program it runs are pinned to")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
@@ -87,6 +99,10 @@ def main() -> None:
         program(args)
         return
     from nsightflow.capture.launch.command import CommandCall, _timed
+
+    if a.cpus:  # children inherit the affinity: both arms run on the same CPUs
+        os.sched_setaffinity(0, _cpus(a.cpus))
+        print(f"pinned to CPUs {sorted(os.sched_getaffinity(0))}", flush=True)
 
     argv = [sys.executable, __file__, "--program", "--", *args]
     call = CommandCall(argv, step_functions={"iteration": STEP}, step_inputs={"iteration": SUMMARY}, warmup_steps=0)
