@@ -9,7 +9,10 @@ this file with ``--program``: nsightflow.workloads.serving with its context mana
 
 Usage (GPU host, project root, after ``. .gpu-bundle/activate.sh``; one run of the loop first fills the JIT cache):
 ``python3 benchmarks/serving_turns.py --rounds 5 -- --config '<model JSON>' --dtype bfloat16 --device cuda ...``;
-``--cpus 2-5`` pins both arms to those CPUs (is one process's pace nearer the next one's when they run on the same?).
+``--cpus 2-5`` pins both arms to those CPUs (is one process's pace nearer the next one's when they run on the same?);
+``--arms alone,nsys`` runs the loop under ``nsys profile`` as the timeline job builds it
+(nsightflow.capture.launch.nsys; the program with no hook and no probe) instead of the timed run: what nsys's tracing
+alone does to the pace, and the launch's wall with nsys's end and export. Each line ends with its launch's wall.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,6 +96,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--program", action="store_true", help="run as the phased serving program (internal)")
     ap.add_argument("--cpus", default="", help="CPUs (e.g. 2-5,8) this script and every program it runs are pinned to")
+    ap.add_argument("--arms", default="alone,timed", help="two of alone, timed, nsys: run in turns")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
@@ -107,17 +112,28 @@ def main() -> None:
     argv = [sys.executable, __file__, "--program", "--", *args]
     call = CommandCall(argv, step_functions={"iteration": STEP}, step_inputs={"iteration": SUMMARY}, warmup_steps=0)
 
-    def alone() -> None:
-        print(_line("alone", subprocess.run(argv, capture_output=True, text=True, check=True).stdout), flush=True)
+    def alone() -> str:
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
-    def timed() -> None:
+    def timed() -> str:
         tmp = tempfile.mkdtemp(prefix="turns-")
         _, runs = _timed(call, tmp, f"{tmp}/log", None)
-        print(_line("timed", runs[0]["output"]), flush=True)
+        return str(runs[0]["output"])
 
+    def under_nsys() -> str:
+        from nsightflow.capture.launch.nsys import profile_argv
+
+        out = tempfile.mkdtemp(prefix="turns-nsys-")
+        wrapped = profile_argv(shutil.which("nsys") or "nsys", f"{out}/t", argv)
+        return subprocess.run(wrapped, capture_output=True, text=True, check=True).stdout
+
+    arms = {"alone": alone, "timed": timed, "nsys": under_nsys}
+    first, second = a.arms.split(",")
     for r in range(a.rounds):
-        for arm in (alone, timed) if r % 2 == 0 else (timed, alone):
-            arm()
+        for name in (first, second) if r % 2 == 0 else (second, first):
+            began = time.monotonic()
+            output = arms[name]()
+            print(f"{_line(name, output)}  wall {time.monotonic() - began:6.2f} s", flush=True)
 
 
 if __name__ == "__main__":
