@@ -128,7 +128,10 @@ def main() -> None:
         return subprocess.run(wrapped, capture_output=True, text=True, check=True).stdout
 
     arms = {"alone": alone, "timed": timed, "nsys": under_nsys}
-    first, second = a.arms.split(",")
+    names = a.arms.split(",")
+    if len(names) != 2 or not set(names) <= set(arms):
+        ap.error(f"--arms {a.arms!r}: give two of {', '.join(arms)}, e.g. alone,nsys")
+    first, second = names
     for r in range(a.rounds):
         for name in (first, second) if r % 2 == 0 else (second, first):
             began = time.monotonic()
