@@ -173,19 +173,22 @@ class ProbeActions:
 
     def finish(self) -> dict[str, Any]:
         from nsightflow.capture.inside.harness import environment, measure_ceilings
+        from nsightflow.capture.inside.progress import phase
         from nsightflow.precisions import matmul_precision
         from nsightflow.records import Ceilings
 
         self._replays.__exit__(None, None, None)
         if not self.profiled:
             return {}
-        counts = self.tally.result() if self.tally is not None else None
-        if counts is not None and self.s.flops_out:
-            counts.write(self.s.flops_out)
+        with phase("operator count written"):  # the probe run's log splits its end (docs/benchmarks.md)
+            counts = self.tally.result() if self.tally is not None else None
+            if counts is not None and self.s.flops_out:
+                counts.write(self.s.flops_out)
         matmul = matmul_precision(self.s.dtype, counts.stages if counts else None)
         device = device_in_use()
         if self.s.ceilings_out:
-            Ceilings.from_dict(measure_ceilings(device, matmul.dtype)).write(self.s.ceilings_out)
+            with phase("ceilings measured"):
+                Ceilings.from_dict(measure_ceilings(device, matmul.dtype)).write(self.s.ceilings_out)
         return {
             "program_memory": self.memory.peaks if self.memory is not None else None,
             "dtype": matmul.dtype,
