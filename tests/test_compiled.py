@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pandas as pd
+import pytest
 from conftest import ROOT, snakemake, steady_steps, torch_workflow
 
 PROGRAM = ROOT / "tests" / "programs" / "compiled_steps.py"
@@ -49,15 +51,18 @@ def test_a_compiled_command_is_measured_compiled_and_counted_apart(tmp_path):
     assert "<h3>Wall time per step (the program's timed run)</h3><img alt='wall time per step'" in page
 
 
-def test_the_profiled_launch_of_a_compiled_command_runs_it_compiled(tmp_path):
-    """The launch nsys wraps (here with no profiler: the same hook, the same gate) runs the program compiled once the
-    timed run saw it compile: no TorchDispatchMode in its steps, so torch.compile makes its graph as alone."""
+@pytest.mark.parametrize("gate_at", ["start", "contact"])
+def test_the_profiled_launch_of_a_compiled_command_runs_it_compiled(tmp_path, gate_at):
+    """The launch nsys wraps (here with no profiler: the same hook, the same gate, passed before the program's first
+    line or at its first contact) runs the program compiled once the timed run saw it compile: no TorchDispatchMode in
+    its steps, so torch.compile makes its graph as alone."""
     from nsightflow.capture.inside.hook_settings import HookSettings
     from nsightflow.capture.launch.command import CommandCall, timed_beside
     from nsightflow.capture.launch.discovery import primary
 
     call = CommandCall(command=_argv())
     probe = HookSettings("probe", str(tmp_path / "probe.json"), flops_out=str(tmp_path / "flops.json"))
+    probe = replace(probe, gate_at=gate_at)
     found, timed, runs = timed_beside(call, str(tmp_path), tmp_path / "log", 300, probe, [])
     profiled = primary(runs, 0)
     assert found.compiles and found.skip["decode"][:1] == [0]  # its compile step set apart (a slow next one may be)

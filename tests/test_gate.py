@@ -18,6 +18,7 @@ from nsightflow.capture.inside import gate
 from nsightflow.capture.inside.hook_settings import HookSettings
 from nsightflow.capture.launch import children
 from nsightflow.capture.launch.command import CommandCall, timed_beside
+from nsightflow.domains import AUTO_DOMAIN
 from nsightflow.errors import ToolError, WorkloadError
 
 # Says its hook's mode and the clock at its first and last line; its ranges in domain T (discovered).
@@ -99,6 +100,98 @@ def test_the_timed_program_starts_only_once_a_slow_profiled_launch_is_ready(tmp_
     ready = (tmp_path / "work" / "stages.json.ready").stat().st_mtime
     assert clock["timed START"] >= ready  # its first line ran once the other launch was ready
     assert clock["timed END"] < clock["probe START"] and found.stages == ["prefill", "decode"]
+
+
+# Under nsys both launches start the program at once and stop at its first contact with what they share (gate_at
+# contact): the program below makes one (argv[1]) after its imports, or none before its first range.
+CONTACT = """
+import json, os, socket, subprocess, sys, time
+import nvtx
+import torch
+mode = json.loads(os.environ["NSIGHTFLOW_HOOK"])["mode"]
+print(f"{mode} START {time.time()}", flush=True)
+time.sleep(1.0)  # its imports, say: both launches' at the same time
+contact = sys.argv[1]
+if contact == "cuda":
+    try:
+        torch.cuda.init()  # torch's CUDA initialisation (on a CPU build it raises, once it has run)
+    except (AssertionError, RuntimeError) as exc:
+        print(f"{mode} NO CUDA {exc}", flush=True)
+elif contact == "program":
+    subprocess.run(["true"], check=True)
+elif contact == "socket":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+elif contact == "python":  # not contacts: a Python child (it stops at its own) and the standard library's query
+    import ctypes.util
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    ctypes.util.find_library("m")
+    print(f"{mode} CHILDREN {time.time()}", flush=True)
+if contact not in ("range", "python"):
+    print(f"{mode} CONTACT {time.time()}", flush=True)
+x = torch.ones(32, 32)
+with nvtx.annotate("prefill", domain="T"):
+    if contact in ("range", "python"):
+        print(f"{mode} CONTACT {time.time()}", flush=True)
+    x = x @ x
+for _ in range(3):
+    with nvtx.annotate("decode", domain="T"):
+        x = torch.relu(x @ x)
+print(f"{mode} END {time.time()}", flush=True)
+"""
+
+
+CONTACTS = {
+    "cuda": "torch's CUDA initialisation",
+    "program": "a child process",
+    "socket": "a socket bound",
+    "range": "a range",
+    "python": "a range",
+}
+
+
+@pytest.mark.parametrize("contact", list(CONTACTS))
+def test_at_a_late_gate_both_launches_import_at_once_and_stop_at_the_first_contact(tmp_path, contact):
+    """gate_at contact: the profiled launch's program starts while the timed run runs (its imports overlap), but its
+    first CUDA initialisation, other program started, bound socket or range comes after the timed run's end, with the
+    stages that run found; the timed program's own contact waits until the other launch is ready. A Python child and
+    ctypes' library query are not contacts."""
+    script = tmp_path / "program.py"
+    script.write_text(CONTACT)
+    call = CommandCall(command=[sys.executable, str(script), contact])
+    work = tmp_path / "work"
+    work.mkdir()
+    probe = HookSettings("probe", str(work / "probe.json"), None, None, gate_at="contact")
+    log = tmp_path / "job.log"
+    found, timed, runs = timed_beside(call, str(work), log, 120, probe, SLOW_START)
+    clock = {k: float(v) for k, v in re.findall(r"^(\w+ \w+) ([0-9.]+)$", log.read_text(), re.M)}
+    ready = (work / "stages.json.ready").stat().st_mtime
+    assert clock["probe START"] < clock["timed END"]  # the two started the program at once
+    assert clock["timed CONTACT"] >= ready  # the timed run's contact waited until the other launch was ready
+    assert clock["probe CONTACT"] > clock["timed END"]  # the other launch's, until the timed run had ended
+    assert found.domain == "T" and found.stages == ["prefill", "decode"]
+    assert {k: len(v) for k, v in found.every_wall.items()} == {"prefill": 1, "decode": 3}
+    assert {k: len(v) for k, v in runs[0]["steps"].items()} == {k: len(v) for k, v in found.walls.items()}
+    assert "this launch waited" in log.read_text() and f"at its first contact ({CONTACTS[contact]})" in log.read_text()
+    if contact == "cuda":
+        assert "probe NO CUDA" in log.read_text()  # torch's own initialisation ran after the wait
+    if contact == "python":
+        assert clock["probe CHILDREN"] < clock["timed END"]  # they ran while the timed run waited for this launch
+
+
+def test_a_late_gate_follows_the_automatic_stages_of_a_program_without_ranges(tmp_path):
+    """A program that opens no range of its own (tests/programs/no_ranges.py, generating): the profiled launch follows
+    its automatic stages (its model's top-level calls), installed before the gate says they are the stages."""
+    program = Path(__file__).parent / "programs" / "no_ranges.py"
+    sizes = ["--steps", "4", "--hidden", "64", "--batch", "8", "--prompt", "16", "--mode", "generate"]
+    call = CommandCall(command=[sys.executable, str(program), *sizes])
+    work = tmp_path / "work"
+    work.mkdir()
+    probe = HookSettings("probe", str(work / "probe.json"), None, None, gate_at="contact")
+    found, _, runs = timed_beside(call, str(work), tmp_path / "job.log", 120, probe, [])
+    assert found.domain == AUTO_DOMAIN and found.stages == ["inference 1x16x64", "inference 1x1x64"]
+    assert {k: len(v) for k, v in runs[0]["steps"].items()} == {k: len(v) for k, v in found.walls.items()}
+    assert len(found.every_wall["inference 1x1x64"]) == 4
 
 
 def test_the_timed_run_waits_until_the_other_launch_is_ready_or_has_ended(tmp_path):

@@ -91,24 +91,35 @@ class Tracker:
         self.auto: Any = None  # the automatic stages' hooks (nsightflow.capture.inside.hook_auto), while followed
         self.tuning: Any = None  # autotuning choices recorded or taken (nsightflow.capture.inside.hook_tuning)
         self.steps_by: Any = None  # the step functions followed, their inputs (nsightflow.capture.inside.hook_steps)
+        self.contacts: Any = None  # where a late gate stops the program (nsightflow.capture.inside.gate.Contacts)
 
     def follows_auto(self) -> bool:
         """Whether the automatic stages (nsightflow.capture.inside.hook_auto) are followed: they are the stages, or the
         stages are not known yet and the program has opened no range of its own."""
         return self.s.domain == AUTO_DOMAIN or (self.s.domain is None and not self.own)
 
-    def pass_gate(self) -> None:
-        """A launch beside another (nsightflow.capture.inside.gate), at install: the probe waits for the stages the
-        timed run found; the timed run waits until the probe launch is ready (so that none of its program, clocks
-        included, shares the machine with the other launch's start-up)."""
+    def pass_gate(self, contact: str = "install") -> None:
+        """A launch beside another (nsightflow.capture.inside.gate), at install or at the program's first contact
+        (``gate_at``; any thread): the probe waits for the stages the timed run found; the timed run waits until the
+        probe launch is ready (so that none of its program, clocks included, shares the machine with the other
+        launch's start-up)."""
         if not self.gated:
             return
+        with self.lock:
+            if self.gated:
+                self._through_gate(contact)
+
+    def _through_gate(self, contact: str) -> None:
         from nsightflow.capture.inside import gate
 
         assert self.s.gate is not None
+        began = time.perf_counter()
         if self.s.mode == "timed":
-            if self.s.gate_pid is not None:
-                gate.wait_ready(self.s.gate, self.s.gate_pid)
+            if self.s.gate_pid is not None and not gate.wait_ready(self.s.gate, self.s.gate_pid):
+                sys.stderr.write(
+                    f"nsightflow: the profiled launch was not ready after {gate.READY_WAIT_S:.0f} s: the timed run "
+                    "goes on beside its start\n"
+                )
         else:
             found = gate.wait_open(self.s.gate)
             skip, tuning, steps = found.get("skip") or {}, found.get("tuning") or None, found.get("steps") or {}
@@ -117,6 +128,26 @@ class Tracker:
             if not found.get("probe", True):  # the program compiles: its steps run as they are, unprobed
                 self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
         self.gated = False
+        if self.contacts is not None:  # past the gate at a contact: what install set up without the stages
+            self.contacts.remove()
+            if self.s.mode != "timed":
+                self._after_late_gate()
+                waited = time.perf_counter() - began
+                sys.stderr.write(f"nsightflow: this launch waited {waited:.2f} s at its first contact ({contact})\n")
+
+    def _after_late_gate(self) -> None:
+        """The probe past a late gate (``gate_at`` contact): the timed run's autotuning choices taken, and the
+        automatic stages followed where the stages it found are theirs (install could not know)."""
+        if self.tuning is not None and self.tuning.replay:
+            self.tuning.take_choices(self.s.tuning or {})
+        if self.steps_by is None:
+            if self.auto is not None and not self.follows_auto():
+                self.auto.remove()
+                self.auto = None
+            elif self.auto is None and self.follows_auto():
+                from nsightflow.capture.inside import hook_auto
+
+                self.auto = hook_auto.install(self)
 
     def look_for_rank(self) -> None:
         """While the rank is not known: torch.distributed's, at most once in RANK_EVERY_NS (caught while it is up: a
@@ -142,6 +173,8 @@ class Tracker:
         # it touches this thread's stack only; the lock guards what threads share (the step).
         if self.inside:
             return
+        if self.gated:  # a late gate not yet passed: a range is a contact (its clock starts after the wait)
+            self.pass_gate("a range")
         domain, name = domain or "", name or ""
         self.look_for_rank()
         if not self.own:

@@ -29,12 +29,16 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
     die_with(os.environ.get(JOB_ENV, ""))  # a daemon the program starts, or an orphaned rank, ends with the job
     hook_nvtx.wrap(tracker)
     # beside the other launch (nsightflow.capture.inside.gate), before the program's first line, torch imported and no
-    # GPU touched: the probe waits for the stages, the timed run for the probe to be idle (never inside its clock)
-    tracker.pass_gate()
-    if settings.mode == "timed" or tracker.s.tuning is not None:  # the timed run's choices, taken when profiled
-        from nsightflow.capture.inside import hook_tuning
+    # GPU touched: the probe waits for the stages, the timed run for the probe to be idle (never inside its clock);
+    # or, gate_at contact, at the program's first contact with what both launches share (after install, below)
+    late = tracker.gated and settings.gate_at == "contact"
+    if not late:
+        tracker.pass_gate()
+    pending = late and settings.mode != "timed"  # a probe whose autotuning choices come at its gate
+    if settings.mode == "timed" or tracker.s.tuning is not None or pending:  # the timed run's choices, taken when
+        from nsightflow.capture.inside import hook_tuning  # profiled
 
-        tracker.tuning = hook_tuning.install(tracker.s.tuning if settings.mode != "timed" else None)
+        tracker.tuning = hook_tuning.install(None if settings.mode == "timed" else (tracker.s.tuning or {}))
     if settings.step_functions:  # the calls of the functions it names are its steps
         from nsightflow.capture.inside import hook_steps
 
@@ -43,6 +47,11 @@ def install(settings: HookSettings | None = None) -> Tracker | None:
         from nsightflow.capture.inside import hook_auto
 
         tracker.auto = hook_auto.install(tracker)  # stages for a program that opens no range of its own
+    if late:
+        from nsightflow.capture.inside.gate import Contacts
+
+        tracker.contacts = Contacts(tracker.pass_gate)
+        tracker.contacts.install()
     atexit.register(tracker.finish)
     return tracker
 

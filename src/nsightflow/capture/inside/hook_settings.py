@@ -33,6 +33,9 @@ class HookSettings:
     rank: int = 0  # in a job of several processes: the rank that is probed, counted and captured
     gate: str | None = None  # a launch beside another (nsightflow.capture.inside.gate): probe waits there, timed for it
     gate_pid: int | None = None  # mode timed: the process of the gated launch (it may end before it is ready)
+    # where both launches stop beside each other: "start" (before the program's first line) or "contact" (before its
+    # first contact with what they share: the GPU, a process, a port; nsightflow.capture.inside.gate.Contacts)
+    gate_at: Literal["start", "contact"] = "start"
     skip: dict[str, list[int]] = field(default_factory=dict)  # stage -> its warm-up steps (ordinals): followed only
     steps: dict[str, int] = field(default_factory=dict)  # stage -> steps to its last profiled one (torch: stop there)
     # the timed run's autotuning choices (nsightflow.capture.inside.hook_tuning), taken without timing in a profiled run

@@ -61,6 +61,8 @@ class TimedTracker(Tracker):
     def push(self, domain: str | None, name: str | None, payload: Any = None) -> None:
         if self.inside:
             return
+        if self.gated:  # a late gate not yet passed: a range is a contact (its clock starts after the wait)
+            self.pass_gate("a range")
         left = self.looks.get(name, 1) - 1  # step_clock.Sampler.take's count down, without its call
         if left > 0 and (self.own or domain == AUTO_DOMAIN):
             self.looks[name] = left

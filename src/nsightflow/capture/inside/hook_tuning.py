@@ -69,6 +69,12 @@ class Tuning:
             self.taken[key] = n + 1
             return picks[min(n, len(picks) - 1)]
 
+    def take_choices(self, choices: dict[str, list[str]]) -> None:
+        """Take ``choices`` from now on (a probe launch learns them at its gate, after install)."""
+        with self.lock:
+            self.choices = {k: list(v) for k, v in choices.items()}
+            self.taken.clear()
+
     def record(self) -> dict[str, list[str]]:
         with self.lock:
             return {k: list(v) for k, v in self.choices.items()}

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from nsightflow import files
 from nsightflow.capture.inside.gate import open_gate
@@ -263,15 +263,16 @@ def _timed(
     timeout_s: float | None,
     beside: tuple[str, int] | None = None,
     devices: dict[str, str] | None = None,
+    gate_at: Literal["start", "contact"] = "start",
 ) -> tuple[Discovery, list[dict[str, Any]]]:
     """The timed run (nothing collecting), the stages found in the profiled rank's ranges, and every process's
     record. ``beside``: (gate, pid) of a launch gated until this run has ended (nsightflow.capture.inside.gate); its
-    program starts once that launch is ready."""
+    program starts (``gate_at`` start), or makes its first contact (contact), once that launch is ready."""
     from nsightflow.capture.launch.discovery import discover, primary
 
     gate, pid = beside or (None, None)
     settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
-    settings = replace(settings, gate=gate, gate_pid=pid)
+    settings = replace(settings, gate=gate, gate_pid=pid, gate_at=gate_at)
     timed = _run(call, settings, log, timeout_s, [], devices=devices)
     mine = primary(timed, call.rank)
     found = discover(
@@ -293,7 +294,7 @@ def timed_beside(
     timed_run: list[tuple[Discovery, list[dict[str, Any]]]] = []
 
     def timed_first(devices: dict[str, str], pid: int) -> None:
-        timed_run.append(_timed(call, tmp, log, timeout_s, (gate, pid), devices))
+        timed_run.append(_timed(call, tmp, log, timeout_s, (gate, pid), devices, profile.gate_at))
         found = timed_run[0][0]
         opened = {"domain": found.domain, "stages": found.stages, "skip": found.skip, "probe": not found.compiles}
         opened.update(tuning=found.tuning, steps=found.last_steps())
@@ -324,6 +325,7 @@ def timeline(
             rank=call.rank,
             capture_range=call.steps_window() is not None,  # a window: nsys traces its steps only
             end_after_steps=call.steps_window() is not None,  # and the program ends after them
+            gate_at="contact",  # both launches import the program's libraries at once
         )
         rep = Path(rep)
         tmp_base = rep.with_name(rep.stem + ".tmp")
