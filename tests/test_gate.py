@@ -296,3 +296,21 @@ def test_stopping_the_job_while_its_timed_run_runs_kills_both_launches(tmp_path)
         time.sleep(0.1)
     assert _running(str(script)) == []
     assert not (work / "started.probe").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "executable", "contact"),
+    [
+        (["/sbin/ldconfig", "-p"], None, False),  # ctypes.util.find_library's query
+        ("ldconfig -p 2>/dev/null", None, False),  # the same as a shell's command line
+        ([sys.executable, "-c", "pass"], None, False),  # Python: the hook stops it at its own contact
+        ("python3 train.py", None, False),
+        (["ignored"], sys.executable, False),
+        (["true"], None, True),  # another program: it could use the GPU or a port
+        ("nvcc --version", None, True),
+        (b"redis-server --port 6379", None, True),
+        ("", None, True),
+    ],
+)
+def test_which_child_processes_are_a_contact(args, executable, contact):
+    assert gate._foreign_child(None, args, executable) is contact

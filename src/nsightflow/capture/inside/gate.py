@@ -99,8 +99,11 @@ def _foreign(path: Any) -> bool:
 
 def _foreign_child(_popen: Any, args: Any, executable: Any, *_rest: Any, **_kw: Any) -> bool:
     """``subprocess.Popen._execute_child``'s call: a contact where it starts a foreign program (or a shell)."""
-    if executable is None:
-        executable = args if isinstance(args, (str, bytes)) else (list(args) or [""])[0]
+    if executable is None:  # the program of its command line (shell=True) or of its argv
+        if isinstance(args, bytes):
+            args = args.decode(errors="replace")
+        first = args.split()[:1] if isinstance(args, str) else list(args)[:1]
+        executable = first[0] if first else ""
     return _foreign(executable)
 
 
