@@ -14,11 +14,12 @@ whole of a small program takes 5 to 6 s). So the job starts both at once, and th
   inside a clock the program keeps itself (a serving loop's, started before its first step).
 
 Under nsys (``HookSettings.gate_at`` ``"contact"``) that point is later: the program's first *contact* with what the
-two launches share (:class:`Contacts`): its first CUDA initialisation through torch, a step or NVTX range, a child
-process, a bound socket, ``torch.distributed``'s process group, or the import of torchrun's launcher or of another
-GPU library. Both launches import the program's libraries at once (on the GPU host the serving loop's ``import
-transformers`` and the model's classes took 7 to 10 s after ``import torch``, docs/benchmarks.md), and neither has
-touched the GPU, started a process or bound a port when it waits. What the program does before that point is done
+two launches share (:class:`Contacts`): its first CUDA initialisation through torch, a step or NVTX range, another
+program started (a Python child loads the hook and stops at its own contact), a bound socket, ``torch.distributed``'s
+process group, torchrun's launch, or the import of another GPU library. Both launches import the program's libraries
+at once (on the GPU host the serving loop's ``import transformers`` and the model's classes took 6.8 to 10.4 s after
+``import torch``, docs/benchmarks.md), and neither has touched the GPU, started a program or bound a port when it
+waits. What the program does before that point is done
 twice at the same time: it should be its imports and set-up, not writes to a file the other launch reads.
 """
 
@@ -109,7 +110,7 @@ def _foreign_child(_popen: Any, args: Any, executable: Any, *_rest: Any, **_kw: 
 
 class Contacts:
     """Calls ``stop`` before the program's first contact with what a launch beside it shares (see the module's
-    docstring); ``remove`` puts back what it wrapped (a fork's hook stays: ``stop`` is a no-op by then)."""
+    docstring); ``remove`` puts back what it wrapped."""
 
     def __init__(self, stop: Callable[[str], None]) -> None:
         self.stop = stop  # called with the contact's name
