@@ -292,6 +292,8 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
         print(f"serving on the GPU, the timeline job: the timed run's program {t0:.1f} to {t1:.1f} s, the one under "
               f"nsys {p0:.1f} to {p1:.1f} s (its steps after the timed run's end), nsys's end {n1 - n0:.1f} s "
               f"(its import and export {n1 - n0 - p1:.1f} s)")  # fmt: skip
+    waited = re.search(r"this launch waited ([0-9.]+ s at its first contact \([^)]*\))", timeline_log)
+    print(f"serving on the GPU, the launch under nsys {waited.group(1) if waited else 'passed its gate at install'}")
     ncu_log = (run / "logs" / "ncu_capture.log").read_text(errors="replace")
     passes = Counter(re.findall(r"==PROF== Profiling .* (\d+) pass", ncu_log))
     metrics = next((ln for ln in ncu_log.splitlines() if "--metrics" in ln), "")
