@@ -4,6 +4,7 @@ until the other launch is idle; a failed or stopped timed run takes the other la
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -202,9 +203,12 @@ def test_the_timed_run_waits_until_the_other_launch_is_ready_or_has_ended(tmp_pa
     gated.wait()
     ready = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
+        t0 = time.monotonic()  # alive and never ready: it gives up after its timeout (a lock held between the two)
+        assert gate.wait_ready(tmp_path / "gate.json", ready.pid, timeout_s=0.5) is False
+        assert 0.4 < time.monotonic() - t0 < 5
         gate.ready_path(tmp_path / "gate.json").write_text("")
         t0 = time.monotonic()
-        gate.wait_ready(tmp_path / "gate.json", ready.pid)
+        assert gate.wait_ready(tmp_path / "gate.json", ready.pid) is True
         assert time.monotonic() - t0 < 5
     finally:
         ready.kill()
@@ -314,3 +318,39 @@ def test_stopping_the_job_while_its_timed_run_runs_kills_both_launches(tmp_path)
 )
 def test_which_child_processes_are_a_contact(args, executable, contact):
     assert gate._foreign_child(None, args, executable) is contact
+
+
+# torchrun's launcher under Contacts: the first contact it makes, then the process ends there.
+TORCHRUN = """
+import os, sys
+from nsightflow.capture.inside.gate import Contacts
+
+def stop(contact):
+    print("CONTACT", contact, flush=True)
+    os._exit(0)
+
+Contacts(stop).install()
+sys.argv = ["torchrun", "--nproc_per_node", "2", "--master_port", sys.argv[1], "-m", "json.tool", "/dev/null"]
+if os.environ.get("AS_MODULE"):
+    import runpy
+    runpy.run_module("torch.distributed.run", run_name="__main__")
+else:
+    from torch.distributed.run import main
+    main()
+print("NO CONTACT", flush=True)
+"""
+
+
+@pytest.mark.parametrize("as_module", [False, True])
+def test_torchruns_first_contact_is_its_launch_before_its_rendezvous(as_module):
+    """torchrun (and ``python -m torch.distributed.run``) binds its rendezvous port in C++, before it starts the
+    ranks: its contact is its launch, which comes before both (no rank started, no port bound)."""
+    import socket
+
+    with socket.socket() as s:  # a free port: a clash with another test would show as a bind error, not a contact
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = {**os.environ, **({"AS_MODULE": "1"} if as_module else {})}
+    out = subprocess.run([sys.executable, "-c", TORCHRUN, port], capture_output=True, text=True, env=env, timeout=120)
+    assert "CONTACT torchrun's launch" in out.stdout, out.stdout + out.stderr
+    assert "NO CONTACT" not in out.stdout
