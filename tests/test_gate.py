@@ -342,7 +342,7 @@ print("NO CONTACT", flush=True)
 
 
 @pytest.mark.parametrize("as_module", [False, True])
-def test_torchruns_first_contact_is_its_launch_before_its_rendezvous(as_module):
+def test_torchruns_first_contact_is_its_launch_before_its_rendezvous(as_module, tmp_path):
     """torchrun (and ``python -m torch.distributed.run``) binds its rendezvous port in C++, before it starts the
     ranks: its contact is its launch, which comes before both (no rank started, no port bound)."""
     import socket
@@ -350,7 +350,8 @@ def test_torchruns_first_contact_is_its_launch_before_its_rendezvous(as_module):
     with socket.socket() as s:  # a free port: a clash with another test would show as a bind error, not a contact
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
-    env = {**os.environ, **({"AS_MODULE": "1"} if as_module else {})}
+    # torchrun makes its log folder (torchelastic_*) before its launch, and the launch stopped there removes nothing
+    env = {**os.environ, "TMPDIR": str(tmp_path), **({"AS_MODULE": "1"} if as_module else {})}
     out = subprocess.run([sys.executable, "-c", TORCHRUN, port], capture_output=True, text=True, env=env, timeout=120)
     assert "CONTACT torchrun's launch" in out.stdout, out.stdout + out.stderr
     assert "NO CONTACT" not in out.stdout
