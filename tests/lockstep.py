@@ -42,7 +42,7 @@ from nsightflow.workloads.api import build_workload
 WAIT_S = 300  # a participant that waits longer for the token than this stops (another one died)
 
 
-def _take(fd: int) -> None:
+def take(fd: int) -> None:
     """Wait for one token byte on ``fd``."""
     ready, _, _ = select.select([fd], [], [], WAIT_S)
     if not ready or not os.read(fd, 1):
@@ -71,7 +71,7 @@ def main() -> None:
     # ready: participant 0 sends a token round the ring; it comes back once every participant has passed it on
     if a.index == 0:
         os.write(nxt, b"r")
-    _take(mine)
+    take(mine)
     if a.index != 0:
         os.write(nxt, b"r")
     if a.cpu is not None:  # after the build and warm-up, which would otherwise queue on one CPU
@@ -83,7 +83,7 @@ def main() -> None:
     def turn() -> Iterator[None]:
         nonlocal held
         if not held:
-            _take(mine)
+            take(mine)
         held = False
         turns.append(time.time())
         yield
@@ -95,7 +95,7 @@ def main() -> None:
         passes.append({"walls": walls, "turns": turns[:]})
         turns.clear()
     if a.index == 0:
-        _take(mine)  # the last turn's token, so no participant outlives the ring's last step unwaited
+        take(mine)  # the last turn's token, so no participant outlives the ring's last step unwaited
     with open(a.out, "w") as fh:
         json.dump({"index": a.index, "traced": a.traced, "passes": passes}, fh)
     sys.stdout.flush()
@@ -111,22 +111,31 @@ class Arm:
     traced: bool = False
 
 
-def run_ring(tmp: Path, arms: list[Arm], rounds: int, args: dict, cpu: int | None, timeout: float) -> list[dict]:
-    """Run one participant per arm, ring order as listed (the first is the reference), and return each one's
-    output. All of them are stopped if one fails or the ring outlasts ``timeout`` seconds."""
+def ring_pipes(tmp: Path, n: int) -> Path:
+    """The named pipes of a ring of ``n`` participants (``i`` reads ``<i>.in``), in ``tmp/pipes``."""
     pipes = tmp / "pipes"
     pipes.mkdir()
-    for i in range(len(arms)):
+    for i in range(n):
         os.mkfifo(pipes / f"{i}.in")
+    return pipes
+
+
+def run_together(
+    tmp: Path,
+    commands: list[tuple[str, list[str], dict[str, str] | None]],
+    timeout: float,
+    cwd: str | Path | None = None,
+) -> None:
+    """Run every (name, argv, environment or None: this one's) at once in ``cwd``, each one's output in
+    ``tmp/<i>.log``, until all have ended. All of them are stopped if one fails or they outlast ``timeout`` s."""
     procs = []
     try:
-        for i, arm in enumerate(arms):
-            program = [sys.executable, __file__, "--index", str(i), "--of", str(len(arms)), "--pipes", str(pipes)]
-            program += ["--rounds", str(rounds), "--out", str(tmp / f"{i}.json"), "--args", json.dumps(args)]
-            program += (["--traced"] if arm.traced else []) + ([] if cpu is None else ["--cpu", str(cpu)])
+        for i, (_, argv, env) in enumerate(commands):
             with open(tmp / f"{i}.log", "w") as log:  # the child keeps its own copy of the descriptor
                 procs.append(
-                    subprocess.Popen(arm.wrap(program, i), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                    subprocess.Popen(
+                        argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=cwd
+                    )
                 )
         deadline = time.monotonic() + timeout
         while True:
@@ -135,17 +144,30 @@ def run_ring(tmp: Path, arms: list[Arm], rounds: int, args: dict, cpu: int | Non
             if failed:
                 i = failed[0]
                 tail = (tmp / f"{i}.log").read_text()[-2000:]
-                raise RuntimeError(f"participant {i} ({arms[i].name}) exited {codes[i]}: {tail}")
+                raise RuntimeError(f"participant {i} ({commands[i][0]}) exited {codes[i]}: {tail}")
             if all(rc == 0 for rc in codes):
                 break
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the ring of {len(arms)} participants outlasted {timeout} s")
+                raise TimeoutError(f"the ring of {len(commands)} participants outlasted {timeout} s")
             time.sleep(0.1)
     finally:
         for proc in procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def run_ring(tmp: Path, arms: list[Arm], rounds: int, args: dict, cpu: int | None, timeout: float) -> list[dict]:
+    """Run one participant per arm, ring order as listed (the first is the reference), and return each one's
+    output. All of them are stopped if one fails or the ring outlasts ``timeout`` seconds."""
+    pipes = ring_pipes(tmp, len(arms))
+    commands: list[tuple[str, list[str], dict[str, str] | None]] = []
+    for i, arm in enumerate(arms):
+        program = [sys.executable, __file__, "--index", str(i), "--of", str(len(arms)), "--pipes", str(pipes)]
+        program += ["--rounds", str(rounds), "--out", str(tmp / f"{i}.json"), "--args", json.dumps(args)]
+        program += (["--traced"] if arm.traced else []) + ([] if cpu is None else ["--cpu", str(cpu)])
+        commands.append((arm.name, arm.wrap(program, i), None))
+    run_together(tmp, commands, timeout)
     return [json.loads((tmp / f"{i}.json").read_text()) for i in range(len(arms))]
 
 
