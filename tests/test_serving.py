@@ -163,7 +163,7 @@ def test_serving_processes_take_turns_at_each_iteration_one_under_the_timed_hook
 
     config = {"model_type": "llama", **LLAMA}
     workload = ["--config", json.dumps(config), "--requests", "6", "--prompt", "12", "--prompt-spread", "4"]
-    workload += ["--new", "5", "--new-spread", "2", "--per-step", "2", "--no-warmup"]
+    workload += ["--new", "5", "--new-spread", "2", "--per-step", "2", "--no-warmup", "--max-batch-tokens", "64"]
     out, record = _serving_ring(tmp_path, workload, timeout=300)
     walls = [o["passes"][0]["walls"]["iteration"] for o in out]
     n = len(walls[0])
@@ -292,7 +292,9 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     from nsightflow.capture.read.own_metrics import own_metrics
     from nsightflow.workloads import serving
 
-    argv = _gpu_serving(64, (256, 192), (64, 48))
+    # a batch limit of its own (every prompt fits in the first iteration): the engine's default, sized from the GPU's
+    # free memory, took 98 GiB a process, and the ring's three did not fit
+    argv = [*_gpu_serving(64, (256, 192), (64, 48)), "--max-batch-tokens", "32768"]
     steps = {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
     work = _nsight_workflow(tmp_path, {"name": "serve", "command": argv, "warmup_steps": 0} | steps)
     runs: list[tuple[float, float]] = []  # the loop alone (tokens/s, s), before and after the workflow

@@ -75,11 +75,19 @@ def own_clock(outputs: list[Any], began: float, ended: float) -> dict[str, Any]:
     return said
 
 
-def serve(model: Any, requests: list[tuple[list[int], int]], rate: float, warmup: bool, per_step: int = 0) -> list[Any]:
+def serve(
+    model: Any,
+    requests: list[tuple[list[int], int]],
+    rate: float,
+    warmup: bool,
+    per_step: int = 0,
+    max_batch_tokens: int = 0,
+) -> list[Any]:
     """Run ``requests`` through the model's continuous-batching manager (as ``generate_batch`` runs it: no gradients,
     the engine's own warm-up where ``warmup``), submitted at once (``rate`` and ``per_step`` 0), ``rate`` a second,
     or ``per_step`` each time the engine prepares an iteration (:func:`arrivals`); their finished records, in
-    submission order."""
+    submission order. ``max_batch_tokens``: the engine's batch limit (0: its own, sized from the GPU's free memory,
+    so that two processes of the program never fit on one GPU at once)."""
     import torch
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -90,7 +98,12 @@ def serve(model: Any, requests: list[tuple[list[int], int]], rate: float, warmup
     named = [k for k in ("page_size", "block_size") if hasattr(default, k)]  # its name in transformers 5.17: block_size
     page = int(getattr(default, named[0]))
     blocks = sum(-(-(len(p) + k) // page) for p, k in requests) + len(requests)
-    cb = ContinuousBatchingConfig(num_blocks=blocks)
+    limits: dict[str, Any] = {"num_blocks": blocks}
+    if max_batch_tokens:
+        if not hasattr(default, "max_batch_tokens"):
+            raise SystemExit("--max-batch-tokens: this transformers' ContinuousBatchingConfig has no max_batch_tokens")
+        limits["max_batch_tokens"] = max_batch_tokens
+    cb = ContinuousBatchingConfig(**limits)
     ctx = model.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb, warmup=warmup)
     with torch.no_grad(), ctx as manager:
         ids: list[str] = []
@@ -163,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--per-step", type=int, default=0, help="this many requests join before each engine iteration")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-warmup", action="store_true", help="skip the engine's own warm-up (CUDA-graph capture)")
+    p.add_argument("--max-batch-tokens", type=int, default=0, help="tokens an iteration at most (0: from free memory)")
     a = p.parse_args(argv)
     config = json.loads(a.config) if a.config else None
     model = load_model(a.model, config, a.dtype, a.device, "sdpa", a.seed)
@@ -170,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     vocab = int(hf_config.vocab_size)
     requests = request_set(a.requests, a.prompt, a.prompt_spread, a.new, a.new_spread, vocab, a.seed)
     began = time.perf_counter()
-    outputs = serve(model, requests, a.rate, not a.no_warmup, a.per_step)
+    outputs = serve(model, requests, a.rate, not a.no_warmup, a.per_step, a.max_batch_tokens)
     said = own_clock(outputs, began, time.perf_counter())
     said["lengths"] = [[len(prompt), new] for prompt, new in requests]
     print(PREFIX + json.dumps(said), flush=True)
