@@ -292,8 +292,8 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     compiled at run time with the working folder in its debug information: in a folder where the program never ran,
     the CUDA driver's JIT cache misses and the first iteration compiles it, about 1 s more;
     benchmarks/first_token.py); a first run of the loop there, not counted, fills the cache. The GEMM FLOPs counted
-    over its iterations within 1%
-    of those from the requests; the whole workflow at most 5 times the loop alone (its runs before and after)."""
+    over its iterations within 1% of those from the requests; the whole workflow at most 5 times the loop alone (its
+    runs before and after)."""
     import subprocess
     import time
 
