@@ -15,7 +15,8 @@ participant has built its model and engine), then takes the turn before each cal
 call's wall runs from the turn's start to the call's return. The requests must arrive the same way in every
 participant (``--per-step``: the same iterations in every run), so that iteration k of one arm is iteration k of
 another. It writes ``--out``: the walls by stage name ``iteration`` and when each turn began (epoch seconds), in
-tests/lockstep.py's shape (one pass).
+tests/lockstep.py's shape (one pass). Participant 0 does not wait for the last token: its engine's teardown may
+overlap the others' last iteration (one of a hundred in the GPU test).
 
 ``python serving_ring.py --index I --of N --pipes DIR --out FILE -- <the serving workload's arguments>``
 """

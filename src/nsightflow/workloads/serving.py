@@ -87,7 +87,7 @@ def serve(
     the engine's own warm-up where ``warmup``), submitted at once (``rate`` and ``per_step`` 0), ``rate`` a second,
     or ``per_step`` each time the engine prepares an iteration (:func:`arrivals`); their finished records, in
     submission order. ``max_batch_tokens``: the engine's batch limit (0: its own, sized from the GPU's free memory,
-    so that two processes of the program never fit on one GPU at once)."""
+    where a second process of the program may find too little left)."""
     import torch
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
