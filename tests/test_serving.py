@@ -169,6 +169,8 @@ def test_serving_processes_take_turns_at_each_iteration_one_under_the_timed_hook
     with the same iteration of the alone arms, the turns just before and after it."""
     if not _engine_step_exists():
         pytest.skip("this transformers has no ContinuousBatchProcessor._generation_step")
+    from nsightflow.workloads import serving
+
     config = {"model_type": "llama", **LLAMA}
     workload = ["--config", json.dumps(config), "--requests", "6", "--prompt", "12", "--prompt-spread", "4"]
     workload += ["--new", "5", "--new-spread", "2", "--per-step", "2", "--no-warmup", "--max-batch-tokens", "64"]
@@ -180,26 +182,14 @@ def test_serving_processes_take_turns_at_each_iteration_one_under_the_timed_hook
     assert [i for _, i in starts] == [0, 1, 2] * n  # iteration k of each arm, then iteration k + 1 of each
     summaries = record["step_inputs"]["iteration"]
     assert len(summaries) == n and all(s is not None for s in summaries)
-    from nsightflow.workloads import serving
-
-    lengths = [json.loads(ln[len(serving.PREFIX) :])["lengths"] for ln in _metrics_lines(tmp_path)]
+    said = [ln for i in range(3) for ln in (tmp_path / f"{i}.log").read_text().splitlines()]  # each one's output
+    lengths = [json.loads(ln[len(serving.PREFIX) :])["lengths"] for ln in said if ln.startswith(serving.PREFIX)]
     assert len(lengths) == 3 and lengths[0] == lengths[1] == lengths[2]
     assert sum(s["prefill_tokens"] for s in summaries) == sum(p for p, _ in lengths[0])
     a, t, b = walls
     pace, control = _sandwiched(out)
     assert pace == pytest.approx([2 * t[k] / (a[k] + b[k]) for k in range(n)])
     assert control == pytest.approx([b[k] / a[k] for k in range(n)])
-
-
-def _metrics_lines(tmp) -> list[str]:
-    """The serving workload's own numbers line of each ring participant (its log, tests/lockstep.run_together)."""
-    from nsightflow.workloads import serving
-
-    lines = []
-    for i in range(3):
-        text = (tmp / f"{i}.log").read_text()
-        lines += [ln for ln in text.splitlines() if ln.startswith(serving.PREFIX)]
-    return lines
 
 
 def test_requests_arriving_at_a_rate_are_all_served(capsys, monkeypatch):
