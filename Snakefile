@@ -18,6 +18,7 @@ if BACKEND == "nsight":
     include: "workflow/rules/preflight.smk"
     include: "workflow/rules/timeline.smk"
     include: "workflow/rules/ncu.smk"
+    include: "workflow/rules/capture.smk"
     include: "workflow/rules/aggregate.smk"
 
 elif BACKEND == "torch":

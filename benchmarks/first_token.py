@@ -81,12 +81,13 @@ def _said(metrics: dict, manifest: dict | None = None) -> dict:
 def timeline(argv: list[str], out: str) -> dict:
     """``command.timeline`` as the serving test calls it, its outputs in ``out``: the program's figures."""
     from nsightflow.capture.launch import command
+    from nsightflow.capture.launch.command_call import CommandCall
     from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     outputs = ProfileOutputs.of(folder / "m.json", folder / "f.json", folder / "c.json", folder / "log")
-    call = command.CommandCall(argv, warmup_steps=0, **STEPS)  # type: ignore[arg-type]
+    call = CommandCall(argv, warmup_steps=0, **STEPS)  # type: ignore[arg-type]
     nsys_bin = shutil.which("nsys") or "nsys"
     command.timeline(nsys_bin, call, folder / "t.nsys-rep", folder / "t.sqlite", outputs, RunSettings({}, {}, 900))
     manifest = json.loads((folder / "m.json").read_text())

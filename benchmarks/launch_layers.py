@@ -29,7 +29,8 @@ from pathlib import Path
 from nsightflow import ncu_metrics
 from nsightflow.capture.inside.hook_settings import HookSettings
 from nsightflow.capture.launch import ncu, nsys
-from nsightflow.capture.launch.command import CommandCall, _run, _timed, timed_beside
+from nsightflow.capture.launch.command import _run, _timed, timed_beside
+from nsightflow.capture.launch.command_call import CommandCall
 from nsightflow.capture.launch.tools import run_tool
 from nsightflow.capture.read.own_metrics import own_metrics
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from nsightflow.capture.inside.hook_settings import HookSettings
 from nsightflow.capture.launch import nsys
-from nsightflow.capture.launch.command import CommandCall, _timed, timed_beside
+from nsightflow.capture.launch.command import _timed, timed_beside
+from nsightflow.capture.launch.command_call import CommandCall
 from nsightflow.capture.read.own_metrics import own_metrics
 
 TICK = os.sysconf("SC_CLK_TCK")

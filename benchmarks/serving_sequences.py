@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from nsightflow.capture.launch import command
+from nsightflow.capture.launch.command_call import CommandCall
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 from nsightflow.capture.read.attribution import read_timeline
 from nsightflow.capture.read.plan import plan_capture
@@ -70,7 +71,7 @@ def main() -> None:
         return
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     functions = dict(s.split("=", 1) for s in args.step_function)
-    call = command.CommandCall(argv, step_functions=functions, warmup_steps=0)
+    call = CommandCall(argv, step_functions=functions, warmup_steps=0)
     tmp = Path(tempfile.mkdtemp(prefix="sequences-"))
     outputs = ProfileOutputs.of(tmp / "m.json", tmp / "f.json", tmp / "c.json", tmp / "log")
     sqlite = tmp / "t.sqlite"

@@ -103,7 +103,8 @@ def main() -> None:
     if a.program:
         program(args)
         return
-    from nsightflow.capture.launch.command import CommandCall, _timed
+    from nsightflow.capture.launch.command import _timed
+    from nsightflow.capture.launch.command_call import CommandCall
 
     if a.cpus:  # children inherit the affinity: both arms run on the same CPUs
         os.sched_setaffinity(0, _cpus(a.cpus))

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT, snakemake, steady_steps, torch_workflow
 
-from nsightflow.capture.launch.command import fill
+from nsightflow.capture.launch.command_call import fill
 from nsightflow.capture.launch.discovery import discover
 from nsightflow.capture.read.warmup import Window
 from nsightflow.errors import ConfigError, WorkloadError
@@ -239,7 +239,7 @@ def test_the_hook_follows_the_programs_child_processes(tmp_path):
     hook and writes its own record; the process that opened the ranges is the one that has them."""
     from nsightflow.capture.inside.hook import record_path
     from nsightflow.capture.inside.hook_settings import HookSettings
-    from nsightflow.capture.launch.command import CommandCall
+    from nsightflow.capture.launch.command_call import CommandCall
     from nsightflow.capture.launch.discovery import primary
 
     child = tmp_path / "child.py"
@@ -268,7 +268,7 @@ def test_code_planted_for_the_hook_never_runs(tmp_path):
     import tempfile
 
     from nsightflow.capture.inside.hook_settings import HookSettings
-    from nsightflow.capture.launch.command import CommandCall
+    from nsightflow.capture.launch.command_call import CommandCall
     from nsightflow.errors import CaptureError
 
     planted = []
@@ -417,7 +417,7 @@ def test_ncu_launch_of_several_gpus_runs_nccl_with_no_peer_writes_and_nsys_as_co
     # nanoGPT under torchrun hung in 2 of 3 ncu launches on two GPUs, in none of 6 with peer-to-peer off; the
     # explanation that fits (not proven): ncu's replay restores the profiled rank's memory, undoing a peer's writes
     from nsightflow.capture.inside.hook_settings import HookSettings
-    from nsightflow.capture.launch.command import CommandCall
+    from nsightflow.capture.launch.command_call import CommandCall
     from nsightflow.capture.launch.program import ncu_launches
     from nsightflow.records import Manifest
 

@@ -57,7 +57,8 @@ def test_the_profiled_launch_of_a_compiled_command_runs_it_compiled(tmp_path, ga
     line or at its first contact) runs the program compiled once the timed run saw it compile: no TorchDispatchMode in
     its steps, so torch.compile makes its graph as alone."""
     from nsightflow.capture.inside.hook_settings import HookSettings
-    from nsightflow.capture.launch.command import CommandCall, timed_beside
+    from nsightflow.capture.launch.command import timed_beside
+    from nsightflow.capture.launch.command_call import CommandCall
     from nsightflow.capture.launch.discovery import primary
 
     call = CommandCall(command=_argv())

@@ -18,7 +18,8 @@ import pytest
 from nsightflow.capture.inside import gate
 from nsightflow.capture.inside.hook_settings import HookSettings
 from nsightflow.capture.launch import children
-from nsightflow.capture.launch.command import CommandCall, timed_beside
+from nsightflow.capture.launch.command import timed_beside
+from nsightflow.capture.launch.command_call import CommandCall
 from nsightflow.domains import AUTO_DOMAIN
 from nsightflow.errors import ToolError, WorkloadError
 
@@ -229,7 +230,8 @@ with nvtx.annotate("prefill", domain="T"):
 DRIVER = """
 import faulthandler, signal, sys
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is, should it not end (the test asks)
-from nsightflow.capture.launch.command import CommandCall, timed_beside
+from nsightflow.capture.launch.command import timed_beside
+from nsightflow.capture.launch.command_call import CommandCall
 from nsightflow.capture.inside.hook_settings import HookSettings
 script, work = sys.argv[1], sys.argv[2]
 call = CommandCall(command=[sys.executable, script, work + "/started"])

@@ -1067,12 +1067,13 @@ def test_a_commands_step_walls_beside_its_nsys_launch_are_the_programs(tmp_path)
     difference (its medians -6.6% to +7.2% in runs whose fast steps agreed within 3%), as the serving test found of
     its runs."""
     from nsightflow.capture.launch import command
+    from nsightflow.capture.launch.command_call import CommandCall
     from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 
     a = {"batch": 1, "prompt": 16, "hidden": 256, "layers": 16, "steps": 16}
     argv = [sys.executable, "examples/nvtx_program.py"]
     argv += [x for k in ("batch", "prompt", "hidden", "layers", "steps") for x in (f"--{k}", str(a[k]))]
-    call = command.CommandCall(command=argv, domain="LLM")
+    call = CommandCall(command=argv, domain="LLM")
     cpus = _gpu_local_cpus()[2:3] or _gpu_local_cpus()
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cpus)

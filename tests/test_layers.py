@@ -109,7 +109,7 @@ def test_every_module_is_short():
     assert not long, long
 
 
-@pytest.mark.parametrize("script", ["timeline", "ncu_capture"])
+@pytest.mark.parametrize("script", ["timeline", "ncu_capture", "capture"])
 def test_the_profiling_jobs_start_their_profiler_without_importing_pandas_or_torch(script):
     """What the timeline's and the ncu capture's rule scripts import before their profiler starts (a callable's job
     needs neither pandas nor torch in its own process before then): pandas cost the timeline job about 0.9 s on the GPU

@@ -369,6 +369,27 @@ def test_counters_before_the_plan_are_those_the_plan_then_asks_for(tmp_path):
     assert counters_before_plan("auto", "auto", tmp_path / "analytic_flops.json") is None
 
 
+@pytest.mark.parametrize(
+    "spec,non_tensor,dtype,want",
+    [
+        ("auto", "auto", "bfloat16", (["bf16"], False)),
+        ("auto", "auto", None, (["bf16"], False)),  # an LLM's usual precision where the workload declares none
+        ("auto", "auto", "float16", (["fp16"], False)),
+        ("auto", "auto", "float32", (["tf32"], True)),  # torch's default: float32 on the FMA units, SASS counts
+        (["fp8", "bf16"], False, "float32", (["bf16", "fp8"], False)),  # the config's, as it names them
+        ("all", True, "bfloat16", (["bf16", "fp16", "tf32", "fp8", "fp64_tensor"], True)),
+    ],
+)
+def test_counters_before_the_timeline_follow_the_workloads_dtype_or_the_config(spec, non_tensor, dtype, want):
+    """The counters ncu's launch starts with where it starts before its timeline (config ncu.start with_timeline),
+    no probe pass having run: the declared dtype's precision, bfloat16 where none is declared."""
+    from nsightflow.capture.launch.ncu_inputs import counters_before_timeline
+
+    got = counters_before_timeline(spec, non_tensor, dtype)
+    assert (got.precisions, got.non_tensor) == want
+    assert got.seen_how and "guessed before the timeline" in got.seen_how[0]
+
+
 def test_a_capture_rules_ncu_settings_are_one_param_that_follows_the_config():
     """The settings a capture rule passes (one dict param: Snakemake records and compares it) round-trip, follow each
     config key the rule uses, and keep the keys its kind of capture fixes."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from nsightflow.capture.inside.hook_settings import HookSettings
-from nsightflow.capture.launch.command import CommandCall
+from nsightflow.capture.launch.command_call import CommandCall
 
 PROGRAM = Path(__file__).parent / "programs" / "autotuners.py"
 pytest.importorskip("triton", reason="inductor's autotuners build triton.Config objects")

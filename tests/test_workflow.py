@@ -39,6 +39,27 @@ def test_dry_run_plans_each_backend(tmp_path):
     }
 
 
+def test_a_commands_ncu_launch_starts_with_its_timeline_in_one_job_where_asked(tmp_path):
+    """Config ncu.start with_timeline: a command's timeline and ncu capture are one job (rule capture), a callable's
+    keep their two (its ncu launch cannot wait for its timeline); after_timeline, the default, keeps every run's
+    apart."""
+    wf = copy_workflow(tmp_path)
+    cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    cfg["workloads"].append({"name": "cmd", "command": ["python3", "examples/nvtx_program.py"]})
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    def jobs(*extra):
+        out = snakemake(wf, "-n", "--cores", "1", "results/report.html", "--config", "profiler=nsight", *extra).stdout
+        found = re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: run=(\w+)", out, re.M)
+        return sorted(set(found))
+
+    apart = [("aggregate", r) for r in ("cmd", "tinyllm")] + [("ncu_capture", "cmd"), ("ncu_capture", "tinyllm")]
+    apart += [("run_report", "cmd"), ("run_report", "tinyllm"), ("timeline", "cmd"), ("timeline", "tinyllm")]
+    assert jobs() == sorted(apart)
+    together = [j for j in apart if j not in {("ncu_capture", "cmd"), ("timeline", "cmd")}] + [("capture", "cmd")]
+    assert jobs("ncu={start: with_timeline}") == sorted(together)
+
+
 BAD_CONFIGS = [
     (lambda c: c["select"].update(top_n=0), "config select.top_n: 0 is less than the minimum of 1"),
     (lambda c: c.update(selectt={}), "unknown key(s) 'selectt' (did you mean 'select'?)"),

@@ -48,6 +48,20 @@ def run_spec(wildcards):
     return RUNS[wildcards.run]
 
 
+def _is_command(spec):
+    """Whether a run's program is a command (a callable run as several processes is one: nsightflow.capture.inside.runner)."""
+    return "command" in spec or (spec.get("nprocs") or 1) > 1
+
+
+# The runs whose ncu launch starts with their timeline (config ncu.start; the capture rule), the commands; "(?!)" none
+STARTS_WITH_TIMELINE = (
+    "|".join(
+        re.escape(r) for r, spec in RUNS.items() if config["ncu"]["start"] == "with_timeline" and _is_command(spec)
+    )
+    or "(?!)"
+)
+
+
 def gpu_jobs(wildcards):
     """The GPUs a profiling job of this run asks the scheduler for: a command's gpus: (one per rank), else one."""
     return GPU_JOBS * (run_spec(wildcards).get("gpus") or 1)
@@ -80,7 +94,7 @@ def steps_by(spec):
 
 def harness_call(wildcards):
     """The workload's launch (nsightflow.capture.inside.harness.HarnessCall's fields, or a command's:
-    nsightflow.capture.launch.command.CommandCall's, also for a callable run as several processes: nsightflow.capture.inside.runner):
+    nsightflow.capture.launch.command_call.CommandCall's, also for a callable run as several processes: nsightflow.capture.inside.runner):
     what the profilers run; the interpreter's path canonical, so that
     the same Python under another name reruns nothing."""
     from nsightflow.capture.inside.harness import canonical_python

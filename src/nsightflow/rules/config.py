@@ -174,7 +174,7 @@ def _program(i: int, name: str, w: dict[str, Any]) -> None:
             f"{where}.cwd: {cwd!r} is not a folder (from {Path.cwd()}, where snakemake runs): give the program's own "
             "folder, absolute or relative to where snakemake runs"
         )
-    from nsightflow.capture.launch.command import PLACEHOLDER
+    from nsightflow.capture.launch.command_call import PLACEHOLDER
 
     known = set(w.get("args") or {}) | set(w.get("sweep") or {})
     for arg in w["command"]:

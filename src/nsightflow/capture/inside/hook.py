@@ -86,7 +86,7 @@ class Tracker:
         self.rank: int | None = None  # this process's rank in a job of several (None: not known, or none)
         self.env_rank = os.environ.get("RANK", "")  # read once: pushes look for the rank until it is known
         self.rank_looked = -RANK_EVERY_NS  # when a push last looked for it (perf_counter_ns)
-        self.gated = settings.gate is not None and settings.mode in ("probe", "timed")  # not yet past the gate
+        self.gated = settings.gate is not None and settings.mode in ("probe", "timed", "ncu")  # not yet past the gate
         self.own = False  # whether the program has opened an NVTX range of its own
         self.auto: Any = None  # the automatic stages' hooks (nsightflow.capture.inside.hook_auto), while followed
         self.tuning: Any = None  # autotuning choices recorded or taken (nsightflow.capture.inside.hook_tuning)
@@ -100,9 +100,9 @@ class Tracker:
 
     def pass_gate(self, contact: str = "install") -> None:
         """A launch beside another (nsightflow.capture.inside.gate), at install or at the program's first contact
-        (``gate_at``; any thread): the probe waits for the stages the timed run found; the timed run waits until the
-        probe launch is ready (so that none of its program, clocks included, shares the machine with the other
-        launch's start-up)."""
+        (``gate_at``; any thread): the probe (and an ncu launch started beside the timeline) waits for the stages the
+        timed run found; the timed run waits until every gated launch is ready (so that none of its program, clocks
+        included, shares the machine with another launch's start-up)."""
         if not self.gated:
             return
         with self.lock:
@@ -115,18 +115,20 @@ class Tracker:
         assert self.s.gate is not None
         began = time.perf_counter()
         if self.s.mode == "timed":
-            if self.s.gate_pid is not None and not gate.wait_ready(self.s.gate, self.s.gate_pid):
-                sys.stderr.write(
-                    f"nsightflow: the profiled launch was not ready after {gate.READY_WAIT_S:.0f} s: the timed run "
-                    "goes on beside its start\n"
-                )
+            gated = {self.s.gate: self.s.gate_pid} if self.s.gate_pid is not None else {}
+            for path, pid in {**gated, **self.s.also_gated}.items():
+                if not gate.wait_ready(path, pid):
+                    sys.stderr.write(
+                        f"nsightflow: a profiled launch was not ready after {gate.READY_WAIT_S:.0f} s: the timed run "
+                        "goes on beside its start\n"
+                    )
         else:
             found = gate.wait_open(self.s.gate)
             skip, tuning, steps = found.get("skip") or {}, found.get("tuning") or None, found.get("steps") or {}
             self.s = replace(self.s, domain=found["domain"], stages=found["stages"], skip=skip, tuning=tuning)
             self.s = replace(self.s, steps=steps)
-            if not found.get("probe", True):  # the program compiles: its steps run as they are, unprobed
-                self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)
+            if self.s.mode == "probe" and not found.get("probe", True):  # the program compiles: its steps run as
+                self.s = replace(self.s, mode="ranged", flops_out=None, ceilings_out=None)  # they are, unprobed
         self.gated = False
         if self.contacts is not None:  # past the gate at a contact: what install set up without the stages
             self.contacts.remove()

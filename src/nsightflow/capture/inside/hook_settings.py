@@ -33,6 +33,8 @@ class HookSettings:
     rank: int = 0  # in a job of several processes: the rank that is probed, counted and captured
     gate: str | None = None  # a launch beside another (nsightflow.capture.inside.gate): probe waits there, timed for it
     gate_pid: int | None = None  # mode timed: the process of the gated launch (it may end before it is ready)
+    # mode timed: other launches gated beside it (their gate -> the process that runs them), each waited for too
+    also_gated: dict[str, int] = field(default_factory=dict)
     # where both launches stop beside each other: "start" (before the program's first line) or "contact" (before its
     # first contact with what they share: the GPU, a process, a port; nsightflow.capture.inside.gate.Contacts)
     gate_at: Literal["start", "contact"] = "start"

@@ -37,9 +37,9 @@ def command_fields(
     gpus: int,
     log_dir: str,
 ) -> dict[str, Any]:
-    """The command workload (nsightflow.capture.launch.command.CommandCall's fields) that runs ``spec`` as ``nprocs``
-    processes: its stages are the runner's ranges, ``rank`` is the one probed and captured. ``log_dir``: torchrun's
-    folder for its per-launch records (an absolute path in the run's results; without it torchrun makes a
+    """The command workload (nsightflow.capture.launch.command_call.CommandCall's fields) that runs ``spec`` as
+    ``nprocs`` processes: its stages are the runner's ranges, ``rank`` is the one probed and captured. ``log_dir``:
+    torchrun's folder for its per-launch records (an absolute path in the run's results; without it torchrun makes a
     ``torchelastic_*`` folder in the shared temporary folder at every launch and never removes it)."""
     argv = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nprocs)]
     argv += ["--log-dir", log_dir]

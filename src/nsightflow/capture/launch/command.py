@@ -8,7 +8,8 @@ Each profiling rule runs the command with the hook (nsightflow.capture.inside.ho
 2. the profile run: under nsys (the hook mirrors each stage step into nsightflow's domain and runs the probe inside
    it, so the timeline reads as a callable's does, and counts FLOPs; started beside the timed run, its program waits
    until the timed run has ended: nsightflow.capture.inside.gate), or under torch.profiler (then a *count* run);
-3. under ncu: the hook opens the capture plan's windows (:meth:`CommandCall.launch` with the plan).
+3. under ncu: the hook opens the capture plan's windows (nsightflow.capture.launch.command_call: the command itself
+   and its launches), after the timeline or, config ``ncu.start``, started with it.
 
 The rest of the engine (plan, match, aggregation, report) is the callables' own.
 """
@@ -16,118 +17,27 @@ The rest of the engine (plan, match, aggregation, report) is the callables' own.
 from __future__ import annotations
 
 import json
-import os
-import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from nsightflow import files
 from nsightflow.capture.inside.gate import open_gate
-from nsightflow.capture.inside.harness import Launch
-from nsightflow.capture.inside.hook_settings import HOOK_ENV, JOB_ENV, HookSettings
+from nsightflow.capture.inside.hook_settings import HookSettings
 from nsightflow.capture.inside.passes import safe_label
 from nsightflow.capture.launch import nsys
-from nsightflow.capture.launch.children import identity
-from nsightflow.capture.launch.hook_site import program_tmp, site_dir
+from nsightflow.capture.launch.command_call import CommandCall
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 from nsightflow.capture.launch.tools import note, publish_nsys, run_tool, tool_warnings, write_manifest
-from nsightflow.capture.read.comm import REPLAY_SAFE_ENV
 from nsightflow.capture.read.own_metrics import own_metrics
-from nsightflow.capture.read.warmup import Window
-from nsightflow.domains import DEFAULT_DOMAIN
-from nsightflow.errors import CaptureError, ConfigError
-from nsightflow.records import Manifest
+from nsightflow.errors import CaptureError
 
 if TYPE_CHECKING:
     from nsightflow.capture.launch.discovery import Discovery
 
 # The discovery (pandas) is imported where a command's runs are read: a callable's timeline job never reads one, and
 # importing pandas before nsys starts cost that job about 0.9 s on the GPU host (1.10 s before nsys, 0.22 s without).
-
-PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def fill(argv: list[str], args: dict[str, Any]) -> list[str]:
-    """The command's argv with each ``{name}`` replaced by the run's value of ``name`` (its args and sweep point)."""
-
-    def value(m: re.Match[str]) -> str:
-        if m.group(1) not in args:
-            raise ConfigError(
-                f"command argument {m.string!r}: placeholder {{{m.group(1)}}} has no value; give it under the "
-                f"workload's args: or sweep: (known: {sorted(args) or 'none'})"
-            )
-        return str(args[m.group(1)])
-
-    return [PLACEHOLDER.sub(value, a) for a in argv]
-
-
-@dataclass(frozen=True)
-class CommandCall:
-    """One command workload as the config gives it (fields of ``command_call`` in common.smk)."""
-
-    command: list[str]
-    args: dict[str, Any] = field(default_factory=dict)
-    env: dict[str, Any] = field(default_factory=dict)
-    cwd: str | None = None
-    domain: str | None = None  # the program's NVTX domain of its stages; None: discovered
-    stages: list[str] | None = None  # its stage range names; None: the domain's top-level ranges
-    mirror: str = DEFAULT_DOMAIN  # nsightflow's own domain (config nvtx_domain)
-    dtype: str | None = None
-    rank: int = 0  # a job of several processes: the rank that is probed and captured
-    gpus: int = 1  # the devices its processes use (one per rank for NCCL): claimed together
-    warmup_steps: int | str = "auto"  # "auto" (nsightflow.capture.read.warmup), or the first N steps of each stage
-    # stage name -> 'module:qualname' whose calls are its steps (nsightflow.capture.inside.hook_steps); then domain
-    # is nsightflow's automatic one and stages are these names
-    step_functions: dict[str, str] = field(default_factory=dict)
-    # stage name -> 'module:qualname' summarising each step's inputs (a step function's stages only)
-    step_inputs: dict[str, str] = field(default_factory=dict)
-    # the steps profiled, {"start": K, "steps": N} of each stage (nsightflow.capture.read.warmup.Window); None: all
-    window: dict[str, int] | None = None
-
-    def argv(self) -> list[str]:
-        return fill(self.command, self.args)
-
-    def steps_window(self) -> Window | None:
-        return Window(**self.window) if self.window else None
-
-    def launch(self, settings: HookSettings, private: str | Path) -> Launch:
-        """The command with the hook: its site folder (made in ``private``, a folder of this run only) first on
-        ``PYTHONPATH``, the settings in the environment."""
-        env = {k: str(v) for k, v in self.env.items()}
-        path = [str(site_dir(private)), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
-        env[HOOK_ENV] = replace(settings, step_functions=self.step_functions, step_inputs=self.step_inputs).to_env()
-        env[JOB_ENV] = identity()  # every Python process of the program ends when this job does, however it ends
-        for key, value in program_tmp(private).items():
-            env.setdefault(key, value)  # the workload's own env: wins
-        cwd = str(Path(self.cwd).resolve()) if self.cwd else None  # every path a tool is given is absolute
-        return Launch(self.argv(), env, cwd, self.gpus)
-
-    def windowed(self, plan_json: str | Path, manifest: Manifest, await_plan: bool = False) -> Launch:
-        """The launch ncu runs: the hook opens the plan's windows in the stages the timeline found, never in their
-        warm-up steps (its site folder beside the plan, in the run's own results). ``await_plan``: the plan is made
-        while the program starts; the hook waits for it at the first step."""
-        skip: dict[str, list[int]] = {}
-        for w in manifest.warmup_steps:
-            skip.setdefault(str(w["stage"]), []).append(int(w["step"]))
-        settings = HookSettings(
-            mode="ncu",
-            out=None,
-            domain=manifest.stage_domain,
-            stages=[s["name"] for s in manifest.stages],
-            mirror=self.mirror,
-            windows=str(Path(plan_json).resolve()),
-            await_windows=await_plan,
-            rank=self.rank,
-            skip=skip,
-            tuning=manifest.autotuning or None,  # the timed run's choices: ncu's slowed timing picks none
-        )
-        launch = self.launch(settings, Path(plan_json).resolve().parent)
-        if self.gpus > 1:  # ranks on several GPUs: no peer writes into memory ncu restores between replay passes
-            launch = replace(launch, env={**REPLAY_SAFE_ENV, **launch.env})
-        return replace(launch, awaits_plan=await_plan)
 
 
 def _run(
@@ -264,15 +174,17 @@ def _timed(
     beside: tuple[str, int] | None = None,
     devices: dict[str, str] | None = None,
     gate_at: Literal["start", "contact"] = "start",
+    also_gated: dict[str, int] | None = None,
 ) -> tuple[Discovery, list[dict[str, Any]]]:
     """The timed run (nothing collecting), the stages found in the profiled rank's ranges, and every process's
     record. ``beside``: (gate, pid) of a launch gated until this run has ended (nsightflow.capture.inside.gate); its
-    program starts (``gate_at`` start), or makes its first contact (contact), once that launch is ready."""
+    program starts (``gate_at`` start), or makes its first contact (contact), once that launch is ready, and every
+    launch in ``also_gated`` (gate -> pid: ncu's, started with the timeline's)."""
     from nsightflow.capture.launch.discovery import discover, primary
 
     gate, pid = beside or (None, None)
     settings = HookSettings("timed", f"{tmp}/timed.json", call.domain, call.stages, rank=call.rank)
-    settings = replace(settings, gate=gate, gate_pid=pid, gate_at=gate_at)
+    settings = replace(settings, gate=gate, gate_pid=pid, gate_at=gate_at, also_gated=also_gated or {})
     timed = _run(call, settings, log, timeout_s, [], devices=devices)
     mine = primary(timed, call.rank)
     found = discover(
@@ -286,15 +198,23 @@ def _timed(
 
 
 def timed_beside(
-    call: CommandCall, tmp: str, log: str | Path, timeout_s: float | None, profile: HookSettings, wrap: list[str]
+    call: CommandCall,
+    tmp: str,
+    log: str | Path,
+    timeout_s: float | None,
+    profile: HookSettings,
+    wrap: list[str],
+    also_gated: dict[str, int] | None = None,
 ) -> tuple[Discovery, list[dict[str, Any]], list[dict[str, Any]]]:
     """The timed run, and the ``profile`` run (under ``wrap``) beside it, gated until the timed run has found the
-    stages (nsightflow.capture.inside.gate): (the stages, the timed and the profile run's records)."""
+    stages (nsightflow.capture.inside.gate): (the stages, the timed and the profile run's records). ``also_gated``:
+    other gated launches (gate -> pid) the timed run waits for too."""
     gate = f"{tmp}/stages.json"
     timed_run: list[tuple[Discovery, list[dict[str, Any]]]] = []
 
     def timed_first(devices: dict[str, str], pid: int) -> None:
-        timed_run.append(_timed(call, tmp, log, timeout_s, (gate, pid), devices, profile.gate_at))
+        beside = (gate, pid)
+        timed_run.append(_timed(call, tmp, log, timeout_s, beside, devices, profile.gate_at, also_gated))
         found = timed_run[0][0]
         opened = {"domain": found.domain, "stages": found.stages, "skip": found.skip, "probe": not found.compiles}
         opened.update(tuning=found.tuning, steps=found.last_steps())
@@ -305,10 +225,17 @@ def timed_beside(
 
 
 def timeline(
-    nsys_bin: str, call: CommandCall, rep: str | Path, sqlite_out: str | Path, out: ProfileOutputs, run: RunSettings
+    nsys_bin: str,
+    call: CommandCall,
+    rep: str | Path,
+    sqlite_out: str | Path,
+    out: ProfileOutputs,
+    run: RunSettings,
+    also_gated: dict[str, int] | None = None,
 ) -> None:
     """The timed run, and nsys over the probe run started beside it (its program gated until the timed run has
-    found the stages: nsightflow.capture.inside.gate): the timeline, analytic count, ceilings and manifest."""
+    found the stages: nsightflow.capture.inside.gate): the timeline, analytic count, ceilings and manifest.
+    ``also_gated``: launches started beside the job's (gate -> pid), which the timed run waits for too."""
     from nsightflow.capture.launch.discovery import primary, rank_rows, same_steps
 
     manifest, flops, ceilings, log, timeout_s = out.manifest, out.flops, out.ceilings, out.log, run.timeout_s
@@ -330,7 +257,7 @@ def timeline(
         rep = Path(rep)
         tmp_base = rep.with_name(rep.stem + ".tmp")
         wrap = nsys.profile_argv(nsys_bin, tmp_base, [], capture_range="stop" if probe.capture_range else "")
-        found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap)
+        found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap, also_gated)
         profiled = primary(runs, call.rank)
         note(log, _spans_note(timed, runs, "nsys"))
         same_steps(found, profiled, "nsys")

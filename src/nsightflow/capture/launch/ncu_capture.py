@@ -41,11 +41,15 @@ class _Replan(Exception):
     """The plan made while ncu started needs other counters or another kernel filter than the launch started with."""
 
 
+First = Callable[[dict[str, str], int], None]  # what runs before the plan is made, beside ncu's launch (env, pid)
+
+
 class _Planner:
     """``beside`` of a capture's first launch (nsightflow.capture.launch.tools.run_tool): makes the plan while ncu
     starts the program, beside its final place (``staged``), and publishes it there only once the launch's command
     line is the one the plan asks for; otherwise it raises _Replan, and the launch, which never saw the plan, has
-    opened no window when it is killed."""
+    opened no window when it is killed. ``first``: what must run before the plan can be made (the timeline, where
+    ncu's launch starts with it: nsightflow.capture.launch.together), given the launch's environment and process."""
 
     def __init__(
         self,
@@ -56,15 +60,19 @@ class _Planner:
         started: list[str],
         guessed: Counters,
         guessed_comm: bool = False,
+        first: First | None = None,
     ) -> None:
         self.make, self.plan_json, self.progress = make, Path(plan_json), progress
         self.staged = files.staging(plan_json)
         self.argv_for, self.started, self.guessed, self.guessed_comm = argv_for, started, guessed, guessed_comm
+        self.first = first
         self.plan: CapturePlan | None = None
         self.counters: Counters | None = None
         self.wanted: list[str] = started
 
     def __call__(self, env: dict[str, str], pid: int) -> None:
+        if self.first is not None:
+            self.first(env, pid)
         self.plan, self.counters = self.make(self.staged)
         if self.progress is not None:
             self.progress.expected = [(e.stage, e.step) for e in self.plan.expected]
@@ -95,7 +103,14 @@ def _filtered(comm: bool) -> str:
     return ", NCCL's kernels left out" if comm else ""
 
 
-def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, programs: list[Launch]) -> None:
+def ncu_capture(
+    settings: NcuSettings,
+    to: CaptureFiles,
+    source: PlanSource,
+    programs: list[Launch],
+    first: First | None = None,
+    guessed: Counters | None = None,
+) -> None:
     """One ncu run of the whole program (``--profile-from-start off``; the program, the harness or a command's hook,
     opens the plan's windows), exported to raw CSV and checked against the plan before anything is published: every
     planned launch profiled, nothing else, in order, with matching grid, block and name (ranges: one result per
@@ -107,13 +122,18 @@ def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, pro
     the counters can be told before it (``counters_before_plan``): the launch starts with them, and the NCCL filter
     where its ranks have GPUs of their own, while the plan is made beside ``to.plan`` and put there once the launch
     is found to be the one the plan asks for (see the module's docstring); otherwise the plan is made before ncu
-    starts."""
+    starts. ``first``: what runs beside the first launch before its plan can be made (the timeline: its inputs do not
+    exist yet), that launch started with the ``guessed`` counters and awaiting its plan."""
     s, ncu_bin, ranges = settings, settings.ncu, settings.ranges
     rep, log, plan_json = to.rep, to.log, to.plan
     tmp_base = rep.with_name(rep.name.removesuffix(".ncu-rep") + ".tmp")
     produced = Path(str(tmp_base) + ".ncu-rep")
     tries = programs[-1:] if ranges else programs
-    counters, make_plan = source.counters(settings, plan_json), source.maker(settings, log)
+    counters = guessed if first is not None else source.counters(settings, plan_json)
+    make_plan = source.maker(settings, log)
+    assert first is None or (make_plan is not None and counters is not None and tries[0].awaits_plan), (
+        "a launch started before its timeline starts with counters guessed and awaits its plan"
+    )
     plan: CapturePlan | None = None
     if make_plan is not None:
         plan_json.unlink(missing_ok=True)  # a launch that awaits its plan must never read an older one
@@ -162,7 +182,7 @@ def ncu_capture(settings: NcuSettings, to: CaptureFiles, source: PlanSource, pro
             assert make_plan is not None
             comm = program.gpus > 1  # ranks on GPUs of their own talk through NCCL: its kernels left out at once
             argv = argv_for(program, counters, comm)
-            planner = _Planner(make_plan, plan_json, progress, partial(argv_for, program), argv, counters, comm)
+            planner = _Planner(make_plan, plan_json, progress, partial(argv_for, program), argv, counters, comm, first)
             try:
                 out, rc = launch(argv, program, progress, planner)
             except _Replan as exc:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from nsightflow import ncu_metrics
 from nsightflow.capture.launch.ncu_settings import NcuSettings
+from nsightflow.precisions import tensor_precision
 from nsightflow.records import AnalyticCounts
 
 if TYPE_CHECKING:
@@ -55,6 +56,23 @@ def counters_before_plan(
     stages = list(analytic.stages)
     # (the planned launches' kernels are not known yet: one an operator without a formula launched asks for a replan)
     return _counters(precisions, non_tensor, analytic, [(stage, 1, "", "") for stage in stages], stages)
+
+
+def counters_before_timeline(
+    precisions: ncu_metrics.TensorPrecisions, non_tensor: ncu_metrics.NonTensorFlops, dtype: str | None
+) -> Counters:
+    """The counters an ncu launch started before its timeline starts with, the probe pass not having run yet: those
+    of matrix work in the workload's declared ``dtype`` (config ``ncu.tensor_precisions`` where it names them), or
+    in bfloat16 where it declares none (an LLM's usual precision; float32 as torch runs it by default, on the FMA
+    units). A guess: the plan made after the timeline asks for the counters it needs, and a launch started with
+    others is started again with them (nsightflow.capture.launch.ncu_capture)."""
+    seen = [tensor_precision(dtype or "bfloat16", tf32=False)]
+    return Counters(
+        ncu_metrics.tensor_precisions(precisions, seen),
+        ncu_metrics.non_tensor_flops(non_tensor, seen),
+        seen,
+        seen_how=[f"guessed before the timeline from the workload's dtype ({dtype or 'none declared: bfloat16'})"],
+    )
 
 
 def _counters(

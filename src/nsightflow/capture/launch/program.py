@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from nsightflow.capture.inside.harness import HarnessCall, Launch
 from nsightflow.capture.launch import command, tools
-from nsightflow.capture.launch.command import CommandCall
+from nsightflow.capture.launch.command_call import CommandCall
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 from nsightflow.records import Manifest
 
@@ -19,9 +19,18 @@ from nsightflow.records import Manifest
 class Program(Protocol):
     """A workload the rules profile: timed, under nsys, under torch.profiler, and under ncu with a plan."""
 
-    def timeline(self, nsys_bin: str, rep: Path, sqlite: Path, out: ProfileOutputs, run: RunSettings) -> None:
+    def timeline(
+        self,
+        nsys_bin: str,
+        rep: Path,
+        sqlite: Path,
+        out: ProfileOutputs,
+        run: RunSettings,
+        also_gated: dict[str, int] | None = None,
+    ) -> None:
         """nsys's timeline (``rep`` and its SQLite export), the wall times, the analytic count, the ceilings and
-        the run's manifest."""
+        the run's manifest. ``also_gated``: launches started with it, waiting at their gates (gate -> pid), which its
+        timed run waits for before its program starts (nsightflow.capture.inside.gate)."""
 
     def torch_profile(self, trace: Path, out: ProfileOutputs, run: RunSettings) -> None:
         """torch.profiler's Chrome trace, the analytic count, the ceilings and the run's manifest."""
@@ -30,6 +39,10 @@ class Program(Protocol):
         """What ncu runs for the plan ``plan_json``, in the order to try (the next one where a capture differs from
         the plan)."""
 
+    def ncu_launches_beside(self, plan_json: Path, gate: Path) -> list[Launch]:
+        """What ncu runs where it starts with the timeline's launches, waiting at its first contact until the job
+        opens ``gate`` (nsightflow.capture.launch.together); none where this kind of program cannot wait so."""
+
 
 @dataclass(frozen=True)
 class CallableProgram:
@@ -37,7 +50,16 @@ class CallableProgram:
 
     call: HarnessCall
 
-    def timeline(self, nsys_bin: str, rep: Path, sqlite: Path, out: ProfileOutputs, run: RunSettings) -> None:
+    def timeline(
+        self,
+        nsys_bin: str,
+        rep: Path,
+        sqlite: Path,
+        out: ProfileOutputs,
+        run: RunSettings,
+        also_gated: dict[str, int] | None = None,
+    ) -> None:
+        assert not also_gated, "a callable's ncu launch never starts with its timeline"
         tools.timeline(nsys_bin, self.call, rep, sqlite, out, run)
 
     def torch_profile(self, trace: Path, out: ProfileOutputs, run: RunSettings) -> None:
@@ -54,6 +76,12 @@ class CallableProgram:
             return [replace(self.call, warmup=0).windowed(plan_json, await_plan), warmed]
         return [warmed]
 
+    def ncu_launches_beside(self, plan_json: Path, gate: Path) -> list[Launch]:
+        """None: the harness builds the model (on the GPU) before anything could hold it, and which launches to try
+        depends on the timeline's manifest (its first pass's one-time work); its ncu launch starts after the
+        timeline, in a job of its own."""
+        return []
+
 
 @dataclass(frozen=True)
 class CommandProgram:
@@ -61,8 +89,16 @@ class CommandProgram:
 
     call: CommandCall
 
-    def timeline(self, nsys_bin: str, rep: Path, sqlite: Path, out: ProfileOutputs, run: RunSettings) -> None:
-        command.timeline(nsys_bin, self.call, rep, sqlite, out, run)
+    def timeline(
+        self,
+        nsys_bin: str,
+        rep: Path,
+        sqlite: Path,
+        out: ProfileOutputs,
+        run: RunSettings,
+        also_gated: dict[str, int] | None = None,
+    ) -> None:
+        command.timeline(nsys_bin, self.call, rep, sqlite, out, run, also_gated)
 
     def torch_profile(self, trace: Path, out: ProfileOutputs, run: RunSettings) -> None:
         command.torch_profile(self.call, trace, out, run)
@@ -71,6 +107,11 @@ class CommandProgram:
         """The command with the hook opening the plan's windows. ``await_plan``: the launch may start before the plan
         is made; the hook waits for it at the program's first step (its start-up hides the plan's making)."""
         return [self.call.windowed(plan_json, manifest, await_plan)]
+
+    def ncu_launches_beside(self, plan_json: Path, gate: Path) -> list[Launch]:
+        """The command with the hook holding it at its first contact until ``gate`` opens with the stages, then
+        opening the plan's windows (awaited at the first step)."""
+        return [self.call.windowed_beside(plan_json, gate)]
 
 
 def program(fields: dict[str, Any]) -> Program:

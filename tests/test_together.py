@@ -1,0 +1,89 @@
+"""ncu's launch of a command started with the timeline's (config ncu.start with_timeline:
+nsightflow.capture.launch.together), with real processes and no profiler (neither runs on a CPU; the GPU tier's serving
+test runs the job whole under nsys and ncu): the launch imports beside the timeline's, holds at its first contact until
+they have ended, takes the stages from its gate and opens the plan's window in the step the plan names; the timed
+run's program starts only once that launch is ready too."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from nsightflow.capture.inside.gate import open_gate, ready_path
+from nsightflow.capture.inside.hook_settings import HookSettings
+from nsightflow.capture.launch.command import timed_beside
+from nsightflow.capture.launch.command_call import CommandCall
+from nsightflow.capture.launch.ncu_capture import _Planner
+from nsightflow.capture.launch.ncu_inputs import Counters
+from nsightflow.capture.launch.tools import run_tool
+
+# Its imports (a second), then a bound socket (a contact), then its ranges in domain T; under ncu's mode the profiler
+# switch prints instead of reaching a GPU.
+PROGRAM = """
+import json, os, socket, sys, time
+import nvtx
+import torch
+import torch.cuda.profiler as switch
+mode = json.loads(os.environ["NSIGHTFLOW_HOOK"])["mode"]
+switch.start = lambda: print(f"{mode} WINDOW START", flush=True)
+switch.stop = lambda: print(f"{mode} WINDOW STOP", flush=True)
+print(f"{mode} START {time.time()}", flush=True)
+time.sleep(1.0)
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+print(f"{mode} CONTACT {time.time()}", flush=True)
+x = torch.ones(32, 32)
+with nvtx.annotate("prefill", domain="T"):
+    x = x @ x
+for i in range(3):
+    with nvtx.annotate("decode", domain="T"):
+        print(f"{mode} STEP decode {i}", flush=True)
+        x = torch.relu(x @ x)
+print(f"{mode} END {time.time()}", flush=True)
+"""
+
+
+def _plan(path):
+    from nsightflow.capture.read.plan import CapturePlan, StagePlan, Window
+
+    window = Window("decode", 1, None, "the step whole")
+    decode = StagePlan(steps=3, sampled_steps=[1], extra_steps=[], structures=1, launches=1, comm_launches=0)
+    plan = CapturePlan("representatives", "T", [window], [], {"decode": decode})
+    plan.write(path)
+    return plan
+
+
+def test_ncus_launch_holds_at_its_first_contact_until_the_timeline_has_ended_then_takes_its_stages(tmp_path):
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    call = CommandCall(command=[sys.executable, str(script)])
+    work = tmp_path / "work"
+    work.mkdir()
+    plan_json, gate = work / "plan.json", (work / "ncu.json").resolve()
+    launch = call.windowed_beside(plan_json, gate)
+    assert launch.awaits_plan
+    log, found = tmp_path / "timeline.log", []
+
+    def timeline_first(env, pid):  # as nsightflow.capture.launch.together runs it, nsys left out
+        probe = HookSettings("probe", str(work / "probe.json"), None, None, gate_at="contact")
+        found.append(timed_beside(call, str(work), log, 120, probe, [], also_gated={str(gate): pid})[0])
+        open_gate(gate, {"domain": found[0].domain, "stages": found[0].stages, "skip": {}, "tuning": None})
+
+    bf16 = Counters(["bf16"], False, ["bf16"])
+    planner = _Planner(lambda p: (_plan(p), bf16), plan_json, None, lambda c, comm: launch.argv, launch.argv, bf16,
+                       first=timeline_first)  # fmt: skip
+    out, rc = run_tool(launch.argv, tmp_path / "ncu.log", 120, check=False, env=launch.env, beside=planner)
+    assert rc == 0, out
+    said = log.read_text() + out
+    clock = {k: float(v) for k, v in re.findall(r"^(\w+ \w+) ([0-9.]+)$", said, re.M)}
+    assert clock["ncu START"] < clock["timed END"]  # its imports beside the timed run's program
+    assert clock["timed CONTACT"] >= ready_path(gate).stat().st_mtime  # which waited until this launch was ready
+    assert clock["ncu CONTACT"] > max(clock["timed END"], clock["probe END"])  # held until the timeline had ended
+    assert found[0].domain == "T" and found[0].stages == ["prefill", "decode"]
+    assert "this launch waited" in out and "at its first contact (a socket bound)" in out
+    # the gate's stages: the window opened around the step the plan names, and the launch ended after it
+    lines = [ln.strip() for ln in out.splitlines() if ln.startswith("ncu ")]
+    assert lines[-4:] == ["ncu STEP decode 0", "ncu WINDOW START", "ncu STEP decode 1", "ncu WINDOW STOP"], lines
+    assert "ncu's launch of the program stops here" in out and "ncu END" not in out
+    assert os.path.exists(plan_json)
