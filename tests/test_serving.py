@@ -129,7 +129,7 @@ def _serving_ring(tmp, workload: list[str], cwd=None, timeout: float = 600) -> t
     from lockstep import ring_pipes, run_together
 
     from nsightflow.capture.inside.hook_settings import HookSettings
-    from nsightflow.capture.launch.command import CommandCall
+    from nsightflow.capture.launch.command_call import CommandCall
     from nsightflow.workloads import serving
 
     pipes = ring_pipes(tmp, 3)
@@ -305,7 +305,9 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     # free memory, took 98 GiB a process, and the ring's three did not fit
     argv = [*_gpu_serving(64, (256, 192), (64, 48)), "--max-batch-tokens", "32768"]
     steps = {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
-    work = _nsight_workflow(tmp_path, {"name": "serve", "command": argv, "warmup_steps": 0} | steps)
+    # ncu's launch starts with the timeline's, its start-up beside theirs (nsightflow.capture.launch.together)
+    workload = {"name": "serve", "command": argv, "warmup_steps": 0} | steps
+    work = _nsight_workflow(tmp_path, workload, {"start": "with_timeline"})
     runs: list[tuple[float, float]] = []  # the loop alone (tokens/s, s), before and after the workflow
 
     def alone_run() -> None:
@@ -372,6 +374,9 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     waited = re.search(r"this launch waited ([0-9.]+ s at its first contact \([^)]*\))", timeline_log)
     print(f"serving on the GPU, the launch under nsys {waited.group(1) if waited else 'passed its gate at install'}")
     ncu_log = (run / "logs" / "ncu_capture.log").read_text(errors="replace")
+    held = re.search(r"this launch waited ([0-9.]+ s at its first contact \([^)]*\))", ncu_log)
+    print(f"serving on the GPU, ncu's launch {held.group(1) if held else 'was not held'}; its log's stamps: "
+          f"{re.findall(r'ran from [0-9.]+ to [0-9.]+|job took [0-9.]+ s', ncu_log)}")  # fmt: skip
     passes = Counter(re.findall(r"==PROF== Profiling .* (\d+) pass", ncu_log))
     metrics = next((ln for ln in ncu_log.splitlines() if "--metrics" in ln), "")
     print(f"serving on the GPU, the ncu job: profiled launches by replay passes {dict(passes)}; its argv: "
