@@ -225,17 +225,11 @@ def timed_beside(
 
 
 def timeline(
-    nsys_bin: str,
-    call: CommandCall,
-    rep: str | Path,
-    sqlite_out: str | Path,
-    out: ProfileOutputs,
-    run: RunSettings,
-    also_gated: dict[str, int] | None = None,
+    nsys_bin: str, call: CommandCall, rep: str | Path, sqlite_out: str | Path, out: ProfileOutputs, run: RunSettings
 ) -> None:
     """The timed run, and nsys over the probe run started beside it (its program gated until the timed run has
-    found the stages: nsightflow.capture.inside.gate): the timeline, analytic count, ceilings and manifest.
-    ``also_gated``: launches started beside the job's (gate -> pid), which the timed run waits for too."""
+    found the stages: nsightflow.capture.inside.gate): the timeline, analytic count, ceilings and manifest. The
+    launches ``run`` says were started with it (``also_gated``) are waited for by the timed run too."""
     from nsightflow.capture.launch.discovery import primary, rank_rows, same_steps
 
     manifest, flops, ceilings, log, timeout_s = out.manifest, out.flops, out.ceilings, out.log, run.timeout_s
@@ -257,7 +251,7 @@ def timeline(
         rep = Path(rep)
         tmp_base = rep.with_name(rep.stem + ".tmp")
         wrap = nsys.profile_argv(nsys_bin, tmp_base, [], capture_range="stop" if probe.capture_range else "")
-        found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap, also_gated)
+        found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap, run.also_gated)
         profiled = primary(runs, call.rank)
         note(log, _spans_note(timed, runs, "nsys"))
         same_steps(found, profiled, "nsys")

@@ -3,7 +3,7 @@ the run (typed records crossing from the rules to either kind of program, nsight
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,12 @@ class ProfileOutputs:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What the manifest records of the run (tool versions, the config values that shape it) and how long one
-    program launch may take (config ``timeout_s``; None: no limit)."""
+    """What the manifest records of the run (tool versions, the config values that shape it), how long one program
+    launch may take (config ``timeout_s``; None: no limit), and what was started beside it."""
 
     versions: dict[str, Any]
     settings: dict[str, Any]
     timeout_s: float | None = None
+    # launches started with this one and held at their gates (gate -> pid: ncu's, nsightflow.capture.launch.together),
+    # which a command's timed run waits for too before its program starts
+    also_gated: dict[str, int] = field(default_factory=dict)

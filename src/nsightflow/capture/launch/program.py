@@ -19,18 +19,9 @@ from nsightflow.records import Manifest
 class Program(Protocol):
     """A workload the rules profile: timed, under nsys, under torch.profiler, and under ncu with a plan."""
 
-    def timeline(
-        self,
-        nsys_bin: str,
-        rep: Path,
-        sqlite: Path,
-        out: ProfileOutputs,
-        run: RunSettings,
-        also_gated: dict[str, int] | None = None,
-    ) -> None:
+    def timeline(self, nsys_bin: str, rep: Path, sqlite: Path, out: ProfileOutputs, run: RunSettings) -> None:
         """nsys's timeline (``rep`` and its SQLite export), the wall times, the analytic count, the ceilings and
-        the run's manifest. ``also_gated``: launches started with it, waiting at their gates (gate -> pid), which its
-        timed run waits for before its program starts (nsightflow.capture.inside.gate)."""
+        the run's manifest."""
 
     def torch_profile(self, trace: Path, out: ProfileOutputs, run: RunSettings) -> None:
         """torch.profiler's Chrome trace, the analytic count, the ceilings and the run's manifest."""
@@ -50,16 +41,8 @@ class CallableProgram:
 
     call: HarnessCall
 
-    def timeline(
-        self,
-        nsys_bin: str,
-        rep: Path,
-        sqlite: Path,
-        out: ProfileOutputs,
-        run: RunSettings,
-        also_gated: dict[str, int] | None = None,
-    ) -> None:
-        assert not also_gated, "a callable's ncu launch never starts with its timeline"
+    def timeline(self, nsys_bin: str, rep: Path, sqlite: Path, out: ProfileOutputs, run: RunSettings) -> None:
+        assert not run.also_gated, "a callable's ncu launch never starts with its timeline"
         tools.timeline(nsys_bin, self.call, rep, sqlite, out, run)
 
     def torch_profile(self, trace: Path, out: ProfileOutputs, run: RunSettings) -> None:
@@ -89,16 +72,8 @@ class CommandProgram:
 
     call: CommandCall
 
-    def timeline(
-        self,
-        nsys_bin: str,
-        rep: Path,
-        sqlite: Path,
-        out: ProfileOutputs,
-        run: RunSettings,
-        also_gated: dict[str, int] | None = None,
-    ) -> None:
-        command.timeline(nsys_bin, self.call, rep, sqlite, out, run, also_gated)
+    def timeline(self, nsys_bin: str, rep: Path, sqlite: Path, out: ProfileOutputs, run: RunSettings) -> None:
+        command.timeline(nsys_bin, self.call, rep, sqlite, out, run)
 
     def torch_profile(self, trace: Path, out: ProfileOutputs, run: RunSettings) -> None:
         command.torch_profile(self.call, trace, out, run)

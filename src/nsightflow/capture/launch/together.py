@@ -79,7 +79,7 @@ def capture(
 
         def timeline_first(env: dict[str, str], pid: int) -> None:
             with _on_devices(env):
-                program.timeline(nsys_bin, rep, sqlite, out, run, also_gated={str(gate): pid})
+                program.timeline(nsys_bin, rep, sqlite, out, replace(run, also_gated={str(gate): pid}))
             open_gate(gate, ncu_stages(Manifest.read(out.manifest)))
 
         guessed = counters_before_timeline(settings.tensor_precisions, settings.non_tensor_flops, dtype)
