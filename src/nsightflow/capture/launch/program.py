@@ -60,7 +60,7 @@ class CallableProgram:
         return [warmed]
 
     def ncu_launches_beside(self, plan_json: Path, gate: Path) -> list[Launch]:
-        """None: the harness builds the model (on the GPU) before anything could hold it, and which launches to try
+        """None here: the harness builds the model (on the GPU) before anything could hold it, and which launches to try
         depends on the timeline's manifest (its first pass's one-time work); its ncu launch starts after the
         timeline, in a job of its own."""
         return []

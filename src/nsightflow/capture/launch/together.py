@@ -1,10 +1,10 @@
 """Rule capture (config ``ncu.start: with_timeline``): a command's timeline and its ncu capture in one job, ncu's
 launch of the program started with the timeline's launches, so that its start-up is off the job's path.
 
-Why: a program's start-up (its interpreter, ``import torch``, its libraries: 7 to 14 s of a 20-s serving loop on the
-GPU host, docs/benchmarks.md) comes three times in a capture, in the timed run, under nsys and under ncu. The nsys
-launch already does its start-up beside the timed run (nsightflow.capture.inside.gate); ncu's, in a job of its own,
-can start only once the timeline's job has ended.
+Why: a program's start-up (its interpreter, ``import torch``, its libraries: 10 to 15 s of a 20-to-30-s serving loop
+on the GPU host, docs/benchmarks.md) comes three times in a capture, in the timed run, under nsys and under ncu. The
+nsys launch already does its start-up beside the timed run (nsightflow.capture.inside.gate); ncu's, in a job of its
+own, can start only once the timeline's job has ended (measured: the serving test's capture 10.6 s shorter).
 
 How: ncu starts first, its program held at its first contact with the GPU (or another contact:
 nsightflow.capture.inside.gate) until the timeline's launches have ended; beside it, as a plan made beside ncu's start
