@@ -121,34 +121,12 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path, per_
 
 def _serving_ring(tmp, workload: list[str], cwd=None, timeout: float = 600) -> tuple[list[dict], dict]:
     """The serving workload (its arguments ``workload``) in three processes taking turns at each engine iteration
-    (tests/serving_ring.py), in ring order: alone, under nsightflow's timed hook (as a command's timed run has it:
-    the step function followed, each step's batch summarised), alone again. Each one's walls, and the timed arm's
-    hook record."""
-    import os
+    (tests/serving_ring.py), in ring order: alone, under nsightflow's timed hook, alone again. Each one's walls, and
+    the timed arm's hook record."""
+    from serving_ring import run_ring
 
-    from lockstep import ring_pipes, run_together
-
-    from nsightflow.capture.inside.hook_settings import HookSettings
-    from nsightflow.capture.launch.command_call import CommandCall
-    from nsightflow.workloads import serving
-
-    pipes = ring_pipes(tmp, 3)
-    (tmp / "hook").mkdir()
-
-    def program(i: int) -> list[str]:
-        ring = [sys.executable, str(ROOT / "tests" / "serving_ring.py"), "--index", str(i), "--of", "3"]
-        return [*ring, "--pipes", str(pipes), "--out", str(tmp / f"{i}.json"), "--", *workload]
-
-    steps = {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
-    call = CommandCall(program(1), cwd=cwd, warmup_steps=0, **steps)
-    timed = call.launch(HookSettings("timed", str(tmp / "hook" / "timed.json")), tmp / "hook")
-    arms = [("alone", program(0), None), ("timed", timed.argv, {**os.environ, **timed.env})]
-    arms.append(("alone again", program(2), None))
-    run_together(tmp, arms, timeout, cwd=cwd)  # every arm in the workload's folder (the JIT cache it finds there)
-    out = [json.loads((tmp / f"{i}.json").read_text()) for i in range(3)]
-    records = list((tmp / "hook").glob("timed.*.json"))
-    assert len(records) == 1, f"the timed arm's hook records: {records}"
-    return out, json.loads(records[0].read_text())
+    out, records = run_ring(tmp, workload, ["alone", "timed", "alone"], cwd, timeout)
+    return out, records[1]
 
 
 def _sandwiched(out: list[dict]) -> tuple[list[float], list[float]]:
