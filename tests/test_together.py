@@ -1,21 +1,24 @@
 """ncu's launch of a command started with the timeline's (config ncu.start with_timeline:
 nsightflow.capture.launch.together), with real processes and no profiler (neither runs on a CPU; the GPU tier's serving
 test runs the job whole under nsys and ncu): the launch imports beside the timeline's, holds at its first contact until
-they have ended, takes the stages from its gate and opens the plan's window in the step the plan names; the timed
-run's program starts only once that launch is ready too."""
+the programs have ended (let go while the profiler around the last one still exports: a wrapper stands in for nsys),
+takes the stages from its gate and opens the plan's window in the step the plan names; the timed run's program starts
+only once that launch is ready too."""
 
 from __future__ import annotations
 
 import os
 import re
 import sys
+import time
 
-from nsightflow.capture.inside.gate import open_gate, ready_path
+from nsightflow.capture.inside.gate import ready_path
 from nsightflow.capture.inside.hook_settings import HookSettings
 from nsightflow.capture.launch.command import timed_beside
 from nsightflow.capture.launch.command_call import CommandCall
 from nsightflow.capture.launch.ncu_capture import _Planner
 from nsightflow.capture.launch.ncu_inputs import Counters
+from nsightflow.capture.launch.release import Release
 from nsightflow.capture.launch.tools import run_tool
 
 # Its imports (a second), then a bound socket (a contact), then its ranges in domain T; under ncu's mode the profiler
@@ -43,6 +46,10 @@ for i in range(3):
 print(f"{mode} END {time.time()}", flush=True)
 """
 
+# What stands in for nsys around the profiled program: the program, then 3 s of the profiler's own end (nsys's
+# collection, import and SQLite export: 7 to 10 s of the serving loop's timeline on the GPU host), the GPU unused.
+NSYS_END = ["sh", "-c", '"$@"; rc=$?; sleep 3; exit $rc', "sh"]
+
 
 def _plan(path):
     from nsightflow.capture.read.plan import CapturePlan, StagePlan, Window
@@ -63,12 +70,17 @@ def test_ncus_launch_holds_at_its_first_contact_until_the_timeline_has_ended_the
     plan_json, gate = work / "plan.json", (work / "ncu.json").resolve()
     launch = call.windowed_beside(plan_json, gate)
     assert launch.awaits_plan
-    log, found = tmp_path / "timeline.log", []
+    log, found, ended = tmp_path / "timeline.log", [], []
 
-    def timeline_first(env, pid):  # as nsightflow.capture.launch.together runs it, nsys left out
+    def timeline_first(env, pid):  # as nsightflow.capture.launch.command.timeline runs it for together
         probe = HookSettings("probe", str(work / "probe.json"), None, None, gate_at="contact")
-        found.append(timed_beside(call, str(work), log, 120, probe, [], also_gated={str(gate): pid})[0])
-        open_gate(gate, {"domain": found[0].domain, "stages": found[0].stages, "skip": {}, "tuning": None})
+        release = Release({str(gate): pid}, log)
+        try:
+            found.append(timed_beside(call, str(work), log, 120, probe, NSYS_END, {str(gate): pid}, release)[0])
+        finally:
+            release.stop()
+        ended.append(time.time())
+        release.at_end(time.monotonic())
 
     bf16 = Counters(["bf16"], False, ["bf16"])
     planner = _Planner(lambda p: (_plan(p), bf16), plan_json, None, lambda c, comm: launch.argv, launch.argv, bf16,
@@ -79,7 +91,10 @@ def test_ncus_launch_holds_at_its_first_contact_until_the_timeline_has_ended_the
     clock = {k: float(v) for k, v in re.findall(r"^(\w+ \w+) ([0-9.]+)$", said, re.M)}
     assert clock["ncu START"] < clock["timed END"]  # its imports beside the timed run's program
     assert clock["timed CONTACT"] >= ready_path(gate).stat().st_mtime  # which waited until this launch was ready
-    assert clock["ncu CONTACT"] > max(clock["timed END"], clock["probe END"])  # held until the timeline had ended
+    # held until the timeline's programs had ended, let go while its profiler still ran (its export)
+    assert max(clock["timed END"], clock["probe END"]) < clock["ncu CONTACT"] < ended[0] - 1.5
+    let_go = re.search(r"the launches started with the timeline were let go ([0-9.]+) s before its end", said)
+    assert let_go and float(let_go.group(1)) > 1.5, said
     assert found[0].domain == "T" and found[0].stages == ["prefill", "decode"]
     assert "this launch waited" in out and "at its first contact (a socket bound)" in out
     # the gate's stages: the window opened around the step the plan names, and the launch ended after it

@@ -17,6 +17,7 @@ The rest of the engine (plan, match, aggregation, report) is the callables' own.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from nsightflow.capture.inside.passes import safe_label
 from nsightflow.capture.launch import nsys
 from nsightflow.capture.launch.command_call import CommandCall
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
+from nsightflow.capture.launch.release import Release
 from nsightflow.capture.launch.tools import note, publish_nsys, run_tool, tool_warnings, write_manifest
 from nsightflow.capture.read.own_metrics import own_metrics
 from nsightflow.errors import CaptureError
@@ -205,10 +207,13 @@ def timed_beside(
     profile: HookSettings,
     wrap: list[str],
     also_gated: dict[str, int] | None = None,
+    release: Release | None = None,
 ) -> tuple[Discovery, list[dict[str, Any]], list[dict[str, Any]]]:
     """The timed run, and the ``profile`` run (under ``wrap``) beside it, gated until the timed run has found the
     stages (nsightflow.capture.inside.gate): (the stages, the timed and the profile run's records). ``also_gated``:
-    other gated launches (gate -> pid) the timed run waits for too."""
+    other gated launches (gate -> pid) the timed run waits for too, which ``release`` lets go with the stages once
+    every process of the profile run has written its record (a program that compiles: later, see
+    nsightflow.capture.launch.release)."""
     gate = f"{tmp}/stages.json"
     timed_run: list[tuple[Discovery, list[dict[str, Any]]]] = []
 
@@ -219,6 +224,9 @@ def timed_beside(
         opened = {"domain": found.domain, "stages": found.stages, "skip": found.skip, "probe": not found.compiles}
         opened.update(tuning=found.tuning, steps=found.last_steps())
         open_gate(gate, opened)
+        if release is not None:  # ncu's launch: the stages as it takes them (command_call.ncu_stages)
+            ncu = {k: opened[k] for k in ("domain", "stages", "skip")} | {"tuning": found.tuning or None}
+            release.watch(ncu, str(profile.out), len(timed_run[0][1]), early=not found.compiles)
 
     runs = _run(call, replace(profile, gate=gate), log, timeout_s, wrap, beside=timed_first)
     return timed_run[0][0], timed_run[0][1], runs
@@ -229,7 +237,8 @@ def timeline(
 ) -> None:
     """The timed run, and nsys over the probe run started beside it (its program gated until the timed run has
     found the stages: nsightflow.capture.inside.gate): the timeline, analytic count, ceilings and manifest. The
-    launches ``run`` says were started with it (``also_gated``) are waited for by the timed run too."""
+    launches ``run`` says were started with it (``also_gated``) are waited for by the timed run too, and let go with
+    the stages once the GPU is free of the timeline's programs (nsightflow.capture.launch.release)."""
     from nsightflow.capture.launch.discovery import primary, rank_rows, same_steps
 
     manifest, flops, ceilings, log, timeout_s = out.manifest, out.flops, out.ceilings, out.log, run.timeout_s
@@ -251,13 +260,21 @@ def timeline(
         rep = Path(rep)
         tmp_base = rep.with_name(rep.stem + ".tmp")
         wrap = nsys.profile_argv(nsys_bin, tmp_base, [], capture_range="stop" if probe.capture_range else "")
-        found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap, run.also_gated)
+        release = Release(run.also_gated, log)
+        try:
+            found, timed, runs = timed_beside(call, tmp, log, timeout_s, probe, wrap, run.also_gated, release)
+        finally:
+            release.stop()
+        if not found.compiles:
+            release.at_end(time.monotonic())
         profiled = primary(runs, call.rank)
         note(log, _spans_note(timed, runs, "nsys"))
         same_steps(found, profiled, "nsys")
         publish_nsys(tmp_base, rep, sqlite_out, log)
         # A program that compiles ran unprobed under nsys (the gate said so): it is counted in a run of its own.
         counted = _count(call, found, tmp, flops, ceilings, log, timeout_s) if found.compiles else profiled
+        if found.compiles:  # its count run used the GPU too
+            release.at_end(time.monotonic())
         harness_json = Path(tmp) / "harness.json"
         extra = {k: counted[k] for k in ("dtype", "precision", "precision_source", "precision_level", "precision_why")}
         extra.update(environment=counted["environment"], analytic_how=count_how(found, found.compiles))

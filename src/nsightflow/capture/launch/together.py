@@ -7,10 +7,12 @@ nsys launch already does its start-up beside the timed run (nsightflow.capture.i
 own, can start only once the timeline's job has ended (measured: the serving test's capture 10.6 s shorter).
 
 How: ncu starts first, its program held at its first contact with the GPU (or another contact:
-nsightflow.capture.inside.gate) until the timeline's launches have ended; beside it, as a plan made beside ncu's start
+nsightflow.capture.inside.gate) until the timeline's programs have ended; beside it, as a plan made beside ncu's start
 always is (nsightflow.capture.launch.ncu_capture), the timeline runs as rule timeline runs it (its timed run waits
-until ncu's launch is ready too, so that no start-up shares the machine with the timed program), then the gate opens
-with the stages the timeline found and the plan is made from it. ncu's FLOP counters are chosen before the probe pass
+until ncu's launch is ready too, so that no start-up shares the machine with the timed program). The timeline opens
+the gate with the stages its timed run found once the program under nsys has ended, while nsys still exports
+(nsightflow.capture.launch.release); ncu's program then starts on the GPU and waits at its first step for the plan,
+made from the timeline's export. ncu's FLOP counters are chosen before the probe pass
 has run (nsightflow.capture.launch.ncu_inputs.counters_before_timeline): where the plan asks for others, ncu starts
 again with them, as in a job of its own. The program under ncu touches the GPU only once no launch of the timeline
 runs, so what it runs is what it runs alone (a program that sizes its caches from the free GPU memory sees it all).
@@ -29,15 +31,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from nsightflow import files
-from nsightflow.capture.inside.gate import open_gate
-from nsightflow.capture.launch.command_call import ncu_stages
 from nsightflow.capture.launch.ncu_capture import ncu_capture
 from nsightflow.capture.launch.ncu_inputs import CaptureFiles, PlanSource, counters_before_timeline
 from nsightflow.capture.launch.ncu_settings import NcuSettings
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
 from nsightflow.capture.launch.program import Program
-from nsightflow.errors import ConfigError
-from nsightflow.records import Manifest
+from nsightflow.errors import CaptureError, ConfigError
 
 
 @contextmanager
@@ -78,9 +77,10 @@ def capture(
         assert launches, "rule capture runs the programs whose ncu launch can wait for its timeline (common.smk)"
 
         def timeline_first(env: dict[str, str], pid: int) -> None:
-            with _on_devices(env):
+            with _on_devices(env):  # the timeline opens the gate once the GPU is free of it
                 program.timeline(nsys_bin, rep, sqlite, out, replace(run, also_gated={str(gate): pid}))
-            open_gate(gate, ncu_stages(Manifest.read(out.manifest)))
+            if not gate.exists():
+                raise CaptureError(f"the timeline did not let ncu's launch go ({gate}); log: {out.log}")
 
         guessed = counters_before_timeline(settings.tensor_precisions, settings.non_tensor_flops, dtype)
         # ncu's launch runs while the timeline does: its limit is both's
