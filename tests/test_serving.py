@@ -119,31 +119,52 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path, per_
     assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]
 
 
-def _serving_ring(tmp, workload: list[str], cwd=None, timeout: float = 600) -> tuple[list[dict], dict]:
-    """The serving workload (its arguments ``workload``) in three processes taking turns at each engine iteration
-    (tests/serving_ring.py), in ring order: alone, under nsightflow's timed hook, alone again. Each one's walls, and
-    the timed arm's hook record."""
+# The ring's arms, by participant: alone, timed (under nsightflow's timed hook) and alone again, each arm in more than
+# one process at mirrored positions. A ring of three (one process an arm) read the second alone process against the
+# first at -2.2%, -6.5%, -8.1% and -6.3% in four runs on the GPU host, the first participant the slowest in all of
+# them: one process (or the ring's first place) keeps a pace of its own over its whole run, which turns do not
+# average out. Participant 0 is a pacer, not measured: it starts first and holds the token first.
+ARMS = {"alone": [0], "timed": [1], "alone again": [2]}
+GPU_ARMS = {"pacer": [0], "alone": [1, 6], "timed": [2, 5], "alone again": [3, 4]}
+
+
+def _serving_ring(
+    tmp, workload: list[str], arms: dict[str, list[int]], cwd=None, timeout: float = 600, cpus=None
+) -> tuple[list[dict], list[dict]]:
+    """The serving workload (its arguments ``workload``) in one process per participant of ``arms`` (name ->
+    participants), taking turns at each engine iteration (tests/serving_ring.py) in participant order, the ``timed``
+    ones under nsightflow's timed hook, all on ``cpus`` if given. Each one's output, and the timed ones' hook
+    records."""
     from serving_ring import run_ring
 
-    out, records = run_ring(tmp, workload, ["alone", "timed", "alone"], cwd, timeout)
-    return out, records[1]
+    kinds = ["alone"] * (1 + max(i for ps in arms.values() for i in ps))
+    for i in arms["timed"]:
+        kinds[i] = "timed"
+    out, records = run_ring(tmp, workload, kinds, cwd, timeout, cpus)
+    return out, [records[i] for i in arms["timed"]]
 
 
-def _sandwiched(out: list[dict]) -> tuple[list[float], list[float]]:
-    """The ring's ratios by iteration: the timed arm's iteration k against the mean of the two alone arms' iteration
-    k (the turns just before and after it: the same batch, at nearly the same moment), and the second alone arm's
-    against the first's (the design's own noise). An engine's consecutive iterations differ (a prefill, then
-    decodes of a shrinking batch), so each is compared only with the same iteration of the others."""
-    alone, timed, again = (o["passes"][0]["walls"]["iteration"] for o in out)
+def _walls(out: list[dict], arms: dict[str, list[int]]) -> dict[str, list[list[float]]]:
+    """Each arm's processes' iteration walls."""
+    return {name: [out[i]["passes"][0]["walls"]["iteration"] for i in ps] for name, ps in arms.items()}
+
+
+def _sandwiched(out: list[dict], arms: dict[str, list[int]]) -> tuple[list[float], list[float]]:
+    """The ring's ratios by iteration: the timed arm's iteration k (the mean over its processes) against the mean of
+    the two alone arms' iteration k (the turns around it: the same batch, at nearly the same moment), and the second
+    alone arm's against the first's (the design's own noise). An engine's consecutive iterations differ (a prefill,
+    then decodes of a shrinking batch), so each is compared only with the same iteration of the others."""
+    by = {k: [statistics.fmean(ws) for ws in zip(*v, strict=True)] for k, v in _walls(out, arms).items()}
+    alone, timed, again = by["alone"], by["timed"], by["alone again"]
     pace = [t / ((a + b) / 2) for a, t, b in zip(alone, timed, again, strict=True)]
     return pace, [b / a for a, b in zip(alone, again, strict=True)]
 
 
-def _summed(out: list[dict]) -> tuple[float, float]:
+def _summed(out: list[dict], arms: dict[str, list[int]]) -> tuple[float, float]:
     """The ring's loops whole, as their throughput compares (tokens over the iterations' summed walls): the timed
     arm's summed walls against the mean of the two alone arms', and the second alone arm's against the first's."""
-    alone, timed, again = (sum(o["passes"][0]["walls"]["iteration"]) for o in out)
-    return 2 * timed / (alone + again), again / alone
+    by = {k: sum(sum(w) for w in v) for k, v in _walls(out, arms).items()}
+    return 2 * by["timed"] / (by["alone"] + by["alone again"]), by["alone again"] / by["alone"]
 
 
 def test_serving_processes_take_turns_at_each_iteration_one_under_the_timed_hook(tmp_path):
@@ -159,7 +180,8 @@ def test_serving_processes_take_turns_at_each_iteration_one_under_the_timed_hook
     config = {"model_type": "llama", **LLAMA}
     workload = ["--config", json.dumps(config), "--requests", "6", "--prompt", "12", "--prompt-spread", "4"]
     workload += ["--new", "5", "--new-spread", "2", "--per-step", "2", "--no-warmup", "--max-batch-tokens", "64"]
-    out, record = _serving_ring(tmp_path, workload, timeout=300)
+    out, records = _serving_ring(tmp_path, workload, ARMS, timeout=300)
+    record = records[0]
     walls = [o["passes"][0]["walls"]["iteration"] for o in out]
     n = len(walls[0])
     assert n > 3 and [len(w) for w in walls] == [n, n, n]
@@ -172,10 +194,14 @@ def test_serving_processes_take_turns_at_each_iteration_one_under_the_timed_hook
     assert len(lengths) == 3 and lengths[0] == lengths[1] == lengths[2]
     assert sum(s["prefill_tokens"] for s in summaries) == sum(p for p, _ in lengths[0])
     a, t, b = walls
-    pace, control = _sandwiched(out)
+    pace, control = _sandwiched(out, ARMS)
     assert pace == pytest.approx([2 * t[k] / (a[k] + b[k]) for k in range(n)])
     assert control == pytest.approx([b[k] / a[k] for k in range(n)])
-    assert _summed(out) == pytest.approx((2 * sum(t) / (sum(a) + sum(b)), sum(b) / sum(a)))
+    assert _summed(out, ARMS) == pytest.approx((2 * sum(t) / (sum(a) + sum(b)), sum(b) / sum(a)))
+    # an arm of several processes: their iterations' mean, their walls' sum
+    two = {"alone": [0], "timed": [1, 2], "alone again": [0]}
+    assert _sandwiched(out, two)[0] == pytest.approx([(t[k] + b[k]) / 2 / a[k] for k in range(n)])
+    assert _summed(out, two) == pytest.approx(((sum(t) + sum(b)) / sum(a), 1.0))
 
 
 def test_requests_arriving_at_a_rate_are_all_served(capsys, monkeypatch):
@@ -257,22 +283,21 @@ def _gpu_serving(requests: int, prompt: tuple[int, int], new: tuple[int, int], c
 def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(tmp_path):
     """64 requests of mixed lengths through transformers' engine on the GPU, profiled by its iterations. The pace:
     the program alone, under nsightflow's timed hook (as a command's timed run has it: the iterations followed, each
-    one's batch summarised, one in 32 clocked on the GPU) and alone again, in three processes taking turns at each
-    engine iteration (tests/serving_ring.py), so that the arms' iterations run at nearly the same moments: one launch
-    of this loop runs 30% to 70% faster or slower than the next on a shared H200 host, in slow and fast spells of
-    tens of seconds, so launches compared whole compare the host's moments (the median of three timed launches
-    against their neighbours alone read −22% to +15% from run to run, docs/benchmarks.md). The hook acts at the
-    iterations only, so the iterations' summed walls are the loop's pace (its tokens a second are tokens over them):
-    the timed arm's against the mean of the two alone arms', held to 5%, and the second alone arm's against the
-    first's too (the design's own noise). An iteration's wall moves by ±17% (quartiles) from arm to arm, whatever the
-    iteration, so the ring runs the same 64 prompts three times as long as the workflow's loop (336 iterations; at
-    110, a bootstrap over the iterations put the median of the per-iteration ratios within −6.8% to +8.5% of one
-    run's value and the summed walls' ratio within −1.4% to +8.9%, 95%: docs/benchmarks.md). Every run is in the
-    workflow's folder (cuDNN's attention kernel is compiled at run time with the working folder in its debug
-    information: in a folder where the program never ran, the CUDA driver's JIT cache misses and the first iteration
-    compiles it, about 1 s more; benchmarks/first_token.py); a first run of the loop there, not counted, fills the
-    cache. The GEMM FLOPs counted over the workflow loop's iterations within 1% of those from the requests; the whole
-    workflow at most 5 times the loop alone (its runs before and after)."""
+    one's batch summarised, one in 32 clocked on the GPU) and alone again, two processes an arm at mirrored places
+    of a ring of seven (GPU_ARMS; a pacer first) taking turns at each engine iteration (tests/serving_ring.py), all
+    on the same four CPUs, so that the arms' iterations run at nearly the same moments: one launch of this loop runs
+    30% to 70% faster or slower than the next on a shared H200 host, in slow and fast spells of tens of seconds, so
+    launches compared whole compare the host's moments (the median of three timed launches against their
+    neighbours alone read −22% to +15% from run to run, docs/benchmarks.md), and one process an arm kept an offset
+    of its own (ARMS' comment). The hook acts at the iterations only, so the iterations' summed walls are the loop's
+    pace (its tokens a second are tokens over them): the timed arm's against the mean of the two alone arms', held
+    to 5%, and the second alone arm's against the first's too (the design's own noise). The ring's loop generates
+    1.5 times the workflow's tokens (168 iterations a process, 336 an arm). Every run is in the workflow's folder
+    (cuDNN's attention kernel is compiled at run time with the working folder in its debug information: in a folder
+    where the program never ran, the CUDA driver's JIT cache misses and the first iteration compiles it, about 1 s
+    more; benchmarks/first_token.py); a first run of the loop there, not counted, fills the cache. The GEMM FLOPs
+    counted over the workflow loop's iterations within 1% of those from the requests; the whole workflow at most 5
+    times the loop alone (its runs before and after)."""
     import subprocess
     import time
 
@@ -296,22 +321,27 @@ def test_serving_a_1b_llama_on_the_gpu_keeps_its_pace_and_counts_every_request(t
     subprocess.run(argv, capture_output=True, text=True, check=True, cwd=work)  # fills the folder's JIT cache
     ring = tmp_path / "ring"
     ring.mkdir()
-    # all 64 requests join before the first iteration (--per-step: the same iterations in every arm); three times the
-    # tokens to generate (the later options win)
-    ring_argv = [*argv[3:], "--per-step", "64", "--new", "192", "--new-spread", "144"]
-    out, record = _serving_ring(ring, ring_argv, cwd=work, timeout=900)
-    walls = [o["passes"][0]["walls"]["iteration"] for o in out]
-    assert len(walls[0]) == len(walls[1]) == len(walls[2]) == len(record["step_inputs"]["iteration"]) > 300
-    timed_r, control_r = _sandwiched(out)
+    # all 64 requests join before the first iteration (--per-step: the same iterations in every arm); 1.5 times the
+    # tokens to generate (the later options win): 168 iterations a process, 336 an arm
+    ring_argv = [*argv[3:], "--per-step", "64", "--new", "96", "--new-spread", "72"]
+    # every process of the ring on the same four CPUs: unpinned, one process's engine thread keeps to one CPU for the
+    # whole loop, and on a slower one its summed walls were 5% to 6% above the others'
+    from test_gpu import _gpu_local_cpus
+
+    out, records = _serving_ring(ring, ring_argv, GPU_ARMS, cwd=work, timeout=900, cpus=_gpu_local_cpus()[:4])
+    walls = _walls(out, GPU_ARMS)
+    n = len(records[0]["step_inputs"]["iteration"])
+    assert n > 160 and all(len(w) == n for ws in walls.values() for w in ws)
+    timed_r, control_r = _sandwiched(out, GPU_ARMS)
     q = [f"{x - 1:+.2%}" for x in statistics.quantiles(timed_r, n=4)]
-    pace, control = (r - 1 for r in _summed(out))
-    print(f"serving on the GPU, iterations in turns ({len(walls[0])} an arm): summed walls alone "
-          f"{sum(walls[0]):.2f} s, timed {sum(walls[1]):.2f} s, alone again {sum(walls[2]):.2f} s: the timed arm "
-          f"against the alone arms "
-          f"{pace:+.2%}, alone again against alone {control:+.2%}; each timed iteration against the alone arms' same "
-          f"one: median {statistics.median(timed_r) - 1:+.2%} (quartiles {q[0]} to {q[2]}), alone again against alone "
-          f"{statistics.median(control_r) - 1:+.2%}")  # fmt: skip
-    print(f"serving on the GPU, the ring's walls (s): {json.dumps([[round(w, 5) for w in arm] for arm in walls])}")
+    pace, control = (r - 1 for r in _summed(out, GPU_ARMS))
+    sums = {k: [round(sum(w), 2) for w in ws] for k, ws in walls.items()}
+    print(f"serving on the GPU, iterations in turns ({n} a process): summed walls by arm and process {sums} s: the "
+          f"timed arm against the alone arms {pace:+.2%}, alone again against alone {control:+.2%}; each timed "
+          f"iteration against the alone arms' same one: median {statistics.median(timed_r) - 1:+.2%} (quartiles "
+          f"{q[0]} to {q[2]}), alone again against alone {statistics.median(control_r) - 1:+.2%}")  # fmt: skip
+    print(f"serving on the GPU, the ring's walls (s): {json.dumps([o['passes'][0]['walls'] for o in out])}")
+    print(f"serving on the GPU, the ring's CPUs: {[Counter(o.get('cpus', [])).most_common(2) for o in out]}")
     alone_run()
     began = time.monotonic()
     snakemake(work, "--cores", "1", "results/report.html")
@@ -413,7 +443,8 @@ def test_a_serving_windows_counters_match_ncu_over_every_launch_of_its_steps(tmp
     """Requests joining two per iteration (prefills sharing batches with decodes: iterations of several mixes), steps
     6 to 11 profiled: the window's tensor FLOPs and DRAM bytes, from sampled steps and one launch per class, within
     1% of nsightflow's capture of every launch of every one of those steps, made by a second run of the same command
-    (the 1B shape at 4 layers, so that every launch of six iterations is a few minutes of ncu)."""
+    (the 1B shape at 4 layers, so that every launch of six iterations is a few minutes of ncu). The sampled capture
+    starts ncu's launch with the timeline (``ncu.start: with_timeline``), the reference after it."""
     from nsightflow.records import Summary
     from nsightflow.workloads import serving
 
@@ -421,7 +452,9 @@ def test_a_serving_windows_counters_match_ncu_over_every_launch_of_its_steps(tmp
     workload = {"name": "serve", "command": argv, "warmup_steps": 0, "window": {"start": 6, "steps": 6}}
     workload |= {"step_functions": {"iteration": serving.STEP}, "step_inputs": {"iteration": serving.SUMMARY}}
     got = {}
-    for name, ncu in (("sampled", {}), ("every", {"capture": "every_launch", "sample_steps": ["every:1"]})):
+    # the sampled capture's ncu launch started with its timeline (its start-up beside theirs), the reference's after
+    sampled = {"start": "with_timeline"}
+    for name, ncu in (("sampled", sampled), ("every", {"capture": "every_launch", "sample_steps": ["every:1"]})):
         work = _nsight_workflow(tmp_path / name, workload, ncu)
         snakemake(work, "--cores", "1", "results/report.html")
         run = work / "results" / "serve"
