@@ -391,3 +391,57 @@ def test_the_counter_check_runs_beside_the_timeline_with_one_core(tmp_path):
     assert all(c.ok for c in host.checks)
     assert [(c.name, c.ok) for c in counters.checks] == [("counters", True)]
     assert not (wf / "results" / "w" / "ncu").exists()  # no capture without a timeline
+
+
+def test_a_fatal_signal_is_told_from_another_end_also_where_torchrun_reports_it():
+    from nsightflow.capture.launch.tools import crash_signal
+
+    # torchrun's own lines, from a rank that aborted under torch.profiler in a CPU test run (2026-12-03)
+    torchrun = """  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 27318)  (SIGABRT)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 27318"""
+    assert crash_signal(1, torchrun) == "SIGABRT"
+    assert crash_signal(-signal.SIGSEGV, "") == "SIGSEGV"
+    assert crash_signal(-signal.SIGKILL, "") is None  # ended by someone (or the OOM killer), not by its own fault
+    assert crash_signal(1, torchrun.replace("-6", "-15")) is None
+    assert crash_signal(1, "Traceback ...\nValueError: exitcode : -6") is None  # not torchrun's line
+    assert crash_signal(0, "") is None
+
+
+ABORTS_ONCE = """
+import json, os, sys
+import nvtx
+import torch
+mode = json.loads(os.environ["NSIGHTFLOW_HOOK"])["mode"]
+marker = sys.argv[1]
+for i in range(3):
+    with nvtx.annotate("step", domain="T"):
+        if mode == "torch" and i == 1 and (sys.argv[2] == "always" or not os.path.exists(marker)):
+            open(marker, "a").write("aborted\\n")
+            os.abort()
+        torch.ones(16, 16) @ torch.ones(16, 16)
+"""
+
+
+@pytest.mark.parametrize("when", ["once", "always"])
+def test_a_program_that_dies_under_torch_profiler_runs_once_more(tmp_path, when):
+    """A native crash under torch.profiler (kineto corrupts its heap now and then) costs the job one more run of the
+    program, said in the log; a program that dies so every time fails the job, naming the signal, after two runs."""
+    marker = tmp_path / "aborted"
+    (tmp_path / "aborts.py").write_text(ABORTS_ONCE)
+    command = [sys.executable, str(tmp_path / "aborts.py"), str(marker), when]
+    wf, env = _workflow(tmp_path, [{"name": "a", "command": command}], torch={})
+    cfg = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump({**cfg, "profiler": "torch"}, sort_keys=False))
+    proc = snakemake(wf, "--cores", "1", "results/report.html", check=False, env=env)
+    log = (wf / "results" / "a" / "logs" / "torch_profile.log").read_text()
+    assert marker.read_text().count("aborted") == (1 if when == "once" else 2)
+    assert "the program under torch.profiler died of SIGABRT: it runs once more" in log
+    if when == "once":
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        stages = list(csv.DictReader((wf / "results" / "a" / "stages.csv").open()))
+        assert [s["stage"] for s in stages] == ["step"]
+    else:
+        assert proc.returncode != 0 and "was killed by SIGABRT" in proc.stdout

@@ -21,6 +21,14 @@ class ToolError(NsightflowError, RuntimeError):
     """A profiler failed; the message names the command, the cause and the log."""
 
 
+class CrashError(ToolError):
+    """A profiler's program died of a fatal signal (its own process, or a rank as torchrun reports it)."""
+
+    def __init__(self, message: str, signal_name: str) -> None:
+        super().__init__(message)
+        self.signal_name = signal_name
+
+
 class CaptureError(ToolError):
     """An ncu capture that profiled nothing, too little, or was refused; the message is the diagnosis."""
 

@@ -6,7 +6,9 @@ Each function is what one workflow rule does; all are usable from a notebook too
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +22,7 @@ from nsightflow import files
 from nsightflow.capture.inside.harness import HarnessCall
 from nsightflow.capture.launch import children, nsys
 from nsightflow.capture.launch.outputs import ProfileOutputs, RunSettings
-from nsightflow.errors import ToolError
+from nsightflow.errors import CrashError, ToolError
 from nsightflow.records import Manifest
 
 
@@ -86,8 +88,30 @@ def run_tool(
             ) from exc
         raise
     if check and code != 0:
-        raise ToolError(f"{Path(argv[0]).name} {how}; log: {log}\n{failure_lines(stdout)}")
+        message = f"{Path(argv[0]).name} {how}; log: {log}\n{failure_lines(stdout)}"
+        crashed = crash_signal(code, stdout)
+        raise ToolError(message) if crashed is None else CrashError(message, crashed)
     return stdout, code
+
+
+# Signals a process dies of by its own fault (not SIGKILL or SIGTERM: someone ended it, or the kernel's OOM killer).
+FATAL = frozenset({"SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"})
+# torchrun's report of a failed rank: "exitcode  : -6 (pid: 27318)  (SIGABRT)"
+RANK_EXIT = re.compile(r"^\s*exitcode\s*:\s*-(\d+)\b", re.M)
+
+
+def crash_signal(code: int, output: str) -> str | None:
+    """The fatal signal a launch's program died of: its own process's (a negative exit code), or a rank's as torchrun
+    reports it in ``output``; None for any other end."""
+    numbers = [-code] if code < 0 else [int(n) for n in RANK_EXIT.findall(output)]
+    for n in numbers:
+        try:
+            name = signal.Signals(n).name
+        except ValueError:
+            continue
+        if name in FATAL:
+            return name
+    return None
 
 
 # Lines libraries print that look alarming and are not, with what they mean (written into the job's log).
