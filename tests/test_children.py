@@ -1,7 +1,10 @@
 """Every child process dies with its job: the kill's scan of the process tree, on real processes."""
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import process_alive
@@ -31,9 +34,9 @@ def test_a_scan_that_misses_a_process_being_handed_over_is_made_again(monkeypatc
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     real, calls = children.descendants, []
 
-    def missed_once(root=None):
+    def missed_once(root=None, spare=frozenset()):
         calls.append(root)
-        return [] if len(calls) == 1 else real(root)
+        return [] if len(calls) == 1 else real(root, spare)
 
     monkeypatch.setattr(children, "descendants", missed_once)
     try:
@@ -44,3 +47,34 @@ def test_a_scan_that_misses_a_process_being_handed_over_is_made_again(monkeypatc
         assert [k.split()[0] for k in killed] == [str(child.pid)] and not process_alive(child.pid)
     finally:
         child.kill()
+
+
+def test_a_spared_process_keeps_the_processes_it_starts(tmp_path):
+    """A run's sweep of what it left behind spares the caller's other processes and what they start meanwhile (the
+    ranks of a launch held beside the run, let go before the run ends), and kills the rest."""
+    started = tmp_path / "grandchild.pid"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+         f"'import time; time.sleep(60)']); open({str(started)!r}, 'w').write(str(p.pid)); time.sleep(60)"]
+    )  # fmt: skip
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        while not started.exists() or not started.read_text():
+            time.sleep(0.05)
+        grandchild = int(started.read_text())
+        assert {parent.pid, grandchild, other.pid} <= set(children.descendants())
+        assert set(children.descendants(spare=frozenset({parent.pid}))) >= {other.pid}
+        assert not {parent.pid, grandchild} & set(children.descendants(spare=frozenset({parent.pid})))
+        killed = children.kill_descendants(frozenset({parent.pid}), settle=False)
+        assert str(other.pid) in [k.split()[0] for k in killed]
+        assert process_alive(parent.pid) and process_alive(grandchild) and not process_alive(other.pid)
+    finally:
+        if started.exists() and started.read_text():
+            try:
+                os.kill(int(started.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        parent.kill()
+        other.kill()
+        parent.wait()
+        other.wait()

@@ -102,3 +102,63 @@ def test_ncus_launch_holds_at_its_first_contact_until_the_timeline_has_ended_the
     assert lines[-4:] == ["ncu STEP decode 0", "ncu WINDOW START", "ncu STEP decode 1", "ncu WINDOW STOP"], lines
     assert "ncu's launch of the program stops here" in out and "ncu END" not in out
     assert os.path.exists(plan_json)
+
+
+RANKS_PROGRAM = """
+import json, os, time
+import nvtx
+import torch
+import torch.cuda.profiler as switch
+mode = json.loads(os.environ["NSIGHTFLOW_HOOK"])["mode"]
+me = mode + os.environ["RANK"]
+switch.start = lambda: print(f"{me} WINDOW START", flush=True)
+switch.stop = lambda: print(f"{me} WINDOW STOP", flush=True)
+print(f"{me} START {time.time()}", flush=True)
+x = torch.ones(32, 32)
+for i in range(3):
+    with nvtx.annotate("decode", domain="T"):
+        print(f"{me} STEP decode {i}", flush=True)
+        x = torch.relu(x @ x)
+print(f"{me} END {time.time()}", flush=True)
+"""
+
+
+def test_ncus_torchrun_launch_goes_on_once_every_process_of_the_timeline_has_ended(tmp_path):
+    """The same with a torchrun command of two ranks: ncu's launcher holds at torchrun's launch (its ranks not
+    started) until the three processes of the program under the timeline's profiler (the launcher and its two
+    ranks) have written their records, then its ranks run while that profiler still exports."""
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS_PROGRAM)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    call = CommandCall(command=[*torchrun, str(script)])
+    work = tmp_path / "work"
+    work.mkdir()
+    plan_json, gate = work / "plan.json", (work / "ncu.json").resolve()
+    launch = call.windowed_beside(plan_json, gate)
+    log, timed, ended = tmp_path / "timeline.log", [], []
+
+    def timeline_first(env, pid):
+        probe = HookSettings("probe", str(work / "probe.json"), None, None, gate_at="contact")
+        release = Release({str(gate): pid}, log)
+        try:
+            timed.append(timed_beside(call, str(work), log, 120, probe, NSYS_END, {str(gate): pid}, release)[1])
+        finally:
+            release.stop()
+        ended.append(time.time())
+        release.at_end(time.monotonic())
+
+    bf16 = Counters(["bf16"], False, ["bf16"])
+    planner = _Planner(lambda p: (_plan(p), bf16), plan_json, None, lambda c, comm: launch.argv, launch.argv, bf16,
+                       first=timeline_first)  # fmt: skip
+    out, rc = run_tool(launch.argv, tmp_path / "ncu.log", 120, check=False, env=launch.env, beside=planner)
+    assert rc == 0, out
+    said = log.read_text() + out
+    clock = {k: float(v) for k, v in re.findall(r"^(\w+ \w+) ([0-9.]+)$", said, re.M)}
+    assert len(timed[0]) == 3  # the launcher's record and each rank's
+    # held until the timeline's programs had ended, let go while its profiler still exported; its ranks, started
+    # after that (a sweep of what the profiler's run left behind must spare them), ran to their end
+    assert max(clock["probe0 END"], clock["probe1 END"]) < min(clock["ncu0 START"], clock["ncu1 START"])
+    assert "at its first contact (torchrun's launch)" in out
+    let_go = re.search(r"the launches started with the timeline were let go ([0-9.]+) s before its end", said)
+    assert let_go and float(let_go.group(1)) > 1.5, said
+    assert "ncu0 END" in clock and "ncu1 END" in clock and "ncu0 WINDOW START" in out

@@ -76,10 +76,11 @@ def command(pid: int) -> str:
         return ""
 
 
-def descendants(root: int | None = None) -> list[int]:
-    """Every live process below ``root`` (default: this one), children before their children. A zombie (ended, only
-    its reaping left) is not listed but still links its children: /proc is read file by file, and a process may be
-    read before its parent ended and its parent after, its children not yet given to the subreaper."""
+def descendants(root: int | None = None, spare: frozenset[int] = frozenset()) -> list[int]:
+    """Every live process below ``root`` (default: this one), children before their children, but the ``spare``
+    ones and every process below them. A zombie (ended, only its reaping left) is not listed but still links its
+    children: /proc is read file by file, and a process may be read before its parent ended and its parent after,
+    its children not yet given to the subreaper."""
     root = os.getpid() if root is None else root
     parent, ended = {}, set()
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
@@ -92,24 +93,25 @@ def descendants(root: int | None = None) -> list[int]:
     children: dict[int, list[int]] = collections.defaultdict(list)
     for pid, ppid in parent.items():
         children[ppid].append(pid)
-    out, todo = [], list(children.get(root, []))
+    out, todo = [], [pid for pid in children.get(root, []) if pid not in spare]
     while todo:
         pid = todo.pop(0)
         if pid not in ended:
             out.append(pid)
-        todo += children.get(pid, [])
+        todo += [c for c in children.get(pid, []) if c not in spare]
     return out
 
 
 def kill_descendants(spare: frozenset[int] = frozenset(), settle: bool = True, settle_s: float = 0.2) -> list[str]:
-    """SIGKILL every process below this one but ``spare`` (none may outlive the job), reap those that are its
-    children; 'pid command' of each killed. With ``settle``, or once it killed any, it ends only when two scans
-    ``settle_s`` apart find none: a process whose parent is being killed (by this job's other thread, say) is given
-    to the subreaper a moment later, and one scan in between sees neither."""
+    """SIGKILL every process below this one but ``spare`` and the processes below them (none may outlive the job; a
+    spared process's children are its own: the ranks a launch held beside a run starts once let go), reap those
+    that are its children; 'pid command' of each killed. With ``settle``, or once it killed any, it ends only when
+    two scans ``settle_s`` apart find none: a process whose parent is being killed (by this job's other thread,
+    say) is given to the subreaper a moment later, and one scan in between sees neither."""
     killed: dict[int, str] = {}
     quiet = 0
     for _ in range(50):  # a process may start another while we look
-        found = [pid for pid in descendants() if pid not in spare]
+        found = descendants(spare=spare)
         if not found:
             quiet += 1
             if quiet == 2 or not (settle or killed):
