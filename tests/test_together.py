@@ -61,22 +61,24 @@ def _plan(path):
     return plan
 
 
-def test_ncus_launch_holds_at_its_first_contact_until_the_timeline_has_ended_then_takes_its_stages(tmp_path):
-    script = tmp_path / "program.py"
-    script.write_text(PROGRAM)
-    call = CommandCall(command=[sys.executable, str(script)])
+def _together(tmp_path, command: list[str]):
+    """ncu's launch of ``command`` (no ncu: the hook's switch prints) started first, the timeline's timed and profiled
+    runs beside it as nsightflow.capture.launch.command.timeline runs them for together (NSYS_END for nsys): the
+    launch's output, the timeline's log and output, what the timed run found and its records, when the timeline
+    ended (epoch s), and the gate."""
+    call = CommandCall(command=command)
     work = tmp_path / "work"
     work.mkdir()
     plan_json, gate = work / "plan.json", (work / "ncu.json").resolve()
     launch = call.windowed_beside(plan_json, gate)
     assert launch.awaits_plan
-    log, found, ended = tmp_path / "timeline.log", [], []
+    log, timed, ended = tmp_path / "timeline.log", [], []
 
-    def timeline_first(env, pid):  # as nsightflow.capture.launch.command.timeline runs it for together
+    def timeline_first(env, pid):
         probe = HookSettings("probe", str(work / "probe.json"), None, None, gate_at="contact")
         release = Release({str(gate): pid}, log)
         try:
-            found.append(timed_beside(call, str(work), log, 120, probe, NSYS_END, {str(gate): pid}, release)[0])
+            timed.append(timed_beside(call, str(work), log, 120, probe, NSYS_END, {str(gate): pid}, release))
         finally:
             release.stop()
         ended.append(time.time())
@@ -87,21 +89,29 @@ def test_ncus_launch_holds_at_its_first_contact_until_the_timeline_has_ended_the
                        first=timeline_first)  # fmt: skip
     out, rc = run_tool(launch.argv, tmp_path / "ncu.log", 120, check=False, env=launch.env, beside=planner)
     assert rc == 0, out
+    assert os.path.exists(plan_json)
     said = log.read_text() + out
+    let_go = re.search(r"the launches started with the timeline were let go ([0-9.]+) s before its end", said)
+    assert let_go and float(let_go.group(1)) > 1.5, said  # let go while its profiler still exported
+    found, records, _ = timed[0]
+    return out, said, found, records, ended[0], gate
+
+
+def test_ncus_launch_holds_at_its_first_contact_until_the_timeline_has_ended_then_takes_its_stages(tmp_path):
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    out, said, found, _, ended, gate = _together(tmp_path, [sys.executable, str(script)])
     clock = {k: float(v) for k, v in re.findall(r"^(\w+ \w+) ([0-9.]+)$", said, re.M)}
     assert clock["ncu START"] < clock["timed END"]  # its imports beside the timed run's program
     assert clock["timed CONTACT"] >= ready_path(gate).stat().st_mtime  # which waited until this launch was ready
     # held until the timeline's programs had ended, let go while its profiler still ran (its export)
-    assert max(clock["timed END"], clock["probe END"]) < clock["ncu CONTACT"] < ended[0] - 1.5
-    let_go = re.search(r"the launches started with the timeline were let go ([0-9.]+) s before its end", said)
-    assert let_go and float(let_go.group(1)) > 1.5, said
-    assert found[0].domain == "T" and found[0].stages == ["prefill", "decode"]
+    assert max(clock["timed END"], clock["probe END"]) < clock["ncu CONTACT"] < ended - 1.5
+    assert found.domain == "T" and found.stages == ["prefill", "decode"]
     assert "this launch waited" in out and "at its first contact (a socket bound)" in out
     # the gate's stages: the window opened around the step the plan names, and the launch ended after it
     lines = [ln.strip() for ln in out.splitlines() if ln.startswith("ncu ")]
     assert lines[-4:] == ["ncu STEP decode 0", "ncu WINDOW START", "ncu STEP decode 1", "ncu WINDOW STOP"], lines
     assert "ncu's launch of the program stops here" in out and "ncu END" not in out
-    assert os.path.exists(plan_json)
 
 
 RANKS_PROGRAM = """
@@ -130,35 +140,11 @@ def test_ncus_torchrun_launch_goes_on_once_every_process_of_the_timeline_has_end
     script = tmp_path / "ranks.py"
     script.write_text(RANKS_PROGRAM)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    call = CommandCall(command=[*torchrun, str(script)])
-    work = tmp_path / "work"
-    work.mkdir()
-    plan_json, gate = work / "plan.json", (work / "ncu.json").resolve()
-    launch = call.windowed_beside(plan_json, gate)
-    log, timed, ended = tmp_path / "timeline.log", [], []
-
-    def timeline_first(env, pid):
-        probe = HookSettings("probe", str(work / "probe.json"), None, None, gate_at="contact")
-        release = Release({str(gate): pid}, log)
-        try:
-            timed.append(timed_beside(call, str(work), log, 120, probe, NSYS_END, {str(gate): pid}, release)[1])
-        finally:
-            release.stop()
-        ended.append(time.time())
-        release.at_end(time.monotonic())
-
-    bf16 = Counters(["bf16"], False, ["bf16"])
-    planner = _Planner(lambda p: (_plan(p), bf16), plan_json, None, lambda c, comm: launch.argv, launch.argv, bf16,
-                       first=timeline_first)  # fmt: skip
-    out, rc = run_tool(launch.argv, tmp_path / "ncu.log", 120, check=False, env=launch.env, beside=planner)
-    assert rc == 0, out
-    said = log.read_text() + out
+    out, said, _, records, _, _ = _together(tmp_path, [*torchrun, str(script)])
     clock = {k: float(v) for k, v in re.findall(r"^(\w+ \w+) ([0-9.]+)$", said, re.M)}
-    assert len(timed[0]) == 3  # the launcher's record and each rank's
+    assert len(records) == 3  # the launcher's record and each rank's
     # held until the timeline's programs had ended, let go while its profiler still exported; its ranks, started
     # after that (a sweep of what the profiler's run left behind must spare them), ran to their end
     assert max(clock["probe0 END"], clock["probe1 END"]) < min(clock["ncu0 START"], clock["ncu1 START"])
     assert "at its first contact (torchrun's launch)" in out
-    let_go = re.search(r"the launches started with the timeline were let go ([0-9.]+) s before its end", said)
-    assert let_go and float(let_go.group(1)) > 1.5, said
     assert "ncu0 END" in clock and "ncu1 END" in clock and "ncu0 WINDOW START" in out
