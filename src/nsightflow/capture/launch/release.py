@@ -11,6 +11,8 @@ When: every process of the program under nsys has written its hook record (the r
 hook does: the probe's count and ceilings, its last GPU work, are written before it), as many as the timed run wrote.
 A program that compiles is counted in a run of its own after nsys (nsightflow.capture.launch.command), on the GPU:
 its gates open after that run, at the timeline's end, as they do where the records never reach the timed run's number.
+ncu's launch let go may start processes (torchrun's ranks) while the run under nsys is still waited for: that run's
+sweep of what it left behind spares them (nsightflow.capture.launch.children.kill_descendants).
 """
 
 from __future__ import annotations
