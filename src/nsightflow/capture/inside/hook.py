@@ -50,14 +50,13 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 from threading import get_ident
 from time import perf_counter_ns
 from typing import Any
 
 from nsightflow.capture.inside import step_clock
 from nsightflow.capture.inside.hook_actions import end_program, one_process
-from nsightflow.capture.inside.hook_settings import HookSettings
+from nsightflow.capture.inside.hook_settings import HookSettings, record_path
 from nsightflow.domains import AUTO_DOMAIN
 
 # While the rank is not known (a process of one, or ranks not yet up), a push looks for it at most once in this many
@@ -330,12 +329,6 @@ def device_of() -> str:
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         return f"cuda:{torch.cuda.current_device()}"
     return "cpu"
-
-
-def record_path(out: str | Path, pid: int) -> Path:
-    """Where process ``pid`` writes its record of a run whose settings name ``out``."""
-    out = Path(out)
-    return out.with_name(f"{out.stem}.{pid}{out.suffix}")
 
 
 DEBUG = bool(os.environ.get("NSIGHTFLOW_HOOK_DEBUG"))  # say each step the hook sees, on stderr

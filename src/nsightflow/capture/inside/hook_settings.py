@@ -4,7 +4,9 @@ program's environment so that every Python process the command starts (torchrun'
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from nsightflow.errors import RecordError
@@ -61,3 +63,17 @@ class HookSettings:
             return cls(**json.loads(text))
         except (json.JSONDecodeError, TypeError) as exc:
             raise RecordError(f"{HOOK_ENV}: not the settings of this nsightflow's hook ({exc}); unset it") from exc
+
+
+def record_path(out: str | Path, pid: int) -> Path:
+    """Where process ``pid`` writes its record of a run whose settings name ``out``."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.{pid}{out.suffix}")
+
+
+def records_of(out: str | Path) -> list[Path]:
+    """The records the processes of a run whose settings name ``out`` have written so far (:func:`record_path`),
+    by name."""
+    out = Path(out)
+    mine = re.compile(rf"{re.escape(out.stem)}\.\d+{re.escape(out.suffix)}")
+    return sorted(p for p in out.parent.glob(f"{out.stem}.*{out.suffix}") if mine.fullmatch(p.name))

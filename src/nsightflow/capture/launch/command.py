@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from nsightflow import files
 from nsightflow.capture.inside.gate import open_gate
-from nsightflow.capture.inside.hook_settings import HookSettings
+from nsightflow.capture.inside.hook_settings import HookSettings, records_of
 from nsightflow.capture.inside.passes import safe_label
 from nsightflow.capture.launch import nsys
 from nsightflow.capture.launch.command_call import CommandCall
@@ -53,9 +53,10 @@ def _run(
     extra_env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One run of the command with the hook (under ``wrap``, a profiler's argv prefix): the record of every Python
-    process it started (nsightflow.capture.inside.hook.record_path), each with the run's output. ``beside``: another run
-    while this one runs (nsightflow.capture.inside.gate); ``devices``: the environment of the run this one is beside
-    (its claimed devices: this one runs on them too); ``extra_env``: set for this run only (over the workload's)."""
+    process it started (nsightflow.capture.inside.hook_settings.record_path), each with the run's output.
+    ``beside``: another run while this one runs (nsightflow.capture.inside.gate); ``devices``: the environment of the
+    run this one is beside (its claimed devices: this one runs on them too); ``extra_env``: set for this run only
+    (over the workload's)."""
     assert settings.out is not None
     launch = call.launch(settings, Path(settings.out).parent)
     env = {**launch.env, **(extra_env or {})}
@@ -65,9 +66,8 @@ def _run(
     out, _ = run_tool(
         argv, log, timeout_s, gpu=not nested, env=env, cwd=launch.cwd, gpus=launch.gpus, beside=beside, nested=nested
     )
-    base = Path(settings.out)
     records = []
-    for path in sorted(base.parent.glob(f"{base.stem}.*{base.suffix}")):
+    for path in records_of(settings.out):
         try:
             records.append({**json.loads(path.read_text()), "output": out})
         except (OSError, json.JSONDecodeError) as exc:
@@ -78,14 +78,6 @@ def _run(
             f"ends normally (not os._exit), run by an interpreter that can import nsightflow; log: {log}"
         )
     return records
-
-
-def _clear_records(settings: HookSettings) -> None:
-    """Remove the records a run with ``settings`` left (a failed run's, before it runs again)."""
-    assert settings.out is not None
-    base = Path(settings.out)
-    for path in base.parent.glob(f"{base.stem}.*{base.suffix}"):
-        path.unlink()
 
 
 def _record(
@@ -322,7 +314,8 @@ def torch_profile(call: CommandCall, trace: str | Path, out: ProfileOutputs, run
             # program aborted with "malloc(): unsorted double linked list corrupted" once in a dozen test sessions,
             # then ran clean nine times): one more run, said in the log; a program that dies so again fails the job
             note(log, f"the program under torch.profiler died of {exc.signal_name}: it runs once more")
-            _clear_records(hook)
+            for path in records_of(str(hook.out)):  # the failed run's
+                path.unlink()
             runs = _run(call, hook, log, timeout_s, [])
         profiled = primary(runs, call.rank)
         note(log, _spans_note(timed, runs, "torch.profiler"))

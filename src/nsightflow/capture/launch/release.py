@@ -17,22 +17,14 @@ sweep of what it left behind spares them (nsightflow.capture.launch.children.kil
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from nsightflow.capture.inside.gate import POLL_S, open_gate
+from nsightflow.capture.inside.hook_settings import records_of
 from nsightflow.capture.launch.tools import note
-
-
-def records_written(out: str | Path) -> int:
-    """How many processes of a run whose hook settings name ``out`` have written their record
-    (nsightflow.capture.inside.hook.record_path: ``<stem>.<pid><suffix>``)."""
-    out = Path(out)
-    mine = re.compile(rf"{re.escape(out.stem)}\.\d+{re.escape(out.suffix)}")
-    return sum(1 for p in out.parent.glob(f"{out.stem}.*{out.suffix}") if mine.fullmatch(p.name))
 
 
 class Release:
@@ -58,7 +50,7 @@ class Release:
 
         def poll() -> None:
             while not self.stopped.wait(POLL_S * 10):
-                if records_written(out) >= expected:
+                if len(records_of(out)) >= expected:
                     self._open()
                     return
 
