@@ -237,8 +237,7 @@ def test_the_timed_run_clocks_the_first_steps_of_each_range_then_one_in_every(mo
 def test_the_hook_follows_the_programs_child_processes(tmp_path):
     """The settings stay in the environment: every Python process the command starts (a rank of torchrun) loads the
     hook and writes its own record; the process that opened the ranges is the one that has them."""
-    from nsightflow.capture.inside.hook_settings import record_path
-    from nsightflow.capture.inside.hook_settings import HookSettings
+    from nsightflow.capture.inside.hook_settings import HookSettings, record_path
     from nsightflow.capture.launch.command_call import CommandCall
     from nsightflow.capture.launch.discovery import primary
 
