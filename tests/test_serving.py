@@ -119,11 +119,12 @@ def test_the_built_in_serving_workload_accounts_for_every_request(tmp_path, per_
     assert steps["flops_model"].sum() == counts["flops_causal_adjusted"]
 
 
-# The ring's arms, by participant: alone, timed (under nsightflow's timed hook) and alone again, each arm in more than
-# one process at mirrored positions. A ring of three (one process an arm) read the second alone process against the
-# first at -2.2%, -6.5%, -8.1% and -6.3% in four runs on the GPU host, the first participant the slowest in all of
-# them: one process (or the ring's first place) keeps a pace of its own over its whole run, which turns do not
-# average out. Participant 0 is a pacer, not measured: it starts first and holds the token first.
+# The ring's arms, by participant: alone, timed (under nsightflow's timed hook) and alone again. ARMS, one process an
+# arm, is the CPU test's ring. On the GPU host such a ring read the second alone process against the first at -2.2%,
+# -6.5%, -8.1% and -6.3% in four runs, the first participant the slowest in all of them: one process (or the ring's
+# first place) keeps a pace of its own over its whole run, which turns do not average out. GPU_ARMS puts each arm in
+# two processes at mirrored places, after a pacer (participant 0, not measured: it starts first and holds the token
+# first).
 ARMS = {"alone": [0], "timed": [1], "alone again": [2]}
 GPU_ARMS = {"pacer": [0], "alone": [1, 6], "timed": [2, 5], "alone again": [3, 4]}
 
